@@ -1,0 +1,33 @@
+// The library's only exported symbols: ORT's plugin entry points.
+#include "abi/factory.h"
+#include "abi/status.h"
+
+extern "C" {
+
+#if defined(_WIN32)
+#define MLX_EP_EXPORT __declspec(dllexport)
+#else
+#define MLX_EP_EXPORT __attribute__((visibility("default")))
+#endif
+
+MLX_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const OrtApiBase* ort_api_base,
+                                           const OrtLogger* default_logger, OrtEpFactory** factories,
+                                           size_t max_factories, size_t* num_factories) {
+  *num_factories = 0;
+  const OrtApi* api = ort_api_base->GetApi(mlx_ep::kOrtApiVersion);
+  if (!api) return nullptr;  // no status can be built: the host is older than API 27; offer nothing
+  Ort::InitApi(api);
+  MLX_EP_API_BEGIN
+  if (max_factories < 1) return mlx_ep::MakeStatus("CreateEpFactories", "no room for a factory");
+  factories[0] = new mlx_ep::MlxEpFactory(registered_name, *default_logger);
+  *num_factories = 1;
+  return nullptr;
+  MLX_EP_API_END("MLXExecutionProvider CreateEpFactories")
+}
+
+MLX_EP_EXPORT OrtStatus* ReleaseEpFactory(OrtEpFactory* factory) {
+  delete static_cast<mlx_ep::MlxEpFactory*>(factory);
+  return nullptr;
+}
+
+}  // extern "C"

@@ -1,0 +1,112 @@
+#include "abi/ep.h"
+
+#include <cstdint>
+#include <fstream>
+
+#include "abi/compute_info.h"
+#include "abi/factory.h"
+#include "abi/graph_reader.h"
+#include "abi/status.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "partition/partition.h"
+#include "runtime/plan.h"
+
+namespace mlx_ep {
+namespace {
+
+// Claims only need small constants (axes, shapes, scalars); weights are copied at Compile.
+constexpr size_t kClaimConstantBytes = 1 << 16;
+
+}  // namespace
+
+MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger)
+    : OrtEp{}, factory_(factory), logger_(logger) {
+  ort_version_supported = kOrtApiVersion;
+  GetName = GetNameImpl;
+  GetCapability = GetCapabilityImpl;
+  Compile = CompileImpl;
+  ReleaseNodeComputeInfos = ReleaseNodeComputeInfosImpl;
+}
+
+MlxEp::~MlxEp() {
+  try {
+    if (EnvFlag(env::kVerbose)) LogLine("session summary:\n" + report_.Summary());
+    if (std::string path = EnvString(env::kReportPath); !path.empty()) {
+      std::ofstream(path) << report_.ToJson() << '\n';
+    }
+  } catch (...) {
+    // Diagnostics must never take the host down while a session closes.
+  }
+}
+
+const char* ORT_API_CALL MlxEp::GetNameImpl(const OrtEp*) noexcept { return kEpName; }
+
+OrtStatus* ORT_API_CALL MlxEp::GetCapabilityImpl(OrtEp* this_ptr, const OrtGraph* graph,
+                                                 OrtEpGraphSupportInfo* graph_support_info) noexcept {
+  MLX_EP_API_BEGIN
+  static_cast<MlxEp*>(this_ptr)->ClaimGraph(graph, graph_support_info);
+  return nullptr;
+  MLX_EP_API_END("MLXExecutionProvider GetCapability")
+}
+
+OrtStatus* ORT_API_CALL MlxEp::CompileImpl(OrtEp* this_ptr, const OrtGraph** graphs, const OrtNode** fused_nodes,
+                                           size_t count, OrtNodeComputeInfo** node_compute_infos,
+                                           OrtNode** ep_context_nodes) noexcept {
+  MLX_EP_API_BEGIN
+  for (size_t i = 0; i < count; ++i) {
+    node_compute_infos[i] = nullptr;
+    if (ep_context_nodes) ep_context_nodes[i] = nullptr;
+  }
+  static_cast<MlxEp*>(this_ptr)->CompilePartitions(graphs, fused_nodes, count, node_compute_infos);
+  return nullptr;
+  MLX_EP_API_END("MLXExecutionProvider Compile")
+}
+
+void ORT_API_CALL MlxEp::ReleaseNodeComputeInfosImpl(OrtEp*, OrtNodeComputeInfo** infos, size_t num_infos) noexcept {
+  for (size_t i = 0; i < num_infos; ++i) delete static_cast<MlxNodeComputeInfo*>(infos[i]);
+}
+
+void MlxEp::ClaimGraph(const OrtGraph* ort_graph, OrtEpGraphSupportInfo* support_info) {
+  Graph graph = ReadGraph(ort_graph, kClaimConstantBytes);
+  Partitioning partitioning = PartitionGraph(graph, OpRegistry::Get());
+  LogClaims(graph, partitioning);
+  report_.AddGraph(graph, partitioning);
+
+  std::vector<Ort::ConstNode> ort_nodes = Ort::ConstGraph{ort_graph}.GetNodes();
+  OrtNodeFusionOptions options{};
+  options.ort_version_supported = kOrtApiVersion;
+  options.drop_constant_initializers = true;  // Compile keeps its own copies
+  for (const auto& cluster : partitioning.clusters) {
+    std::vector<const OrtNode*> nodes;
+    for (size_t i : cluster) nodes.push_back(ort_nodes.at(i));
+    Ort::ThrowOnError(
+        Ort::GetEpApi().EpGraphSupportInfo_AddNodesToFuse(support_info, nodes.data(), nodes.size(), &options));
+  }
+}
+
+void MlxEp::CompilePartitions(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count,
+                    OrtNodeComputeInfo** node_compute_infos) {
+  const bool compile = !EnvFlag(env::kNoCompile);
+  std::vector<std::unique_ptr<MlxNodeComputeInfo>> infos;
+  for (size_t i = 0; i < count; ++i) {
+    Ort::ConstNode fused{fused_nodes[i]};
+    const std::string name = fused.GetName();
+    std::vector<std::string> inputs, outputs;
+    for (const auto& vi : fused.GetInputs()) inputs.push_back(vi == nullptr ? "" : vi.GetName());
+    for (const auto& vi : fused.GetOutputs()) outputs.push_back(vi == nullptr ? "" : vi.GetName());
+    Graph graph = ReadGraph(graphs[i], SIZE_MAX);
+    Plan plan;
+    try {
+      plan = BuildPlan(graph, name, inputs, outputs, OpRegistry::Get());
+    } catch (const std::exception& e) {
+      throw std::runtime_error("partition " + name + ": " + e.what());
+    }
+    auto runner = std::make_shared<PartitionRunner>(std::move(plan), compile);
+    report_.AddRunner(runner);
+    infos.push_back(std::make_unique<MlxNodeComputeInfo>(runner));
+  }
+  for (size_t i = 0; i < count; ++i) node_compute_infos[i] = infos[i].release();
+}
+
+}  // namespace mlx_ep

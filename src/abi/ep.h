@@ -1,0 +1,39 @@
+// OrtEp: GetCapability (claim + partition) and Compile (plan + runner per fused node).
+#pragma once
+
+#include <memory>
+
+#include "abi/ort.h"
+#include "diagnostics/report.h"
+
+namespace mlx_ep {
+
+class MlxEpFactory;
+
+/** One EP instance, created per session. */
+class MlxEp : public OrtEp {
+ public:
+  MlxEp(MlxEpFactory& factory, const OrtLogger& logger);
+  ~MlxEp();
+
+ private:
+  static const char* ORT_API_CALL GetNameImpl(const OrtEp* this_ptr) noexcept;
+  static OrtStatus* ORT_API_CALL GetCapabilityImpl(OrtEp* this_ptr, const OrtGraph* graph,
+                                                   OrtEpGraphSupportInfo* graph_support_info) noexcept;
+  static OrtStatus* ORT_API_CALL CompileImpl(OrtEp* this_ptr, const OrtGraph** graphs,
+                                             const OrtNode** fused_nodes, size_t count,
+                                             OrtNodeComputeInfo** node_compute_infos,
+                                             OrtNode** ep_context_nodes) noexcept;
+  static void ORT_API_CALL ReleaseNodeComputeInfosImpl(OrtEp* this_ptr, OrtNodeComputeInfo** infos,
+                                                       size_t num_infos) noexcept;
+
+  void ClaimGraph(const OrtGraph* graph, OrtEpGraphSupportInfo* graph_support_info);
+  void CompilePartitions(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count,
+                         OrtNodeComputeInfo** node_compute_infos);
+
+  MlxEpFactory& factory_;
+  const OrtLogger& logger_;
+  SessionReport report_;
+};
+
+}  // namespace mlx_ep

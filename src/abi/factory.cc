@@ -1,0 +1,132 @@
+#include "abi/factory.h"
+
+#include <memory>
+
+#include "abi/ep.h"
+#include "abi/status.h"
+#include "ops/op.h"
+
+namespace mlx_ep {
+
+MlxEpFactory::MlxEpFactory(const char* registered_name, const OrtLogger& default_logger)
+    : OrtEpFactory{}, registered_name_(registered_name ? registered_name : kEpName),
+      default_logger_(default_logger) {
+  ort_version_supported = kOrtApiVersion;
+  GetName = GetNameImpl;
+  GetVendor = GetVendorImpl;
+  GetVendorId = GetVendorIdImpl;
+  GetVersion = GetVersionImpl;
+  GetSupportedDevices = GetSupportedDevicesImpl;
+  CreateEp = CreateEpImpl;
+  ReleaseEp = ReleaseEpImpl;
+  ValidateCompiledModelCompatibilityInfo = ValidateCompiledModelCompatibilityInfoImpl;
+  CreateAllocator = CreateAllocatorImpl;
+  ReleaseAllocator = ReleaseAllocatorImpl;
+  CreateDataTransfer = CreateDataTransferImpl;
+  IsStreamAware = IsStreamAwareImpl;
+  CreateSyncStreamForDevice = CreateSyncStreamForDeviceImpl;
+  GetHardwareDeviceIncompatibilityDetails = nullptr;
+  CreateExternalResourceImporterForDevice = nullptr;
+  GetNumCustomOpDomains = GetNumCustomOpDomainsImpl;
+  GetCustomOpDomains = GetCustomOpDomainsImpl;
+  InitGraphicsInterop = nullptr;
+  DeinitGraphicsInterop = nullptr;
+}
+
+const char* ORT_API_CALL MlxEpFactory::GetNameImpl(const OrtEpFactory*) noexcept { return kEpName; }
+const char* ORT_API_CALL MlxEpFactory::GetVendorImpl(const OrtEpFactory*) noexcept {
+  return "onnxruntime-ep-mlx";
+}
+uint32_t ORT_API_CALL MlxEpFactory::GetVendorIdImpl(const OrtEpFactory*) noexcept { return 0; }
+const char* ORT_API_CALL MlxEpFactory::GetVersionImpl(const OrtEpFactory*) noexcept { return kEpVersion; }
+
+// Offers one device: ORT's GPU when MLX computes on a GPU, otherwise ORT's CPU. Inputs and
+// outputs stay in host memory either way (no allocator is registered).
+OrtStatus* ORT_API_CALL MlxEpFactory::GetSupportedDevicesImpl(OrtEpFactory* this_ptr,
+                                                              const OrtHardwareDevice* const* devices,
+                                                              size_t num_devices, OrtEpDevice** ep_devices,
+                                                              size_t max_ep_devices,
+                                                              size_t* num_ep_devices) noexcept {
+  MLX_EP_API_BEGIN
+  *num_ep_devices = 0;
+  const bool mlx_gpu = RuntimeDevice() == mx::Device(mx::Device::gpu);
+  const OrtApi& api = Ort::GetApi();
+  const OrtHardwareDevice* chosen = nullptr;
+  for (size_t i = 0; i < num_devices && !chosen; ++i)
+    if (api.HardwareDevice_Type(devices[i]) == (mlx_gpu ? OrtHardwareDeviceType_GPU : OrtHardwareDeviceType_CPU))
+      chosen = devices[i];
+  for (size_t i = 0; i < num_devices && !chosen; ++i)
+    if (api.HardwareDevice_Type(devices[i]) == OrtHardwareDeviceType_CPU) chosen = devices[i];
+  if (!chosen || max_ep_devices == 0) return nullptr;
+
+  Ort::KeyValuePairs metadata;
+  metadata.Add("mlx_device", mlx_gpu ? "gpu" : "cpu");
+  metadata.Add("mlx_version", mx::version());
+  OrtEpDevice* ep_device = nullptr;
+  Ort::ThrowOnError(Ort::GetEpApi().CreateEpDevice(this_ptr, chosen, metadata, nullptr, &ep_device));
+  ep_devices[0] = ep_device;
+  *num_ep_devices = 1;
+  return nullptr;
+  MLX_EP_API_END("MLXExecutionProvider GetSupportedDevices")
+}
+
+OrtStatus* ORT_API_CALL MlxEpFactory::CreateEpImpl(OrtEpFactory* this_ptr, const OrtHardwareDevice* const*,
+                                                   const OrtKeyValuePairs* const*, size_t num_devices,
+                                                   const OrtSessionOptions*, const OrtLogger* logger,
+                                                   OrtEp** ep) noexcept {
+  MLX_EP_API_BEGIN
+  *ep = nullptr;
+  if (num_devices != 1) return MakeStatus("MLXExecutionProvider CreateEp", "expected exactly one device");
+  auto* factory = static_cast<MlxEpFactory*>(this_ptr);
+  auto created = std::make_unique<MlxEp>(*factory, logger ? *logger : factory->default_logger_);
+  *ep = created.release();
+  return nullptr;
+  MLX_EP_API_END("MLXExecutionProvider CreateEp")
+}
+
+void ORT_API_CALL MlxEpFactory::ReleaseEpImpl(OrtEpFactory*, OrtEp* ep) noexcept {
+  delete static_cast<MlxEp*>(ep);  // ~MlxEp does not throw
+}
+
+OrtStatus* ORT_API_CALL MlxEpFactory::ValidateCompiledModelCompatibilityInfoImpl(
+    OrtEpFactory*, const OrtHardwareDevice* const*, size_t, const char*,
+    OrtCompiledModelCompatibility* model_compatibility) noexcept {
+  *model_compatibility = OrtCompiledModelCompatibility_EP_NOT_APPLICABLE;  // we write no EPContext models
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL MlxEpFactory::CreateAllocatorImpl(OrtEpFactory*, const OrtMemoryInfo*,
+                                                          const OrtKeyValuePairs*,
+                                                          OrtAllocator** allocator) noexcept {
+  *allocator = nullptr;  // ORT's default CPU allocator serves our inputs and outputs
+  return nullptr;
+}
+
+void ORT_API_CALL MlxEpFactory::ReleaseAllocatorImpl(OrtEpFactory*, OrtAllocator*) noexcept {}
+
+OrtStatus* ORT_API_CALL MlxEpFactory::CreateDataTransferImpl(OrtEpFactory*,
+                                                             OrtDataTransferImpl** data_transfer) noexcept {
+  *data_transfer = nullptr;  // all our tensors live in host memory
+  return nullptr;
+}
+
+bool ORT_API_CALL MlxEpFactory::IsStreamAwareImpl(const OrtEpFactory*) noexcept { return false; }
+
+OrtStatus* ORT_API_CALL MlxEpFactory::CreateSyncStreamForDeviceImpl(OrtEpFactory*, const OrtMemoryDevice*,
+                                                                    const OrtKeyValuePairs*,
+                                                                    OrtSyncStreamImpl** stream) noexcept {
+  *stream = nullptr;
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL MlxEpFactory::GetNumCustomOpDomainsImpl(OrtEpFactory*, size_t* num_domains) noexcept {
+  *num_domains = 0;
+  return nullptr;
+}
+
+OrtStatus* ORT_API_CALL MlxEpFactory::GetCustomOpDomainsImpl(OrtEpFactory*, OrtCustomOpDomain**,
+                                                             size_t) noexcept {
+  return nullptr;
+}
+
+}  // namespace mlx_ep

@@ -1,0 +1,15 @@
+// Reads an OrtGraph into our owned Graph snapshot.
+#pragma once
+
+#include <cstddef>
+
+#include "abi/ort.h"
+#include "graph/graph.h"
+
+namespace mlx_ep {
+
+/** Copies nodes, value infos, attributes and opsets of `graph`. Constant initializers with at
+ *  most `max_constant_bytes` bytes have their data copied too (all of them with SIZE_MAX). */
+Graph ReadGraph(const OrtGraph* graph, size_t max_constant_bytes);
+
+}  // namespace mlx_ep

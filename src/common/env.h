@@ -1,0 +1,31 @@
+// Reading the ONNXRUNTIME_EP_MLX_* environment variables, in one place.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+
+namespace mlx_ep {
+
+/** The value of environment variable `name`, or `fallback` when unset. */
+inline std::string EnvString(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : fallback;
+}
+
+/** True when `name` is set to something other than "", "0", "false" or "off". */
+inline bool EnvFlag(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  std::string s(v);
+  return !(s.empty() || s == "0" || s == "false" || s == "off" || s == "OFF");
+}
+
+namespace env {
+constexpr const char* kVerbose = "ONNXRUNTIME_EP_MLX_VERBOSE";        // per-session summary on stderr
+constexpr const char* kClaimDebug = "ONNXRUNTIME_EP_MLX_CLAIM_DEBUG";  // declined nodes with reasons
+constexpr const char* kNoCompile = "ONNXRUNTIME_EP_MLX_NO_COMPILE";    // run traced graphs eagerly
+constexpr const char* kReportPath = "ONNXRUNTIME_EP_MLX_REPORT";       // write the claim report JSON here
+constexpr const char* kDevice = "ONNXRUNTIME_EP_MLX_DEVICE";           // "cpu" or "gpu" (default: gpu if any)
+}  // namespace env
+
+}  // namespace mlx_ep

@@ -1,0 +1,106 @@
+#include "diagnostics/report.h"
+
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/env.h"
+#include "common/log.h"
+
+namespace mlx_ep {
+
+void SessionReport::AddGraph(const Graph& graph, const Partitioning& p) {
+  GraphEntry e;
+  e.name = graph.name;
+  e.nodes_total = graph.nodes.size();
+  for (const auto& cluster : p.clusters) {
+    e.clusters.emplace_back();
+    for (size_t i : cluster) e.clusters.back().emplace_back(graph.nodes[i].Label(), graph.nodes[i].op_type);
+    e.nodes_claimed += cluster.size();
+  }
+  for (size_t i = 0; i < graph.nodes.size(); ++i)
+    if (!p.decisions[i].claimed) {
+      const Node& n = graph.nodes[i];
+      e.declined.push_back({n.Label(), n.op_type, n.domain, p.decisions[i].reason});
+    }
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& g : graphs_)
+    if (g.name == e.name) {
+      g = std::move(e);
+      return;
+    }
+  graphs_.push_back(std::move(e));
+}
+
+void SessionReport::AddRunner(std::shared_ptr<const PartitionRunner> runner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  runners_.push_back(std::move(runner));
+}
+
+std::string SessionReport::ToJson() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  nlohmann::json j;
+  j["graphs"] = nlohmann::json::array();
+  for (const auto& g : graphs_) {
+    nlohmann::json jg{{"graph", g.name}, {"nodes_total", g.nodes_total}, {"nodes_claimed", g.nodes_claimed}};
+    jg["partitions"] = nlohmann::json::array();
+    for (const auto& c : g.clusters) {
+      nlohmann::json nodes = nlohmann::json::array();
+      for (const auto& [name, op] : c) nodes.push_back({{"name", name}, {"op_type", op}});
+      jg["partitions"].push_back({{"nodes", nodes}});
+    }
+    jg["declined"] = nlohmann::json::array();
+    for (const auto& d : g.declined)
+      jg["declined"].push_back({{"node", d.node}, {"op_type", d.op_type}, {"domain", d.domain}, {"reason", d.reason}});
+    j["graphs"].push_back(jg);
+  }
+  nlohmann::json parts = nlohmann::json::array();
+  for (const auto& r : runners_) {
+    RunnerStats s = r->stats();
+    std::vector<std::string> ops;
+    for (const auto& pn : r->plan().nodes) ops.push_back(pn.node.op_type);
+    parts.push_back({{"name", r->plan().name}, {"nodes", r->plan().nodes.size()}, {"op_types", ops},
+                     {"runs", s.runs}, {"cache_hits", s.cache_hits}, {"cache_misses", s.cache_misses}});
+  }
+  j["runtime"] = {{"partitions", parts}};
+  return j.dump(2);
+}
+
+std::string SessionReport::Summary() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::ostringstream os;
+  for (const auto& g : graphs_)
+    os << "claimed " << g.nodes_claimed << "/" << g.nodes_total << " nodes in " << g.clusters.size()
+       << " partition(s)\n";
+  for (const auto& r : runners_) {
+    RunnerStats s = r->stats();
+    os << "partition " << r->plan().name << ": " << r->plan().nodes.size() << " nodes, " << s.runs
+       << " runs, compile cache " << s.cache_hits << " hits / " << s.cache_misses << " misses\n";
+  }
+  return os.str();
+}
+
+void LogClaims(const Graph& graph, const Partitioning& p) {
+  size_t claimed = 0;
+  for (const auto& d : p.decisions) claimed += d.claimed;
+  if (EnvFlag(env::kVerbose))
+    LogLine("GetCapability: claimed " + std::to_string(claimed) + "/" + std::to_string(graph.nodes.size()) +
+            " nodes in " + std::to_string(p.clusters.size()) + " partition(s)");
+  if (!EnvFlag(env::kClaimDebug)) return;
+  std::map<std::string, size_t> unclaimed_ops;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    if (p.decisions[i].claimed) continue;
+    const Node& n = graph.nodes[i];
+    ++unclaimed_ops[n.QualifiedOp()];
+    LogLine("declined " + n.Label() + " (" + n.QualifiedOp() + "): " + p.decisions[i].reason);
+  }
+  if (!unclaimed_ops.empty()) {
+    std::string line = "unclaimed op types:";
+    for (const auto& [op, count] : unclaimed_ops) line += " " + op + "(x" + std::to_string(count) + ")";
+    LogLine(line);
+  }
+}
+
+}  // namespace mlx_ep

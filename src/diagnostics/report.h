@@ -1,0 +1,49 @@
+// The claim report: per graph, which nodes MLX took, in which partitions, and why the others
+// were declined; plus each partition's run counters. Printed (ONNXRUNTIME_EP_MLX_VERBOSE,
+// ONNXRUNTIME_EP_MLX_CLAIM_DEBUG) and written as JSON (ONNXRUNTIME_EP_MLX_REPORT).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "partition/partition.h"
+#include "runtime/runner.h"
+
+namespace mlx_ep {
+
+/** Collects what one EP instance (one session) claimed and ran. Thread-safe. */
+class SessionReport {
+ public:
+  /** Records the claim decisions for a graph (a later call for the same graph replaces it). */
+  void AddGraph(const Graph& graph, const Partitioning& partitioning);
+  /** Records a compiled partition so its counters appear in the report. */
+  void AddRunner(std::shared_ptr<const PartitionRunner> runner);
+  /** The report as JSON text. */
+  std::string ToJson() const;
+  /** One-line-per-partition summary for ONNXRUNTIME_EP_MLX_VERBOSE. */
+  std::string Summary() const;
+
+ private:
+  struct Declined {
+    std::string node, op_type, domain, reason;
+  };
+  struct GraphEntry {
+    std::string name;
+    size_t nodes_total = 0;
+    size_t nodes_claimed = 0;
+    std::vector<std::vector<std::pair<std::string, std::string>>> clusters;  // (name, op_type)
+    std::vector<Declined> declined;
+  };
+
+  mutable std::mutex mu_;
+  std::vector<GraphEntry> graphs_;
+  std::vector<std::shared_ptr<const PartitionRunner>> runners_;
+};
+
+/** Prints the GetCapability diagnostics the environment asks for. */
+void LogClaims(const Graph& graph, const Partitioning& partitioning);
+
+}  // namespace mlx_ep

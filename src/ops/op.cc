@@ -1,0 +1,121 @@
+#include "ops/op.h"
+
+#include <stdexcept>
+
+#include "common/env.h"
+
+namespace mlx_ep {
+
+const ValueInfo* NodeView::input_info(size_t i) const {
+  return has_input(i) ? graph_.Value(node_.inputs[i]) : nullptr;
+}
+
+ElemType NodeView::input_type(size_t i) const {
+  const ValueInfo* v = input_info(i);
+  return v ? v->type : ElemType::kUndefined;
+}
+
+ElemType NodeView::output_type(size_t i) const {
+  const ValueInfo* v = has_output(i) ? graph_.Value(node_.outputs[i]) : nullptr;
+  return v ? v->type : ElemType::kUndefined;
+}
+
+std::optional<std::vector<int64_t>> NodeView::input_shape(size_t i) const {
+  const ValueInfo* v = input_info(i);
+  return v ? v->shape : std::nullopt;
+}
+
+std::optional<int64_t> NodeView::input_rank(size_t i) const {
+  auto s = input_shape(i);
+  if (!s) return std::nullopt;
+  return static_cast<int64_t>(s->size());
+}
+
+const Tensor* NodeView::constant_input(size_t i) const {
+  const ValueInfo* v = input_info(i);
+  return v && v->is_constant_initializer ? v->constant.get() : nullptr;
+}
+
+bool NodeView::is_constant_input(size_t i) const {
+  const ValueInfo* v = input_info(i);
+  return v && v->is_constant_initializer;
+}
+
+const mx::array& OpContext::input(size_t i) const {
+  if (!has_input(i)) Fail("input " + std::to_string(i) + " is absent");
+  return *inputs_[i];
+}
+
+const Tensor& OpContext::host(size_t i) const {
+  if (i >= host_.size() || host_[i] == nullptr)
+    Fail("input " + std::to_string(i) + " has no host value (the claim must list it in host_inputs)");
+  return *host_[i];
+}
+
+mx::Dtype OpContext::output_dtype(size_t i) const {
+  auto d = ToMlxDtype(output_type(i));
+  if (!d) Fail("output " + std::to_string(i) + " has type " + ElemName(output_type(i)) + " which MLX lacks");
+  return *d;
+}
+
+void OpContext::Fail(const std::string& message) const {
+  throw std::invalid_argument("[MlxEp][" + node.op_type + "] " + node.Label() + ": " + message);
+}
+
+std::optional<mx::Dtype> ToMlxDtype(ElemType t) {
+  switch (t) {
+    case ElemType::kBool: return mx::bool_;
+    case ElemType::kUInt8: return mx::uint8;
+    case ElemType::kUInt16: return mx::uint16;
+    case ElemType::kUInt32: return mx::uint32;
+    case ElemType::kUInt64: return mx::uint64;
+    case ElemType::kInt8: return mx::int8;
+    case ElemType::kInt16: return mx::int16;
+    case ElemType::kInt32: return mx::int32;
+    case ElemType::kInt64: return mx::int64;
+    case ElemType::kFloat16: return mx::float16;
+    case ElemType::kBFloat16: return mx::bfloat16;
+    case ElemType::kFloat: return mx::float32;
+    case ElemType::kDouble: return mx::float64;
+    case ElemType::kComplex64: return mx::complex64;
+    default: return std::nullopt;
+  }
+}
+
+ElemType FromMlxDtype(mx::Dtype d) {
+  switch (d.val()) {
+    case mx::Dtype::Val::bool_: return ElemType::kBool;
+    case mx::Dtype::Val::uint8: return ElemType::kUInt8;
+    case mx::Dtype::Val::uint16: return ElemType::kUInt16;
+    case mx::Dtype::Val::uint32: return ElemType::kUInt32;
+    case mx::Dtype::Val::uint64: return ElemType::kUInt64;
+    case mx::Dtype::Val::int8: return ElemType::kInt8;
+    case mx::Dtype::Val::int16: return ElemType::kInt16;
+    case mx::Dtype::Val::int32: return ElemType::kInt32;
+    case mx::Dtype::Val::int64: return ElemType::kInt64;
+    case mx::Dtype::Val::float16: return ElemType::kFloat16;
+    case mx::Dtype::Val::bfloat16: return ElemType::kBFloat16;
+    case mx::Dtype::Val::float32: return ElemType::kFloat;
+    case mx::Dtype::Val::float64: return ElemType::kDouble;
+    case mx::Dtype::Val::complex64: return ElemType::kComplex64;
+  }
+  return ElemType::kUndefined;
+}
+
+mx::Device RuntimeDevice() {
+  static const mx::Device device = [] {
+    const std::string want = EnvString(env::kDevice);
+    if (want == "cpu") return mx::Device(mx::Device::cpu);
+    if (mx::is_available(mx::Device(mx::Device::gpu))) return mx::Device(mx::Device::gpu);
+    return mx::Device(mx::Device::cpu);
+  }();
+  return device;
+}
+
+bool DeviceSupports(ElemType t) {
+  if (!ToMlxDtype(t) || t == ElemType::kComplex64) return false;
+  if (t == ElemType::kDouble) return RuntimeDevice() == mx::Device(mx::Device::cpu);
+  return true;
+}
+
+}  // namespace mlx_ep

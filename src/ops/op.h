@@ -1,0 +1,128 @@
+// The contract every op family implements: a claim ("can MLX do THIS node exactly?") and a
+// translation (node + input arrays -> output arrays), registered per (domain, op, opset range).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <mlx/mlx.h>
+
+#include "graph/graph.h"
+
+namespace mlx_ep {
+
+namespace mx = mlx::core;
+
+/** The answer of a claim: yes (with the inputs whose values must be known on the host), or no with a reason. */
+struct Claim {
+  bool ok = false;
+  std::string reason;
+  /** Inputs read as host values when tracing (shapes, axes, ...). The partitioner keeps their
+   *  producers outside the node's cluster and the runtime specialises the compiled graph on them. */
+  std::vector<size_t> host_inputs;
+
+  /** A positive claim. */
+  static Claim Yes(std::vector<size_t> host_inputs = {}) { return {true, "", std::move(host_inputs)}; }
+  /** A refusal with a reason shown in the claim report. */
+  static Claim No(std::string reason) { return {false, std::move(reason), {}}; }
+};
+
+/** What a claim sees: the node and the static facts (types, shapes, constants) about its values. */
+class NodeView {
+ public:
+  NodeView(const Node& node, const Graph& graph) : node_(node), graph_(graph) {}
+
+  /** The node. */
+  const Node& node() const { return node_; }
+  /** Number of input slots (including absent optional ones). */
+  size_t num_inputs() const { return node_.inputs.size(); }
+  /** Number of output slots. */
+  size_t num_outputs() const { return node_.outputs.size(); }
+  /** True when input slot `i` exists and is not an absent optional input. */
+  bool has_input(size_t i) const { return i < node_.inputs.size() && !node_.inputs[i].empty(); }
+  /** True when output slot `i` exists and is used. */
+  bool has_output(size_t i) const { return i < node_.outputs.size() && !node_.outputs[i].empty(); }
+  /** Element type of input `i` (kUndefined when absent or unknown). */
+  ElemType input_type(size_t i) const;
+  /** Element type of output `i`. */
+  ElemType output_type(size_t i) const;
+  /** Static shape of input `i` (-1 for unknown dims), nullopt when the rank is unknown. */
+  std::optional<std::vector<int64_t>> input_shape(size_t i) const;
+  /** Static rank of input `i`, if known. */
+  std::optional<int64_t> input_rank(size_t i) const;
+  /** Data of input `i` when it is a constant initializer whose data was copied, else nullptr. */
+  const Tensor* constant_input(size_t i) const;
+  /** True when input `i` is a constant initializer (data copied or not). */
+  bool is_constant_input(size_t i) const;
+
+ private:
+  const ValueInfo* input_info(size_t i) const;
+  const Node& node_;
+  const Graph& graph_;
+};
+
+/** What a translation sees: traced input arrays, host values, attributes, expected output types. */
+class OpContext {
+ public:
+  OpContext(const Node& node, std::vector<std::optional<mx::array>> inputs,
+            std::vector<const Tensor*> host_values, std::vector<ElemType> output_types,
+            mx::Stream stream)
+      : node(node), stream(stream), inputs_(std::move(inputs)), host_(std::move(host_values)),
+        output_types_(std::move(output_types)) {}
+
+  const Node& node;
+  /** The stream every mx:: op of the translation must run on (pass it last). */
+  mx::Stream stream;
+
+  /** Number of input slots. */
+  size_t num_inputs() const { return inputs_.size(); }
+  /** True when input `i` is present. */
+  bool has_input(size_t i) const { return i < inputs_.size() && inputs_[i].has_value(); }
+  /** Input `i`; throws when absent. */
+  const mx::array& input(size_t i) const;
+  /** Host value of input `i`; the claim must have listed `i` in host_inputs. */
+  const Tensor& host(size_t i) const;
+  /** Host value of input `i` as int64 values. */
+  std::vector<int64_t> host_ints(size_t i) const { return host(i).ToInt64(); }
+  /** Number of output slots. */
+  size_t num_outputs() const { return output_types_.size(); }
+  /** ONNX element type expected for output `i`. */
+  ElemType output_type(size_t i) const { return output_types_.at(i); }
+  /** MLX dtype expected for output `i`. */
+  mx::Dtype output_dtype(size_t i) const;
+  /** Throws std::invalid_argument("[MlxEp][Op] node: message"). */
+  [[noreturn]] void Fail(const std::string& message) const;
+
+ private:
+  std::vector<std::optional<mx::array>> inputs_;
+  std::vector<const Tensor*> host_;
+  std::vector<ElemType> output_types_;
+};
+
+/** Decides whether a node can run exactly on MLX. Never throws (a throw counts as "no"). */
+using ClaimFn = Claim (*)(const NodeView&);
+/** Builds the node's outputs from its inputs; one array per output slot. Throws on misuse. */
+using TranslateFn = std::vector<mx::array> (*)(const OpContext&);
+
+/** One registry entry: an op of a domain over an inclusive range of opset versions. */
+struct OpSpec {
+  std::string domain;  ///< "" for ai.onnx
+  std::string op_type;
+  int since;  ///< first opset version (a node's since_version must fall in [since, until])
+  int until;  ///< last opset version, inclusive
+  ClaimFn claim;
+  TranslateFn translate;
+};
+
+/** Maps an ONNX element type to an MLX dtype; nullopt when MLX has none. */
+std::optional<mx::Dtype> ToMlxDtype(ElemType t);
+/** Maps an MLX dtype back to the ONNX element type. */
+ElemType FromMlxDtype(mx::Dtype d);
+
+/** The device translations run on (chosen once per process: GPU when MLX has one). */
+mx::Device RuntimeDevice();
+/** True when MLX can hold and compute `t` on the runtime device (e.g. no float64 on GPUs). */
+bool DeviceSupports(ElemType t);
+
+}  // namespace mlx_ep

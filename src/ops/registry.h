@@ -1,0 +1,38 @@
+// The op registry: one table of OpSpecs, filled by one Register*Ops function per op family.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ops/op.h"
+
+namespace mlx_ep {
+
+/** All registered ops. */
+class OpRegistry {
+ public:
+  /** Adds an entry. Ranges of the same (domain, op) must not overlap. */
+  void Add(OpSpec spec);
+  /** The entry whose range holds `since_version`, or nullptr. */
+  const OpSpec* Find(const std::string& domain, const std::string& op_type, int since_version) const;
+  /** Every entry, in registration order. */
+  const std::vector<OpSpec>& specs() const { return specs_; }
+
+  /** The process-wide registry with every op family registered. */
+  static const OpRegistry& Get();
+
+ private:
+  std::vector<OpSpec> specs_;
+};
+
+// One function per op family (ops/<family>.cc).
+void RegisterArithmeticOps(OpRegistry& r);  // Add Sub Mul Div Pow Mod Min Max Sum Mean
+void RegisterLogicalOps(OpRegistry& r);     // comparisons, And Or Xor Not, Where, IsNaN IsInf
+void RegisterUnaryOps(OpRegistry& r);       // math functions, activations, Clip
+void RegisterReductionOps(OpRegistry& r);      // Reduce*, ArgMax ArgMin
+void RegisterMatmulOps(OpRegistry& r);         // MatMul Gemm
+void RegisterNormalizationOps(OpRegistry& r);  // Softmax LogSoftmax LayerNormalization
+void RegisterShapeOps(OpRegistry& r);          // Reshape Transpose Squeeze Unsqueeze Flatten Expand Shape Size Tile
+void RegisterTensorOps(OpRegistry& r);         // Concat Split Slice Gather Constant* Range Cast* Identity
+
+}  // namespace mlx_ep

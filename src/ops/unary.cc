@@ -1,0 +1,8 @@
+// Op family: placeholder, filled in by the op-family work.
+#include "ops/registry.h"
+
+namespace mlx_ep {
+
+void RegisterUnaryOps(OpRegistry&) {}
+
+}  // namespace mlx_ep

@@ -1,0 +1,54 @@
+// A compiled partition's plan: everything needed to trace it into an MLX function, owned,
+// so it outlives the OrtGraph it was built from.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/graph.h"
+#include "ops/op.h"
+#include "ops/registry.h"
+
+namespace mlx_ep {
+
+/** One node of the plan with its translation and the inputs it reads on the host. */
+struct PlanNode {
+  Node node;
+  const OpSpec* spec = nullptr;
+  std::vector<size_t> host_inputs;
+};
+
+/** A fused cluster ready to be traced. */
+struct Plan {
+  std::string name;                      ///< the fused node's name
+  std::vector<std::string> input_names;  ///< in the fused node's input order
+  std::vector<bool> input_is_host;       ///< inputs some node reads as host values
+  std::vector<std::string> output_names;
+  std::vector<ElemType> output_types;
+  std::vector<PlanNode> nodes;  ///< topological
+  /** Constant initializers as MLX arrays (owned copies). */
+  std::unordered_map<std::string, mx::array> constants;
+  /** Constant initializers that some node reads on the host. */
+  std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_constants;
+  /** Expected element type of every value the plan produces (checked after each node). */
+  std::unordered_map<std::string, ElemType> value_types;
+  /** Static shapes of produced values, where ORT knows every dim (checked after each node). */
+  std::unordered_map<std::string, std::vector<int64_t>> value_shapes;
+};
+
+/** Builds the plan for a fused cluster. `graph` holds the cluster's nodes with all constant
+ *  initializer data copied. Throws std::invalid_argument when a node cannot be planned. */
+Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::string> input_names,
+               std::vector<std::string> output_names, const OpRegistry& registry);
+
+/** Copies a host tensor into a new MLX array. */
+mx::array ToArray(const Tensor& t);
+
+/** Traces the plan: feeds `inputs` (one per input_names entry) through every node's translation
+ *  and returns the outputs, row-contiguous. `host_inputs[i]` is set for inputs read on the host. */
+std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,
+                                 const std::vector<const Tensor*>& host_inputs, mx::Stream stream);
+
+}  // namespace mlx_ep

@@ -1,0 +1,60 @@
+// Runs one fused partition: binds ORT's input memory to MLX arrays, looks up (or traces and
+// compiles) the MLX function for the input signature, evaluates it once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/plan.h"
+
+namespace mlx_ep {
+
+/** One input as ORT hands it over: host memory valid for the duration of Run. */
+struct InputTensor {
+  ElemType type = ElemType::kUndefined;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+};
+
+/** Counters reported by the diagnostics. */
+struct RunnerStats {
+  uint64_t runs = 0;
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+};
+
+/** Executes a Plan; thread-safe (MLX work is serialised process-wide). */
+class PartitionRunner {
+ public:
+  /** `compile` false runs the traced graph eagerly (ONNXRUNTIME_EP_MLX_NO_COMPILE). */
+  PartitionRunner(Plan plan, bool compile);
+
+  /** Runs the partition. The returned arrays are evaluated and row-contiguous; they may alias
+   *  input memory, so copy them out before the inputs are released. */
+  std::vector<mx::array> Run(const std::vector<InputTensor>& inputs);
+
+  /** The plan. */
+  const Plan& plan() const { return plan_; }
+  /** A snapshot of the counters. */
+  RunnerStats stats() const;
+
+ private:
+  using MlxFunction = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
+  struct CacheEntry {
+    MlxFunction fn;
+    std::vector<std::shared_ptr<const Tensor>> host_values;  // baked into fn, kept alive with it
+  };
+
+  Plan plan_;
+  bool compile_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, CacheEntry> cache_;
+  RunnerStats stats_;
+};
+
+}  // namespace mlx_ep
