@@ -62,6 +62,15 @@ void OpContext::Fail(const std::string& message) const {
   throw std::invalid_argument("[MlxEp][" + node.op_type + "] " + node.Label() + ": " + message);
 }
 
+mx::array ToArray(const Tensor& t) {
+  auto dtype = ToMlxDtype(t.type);
+  if (!dtype) throw std::invalid_argument("[MlxEp] no MLX dtype for " + ElemName(t.type));
+  mx::Shape shape(t.shape.begin(), t.shape.end());
+  auto* copy = new uint8_t[t.bytes.size() ? t.bytes.size() : 1];
+  std::copy(t.bytes.begin(), t.bytes.end(), copy);
+  return mx::array(copy, shape, *dtype, [](void* p) { delete[] static_cast<uint8_t*>(p); });
+}
+
 std::optional<mx::Dtype> ToMlxDtype(ElemType t) {
   switch (t) {
     case ElemType::kBool: return mx::bool_;

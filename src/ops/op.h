@@ -120,6 +120,9 @@ std::optional<mx::Dtype> ToMlxDtype(ElemType t);
 /** Maps an MLX dtype back to the ONNX element type. */
 ElemType FromMlxDtype(mx::Dtype d);
 
+/** Copies a host tensor (a constant, an attribute tensor) into a new MLX array. */
+mx::array ToArray(const Tensor& t);
+
 /** The device translations run on (chosen once per process: GPU when MLX has one). */
 mx::Device RuntimeDevice();
 /** True when MLX can hold and compute `t` on the runtime device (e.g. no float64 on GPUs). */

@@ -1,8 +1,185 @@
-// Op family: placeholder, filled in by the op-family work.
-#include "ops/registry.h"
+// Op family: elementwise math functions (Abs Neg Exp Log Sqrt Reciprocal Sin Cos Tan Tanh
+// Sigmoid Erf Floor Ceil Round Sign) and Clip. Activations are in unary_activation.cc.
+//
+// float16/bfloat16 are computed in float32 and rounded back, which is what ORT's CPU EP does
+// for float16 (it inserts Casts around float-only kernels). Opset-1 forms (with the legacy
+// `consumed_inputs` attribute) are not registered: ORT's CPU EP has no kernels for them.
+#include <cmath>
+#include <limits>
+
+#include "ops/unary_internal.h"
 
 namespace mlx_ep {
 
-void RegisterUnaryOps(OpRegistry&) {}
+namespace unary {
+
+mx::array Exp(const mx::array& x, mx::StreamOrDevice s) {
+  const mx::Dtype d = x.dtype();
+  if (d == mx::float64) return mx::power(Scalar(M_E, d), x, s);  // std::pow: full double precision
+  // exp(x) = exp(x - 1) * e for x > 88, where MLX's exp already returns inf (x - 1 is exact there).
+  const mx::array big = mx::multiply(mx::exp(mx::subtract(x, Scalar(1, d), s), s), Scalar(M_E, d), s);
+  return mx::where(mx::greater(x, Scalar(88, d), s), big, mx::exp(x, s), s);
+}
+
+namespace {
+
+/** erfc(z) for z >= 0 with a relative error below ~2e-7 (Numerical Recipes' erfcc, Chebyshev fit). */
+mx::array ErfcNonNegative(const mx::array& z, mx::StreamOrDevice s) {
+  const mx::Dtype d = z.dtype();
+  static constexpr double kCoef[] = {-1.26551223, 1.00002368, 0.37409196,  0.09678418, -0.18628806,
+                                     0.27886807,  -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+  const mx::array t = mx::reciprocal(mx::add(Scalar(1, d), mx::multiply(Scalar(0.5, d), z, s), s), s);
+  mx::array p = Scalar(kCoef[9], d);
+  for (int i = 8; i >= 0; --i) p = mx::add(mx::multiply(p, t, s), Scalar(kCoef[i], d), s);
+  const mx::array arg = mx::subtract(p, mx::multiply(z, z, s), s);
+  return mx::multiply(t, Exp(arg, s), s);
+}
+
+}  // namespace
+
+mx::array Erf(const mx::array& x, mx::StreamOrDevice s) {
+  const mx::Dtype d = x.dtype();
+  // |x| < 1: Taylor series 2/sqrt(pi) * sum_n (-1)^n x^(2n+1) / (n! (2n+1)), n <= 11
+  // (truncation error ~1e-9 relative).
+  constexpr int kTerms = 12;
+  double coef[kTerms];
+  double factorial = 1;
+  for (int n = 0; n < kTerms; ++n) {
+    if (n > 0) factorial *= n;
+    coef[n] = (n % 2 ? -1.0 : 1.0) * 1.1283791670955126 / (factorial * (2 * n + 1));
+  }
+  const mx::array x2 = mx::multiply(x, x, s);
+  mx::array p = Scalar(coef[kTerms - 1], d);
+  for (int n = kTerms - 2; n >= 0; --n) p = mx::add(mx::multiply(p, x2, s), Scalar(coef[n], d), s);
+  const mx::array small = mx::multiply(x, p, s);
+  // |x| >= 1: sign(x) * (1 - erfc(|x|)).
+  const mx::array ax = mx::abs(x, s);
+  const mx::array big = mx::subtract(Scalar(1, d), ErfcNonNegative(ax, s), s);
+  const mx::array signed_big = mx::where(mx::less(x, Scalar(0, d), s), mx::negative(big, s), big, s);
+  return mx::where(mx::less(ax, Scalar(1, d), s), small, signed_big, s);
+}
+
+}  // namespace unary
+
+namespace {
+
+using unary::ClaimElementwise;
+using unary::Out;
+using unary::Reg;
+using unary::Scalar;
+using unary::Types;
+using unary::Up;
+
+using MlxUnaryFn = mx::array (*)(const mx::array&, mx::StreamOrDevice);
+
+/** A float function computed in the compute dtype and rounded to the output dtype. */
+template <MlxUnaryFn F>
+std::vector<mx::array> TranslateFloat(const OpContext& c) {
+  return Out(c, F(Up(c), c.stream));
+}
+
+mx::array ExpFn(const mx::array& x, mx::StreamOrDevice s) { return unary::Exp(x, s); }
+mx::array ErfFn(const mx::array& x, mx::StreamOrDevice s) { return unary::Erf(x, s); }
+
+// Sigmoid: MLX's is accurate in float32; in float64 it would go through float32's exp.
+mx::array SigmoidFn(const mx::array& x, mx::StreamOrDevice s) {
+  const mx::Dtype d = x.dtype();
+  if (d != mx::float64) return mx::sigmoid(x, s);
+  const mx::array e = unary::Exp(mx::negative(mx::abs(x, s), s), s);  // exp(-|x|) in (0, 1]
+  const mx::array den = mx::add(Scalar(1, d), e, s);
+  return mx::where(mx::greater_equal(x, Scalar(0, d), s), mx::reciprocal(den, s), mx::divide(e, den, s), s);
+}
+
+mx::array RoundHalfEven(const mx::array& x, mx::StreamOrDevice s) { return mx::round(x, 0, s); }
+
+// Abs: exact in every dtype (integers wrap like ORT: abs(INT_MIN) == INT_MIN).
+std::vector<mx::array> TranslateAbs(const OpContext& c) {
+  const mx::array& x = c.input(0);
+  if (mx::issubdtype(x.dtype(), mx::unsignedinteger)) return {x};
+  return {mx::abs(x, c.stream)};
+}
+
+std::vector<mx::array> TranslateNeg(const OpContext& c) { return {mx::negative(c.input(0), c.stream)}; }
+
+// Sign: 1/-1/0 in the input dtype. ORT's float/double kernels give NaN for NaN, its
+// float16/bfloat16 kernels ((x > 0) ? 1 : (x < 0) ? -1 : 0) give 0.
+std::vector<mx::array> TranslateSign(const OpContext& c) {
+  const mx::array& x = c.input(0);
+  const mx::Dtype d = x.dtype();
+  const mx::array zero = Scalar(0, d);
+  if (mx::issubdtype(d, mx::unsignedinteger))
+    return {mx::astype(mx::greater(x, zero, c.stream), d, c.stream)};
+  const mx::array pos = Scalar(1, d), neg = Scalar(-1, d);
+  const mx::array rest = unary::IsHalf(d) || !mx::issubdtype(d, mx::floating) ? zero : x;
+  return {mx::where(mx::greater(x, zero, c.stream), pos,
+                    mx::where(mx::less(x, zero, c.stream), neg, rest, c.stream), c.stream)};
+}
+
+// ---- Clip ----
+
+// Opset 6-10: min/max are float attributes (defaults: the float range). Floats only.
+std::vector<mx::array> TranslateClipAttr(const OpContext& c) {
+  mx::array x = Up(c);
+  const mx::Dtype d = x.dtype();
+  const float lo = c.node.AttrFloat("min", std::numeric_limits<float>::lowest());
+  const float hi = c.node.AttrFloat("max", std::numeric_limits<float>::max());
+  // ORT: cwiseMax(min) then cwiseMin(max), so min > max gives max everywhere.
+  x = mx::maximum(x, Scalar(lo, d), c.stream);
+  return Out(c, mx::minimum(x, Scalar(hi, d), c.stream));
+}
+
+Claim ClaimClipAttr(const NodeView& v) { return unary::ClaimTyped(v, Types::kFloat); }
+
+// Opset 11+: min/max are optional scalar inputs (traced; constants or runtime values).
+std::vector<mx::array> TranslateClipInputs(const OpContext& c) {
+  mx::array y = c.input(0);
+  auto bound = [&](size_t i) {
+    const mx::array& b = c.input(i);
+    if (b.size() != 1) c.Fail("input " + std::to_string(i) + " (min/max) must hold exactly one value");
+    return mx::reshape(b, {}, c.stream);
+  };
+  // Clamping is exact in any dtype: no float32 detour needed for float16/bfloat16.
+  if (c.has_input(1)) y = mx::maximum(y, bound(1), c.stream);
+  if (c.has_input(2)) y = mx::minimum(y, bound(2), c.stream);
+  return {y};
+}
+
+Claim ClaimClipInputs(const NodeView& v) {
+  const int ver = v.node().since_version;
+  Claim claim = unary::ClaimTyped(v, ver >= 12 ? Types::kNumeric : Types::kFloat);
+  if (!claim.ok) return claim;
+  for (size_t i = 1; i < 3; ++i)
+    if (v.has_input(i) && v.input_type(i) != v.input_type(0))
+      return Claim::No("input " + std::to_string(i) + " (min/max) has a different type than input 0");
+  if (v.num_inputs() > 3) return Claim::No("more than 3 inputs");
+  return Claim::Yes();
+}
+
+}  // namespace
+
+void RegisterUnaryOps(OpRegistry& r) {
+  constexpr auto kF = ClaimElementwise<Types::kFloat>;
+  constexpr auto kF32 = ClaimElementwise<Types::kFloatNoDouble>;
+  Reg(r, "Abs", 6, 13, ClaimElementwise<Types::kNumeric>, TranslateAbs);
+  Reg(r, "Neg", 6, 13, ClaimElementwise<Types::kSignedFloat>, TranslateNeg);
+  Reg(r, "Exp", 6, 13, kF, TranslateFloat<ExpFn>);
+  Reg(r, "Log", 6, 13, kF, TranslateFloat<mx::log>);
+  Reg(r, "Sqrt", 6, 13, kF, TranslateFloat<mx::sqrt>);
+  Reg(r, "Reciprocal", 6, 13, kF, TranslateFloat<mx::reciprocal>);
+  // MLX's CPU sin/cos/erf are float32 approximations: no float64.
+  Reg(r, "Sin", 7, 22, kF32, TranslateFloat<mx::sin>);
+  Reg(r, "Cos", 7, 22, kF32, TranslateFloat<mx::cos>);
+  Reg(r, "Tan", 7, 22, kF, TranslateFloat<mx::tan>);
+  Reg(r, "Tanh", 6, 13, kF, TranslateFloat<mx::tanh>);
+  Reg(r, "Sigmoid", 6, 13, kF, TranslateFloat<SigmoidFn>);
+  Reg(r, "Erf", 9, 13, kF32, TranslateFloat<ErfFn>);
+  Reg(r, "Floor", 6, 13, kF, TranslateFloat<mx::floor>);
+  Reg(r, "Ceil", 6, 13, kF, TranslateFloat<mx::ceil>);
+  Reg(r, "Round", 11, 22, kF, TranslateFloat<RoundHalfEven>);
+  Reg(r, "Sign", 9, 13, ClaimElementwise<Types::kNumeric>, TranslateSign);
+  Reg(r, "Clip", 6, 10, ClaimClipAttr, TranslateClipAttr);
+  Reg(r, "Clip", 11, 13, ClaimClipInputs, TranslateClipInputs);
+  RegisterUnaryActivationOps(r);
+}
 
 }  // namespace mlx_ep

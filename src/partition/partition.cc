@@ -84,6 +84,22 @@ Partitioning PartitionGraph(const Graph& graph, const OpRegistry& registry) {
   // depends on C (that path would leave C and come back: not convex).
   std::vector<int> cluster_of(n, -1);
   std::vector<std::set<int>> deps(n);
+  // cluster_deps[c]: the clusters that some node of c depends on (directly or through any path).
+  std::vector<std::set<int>> cluster_deps;
+  // True when cluster `from` depends on cluster `on`, following cluster dependencies transitively.
+  auto depends_on = [&](int from, int on) {
+    std::vector<int> stack = {from};
+    std::set<int> seen = {from};
+    while (!stack.empty()) {
+      int c = stack.back();
+      stack.pop_back();
+      for (int d : cluster_deps[c]) {
+        if (d == on) return true;
+        if (seen.insert(d).second) stack.push_back(d);
+      }
+    }
+    return false;
+  };
   for (size_t v : TopologicalOrder(graph)) {
     const Node& node = graph.nodes[v];
     std::vector<int> producers(node.inputs.size(), -1);
@@ -107,6 +123,9 @@ Partitioning PartitionGraph(const Graph& graph, const OpRegistry& registry) {
           return false;
         }
       }
+      // v would make c depend on every cluster in deps[v]: none of them may depend on c.
+      for (int d : deps[v])
+        if (d != c && depends_on(d, c)) return false;
       return true;
     };
     int chosen = -1;
@@ -118,7 +137,10 @@ Partitioning PartitionGraph(const Graph& graph, const OpRegistry& registry) {
     if (chosen < 0) {
       chosen = static_cast<int>(result.clusters.size());
       result.clusters.emplace_back();
+      cluster_deps.emplace_back();
     }
+    for (int d : deps[v])
+      if (d != chosen) cluster_deps[chosen].insert(d);
     cluster_of[v] = chosen;
     result.clusters[chosen].push_back(v);
   }

@@ -33,15 +33,6 @@ void CheckOutput(const Plan& plan, const PlanNode& pn, size_t k, const mx::array
 
 }  // namespace
 
-mx::array ToArray(const Tensor& t) {
-  auto dtype = ToMlxDtype(t.type);
-  if (!dtype) throw std::invalid_argument("[MlxEp] no MLX dtype for " + ElemName(t.type));
-  mx::Shape shape(t.shape.begin(), t.shape.end());
-  auto* copy = new uint8_t[t.bytes.size() ? t.bytes.size() : 1];
-  std::copy(t.bytes.begin(), t.bytes.end(), copy);
-  return mx::array(copy, shape, *dtype, [](void* p) { delete[] static_cast<uint8_t*>(p); });
-}
-
 Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::string> input_names,
                std::vector<std::string> output_names, const OpRegistry& registry) {
   Plan plan;

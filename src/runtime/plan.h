@@ -43,9 +43,6 @@ struct Plan {
 Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::string> input_names,
                std::vector<std::string> output_names, const OpRegistry& registry);
 
-/** Copies a host tensor into a new MLX array. */
-mx::array ToArray(const Tensor& t);
-
 /** Traces the plan: feeds `inputs` (one per input_names entry) through every node's translation
  *  and returns the outputs, row-contiguous. `host_inputs[i]` is set for inputs read on the host. */
 std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,

@@ -1,0 +1,11 @@
+// Declarations shared by the files of the tensor op family (ops/tensor*.cc).
+#pragma once
+
+#include "ops/registry.h"
+
+namespace mlx_ep {
+
+/** Constant, ConstantOfShape, Range, Cast, CastLike (ops/tensor_const.cc). */
+void RegisterTensorValueOps(OpRegistry& r);
+
+}  // namespace mlx_ep

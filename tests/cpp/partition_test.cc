@@ -1,0 +1,123 @@
+// Claim and partition: convex clusters, host-input cuts, declines with reasons.
+#include <gtest/gtest.h>
+
+#include "graph_builder.h"
+#include "partition/partition.h"
+
+namespace mlx_ep {
+namespace {
+
+using testing::GraphBuilder;
+
+std::vector<mx::array> PassThrough(const OpContext& c) { return {c.input(0)}; }
+
+// A registry of fake ops: "Yes" is claimed, "No" is declined, "NeedsHost" reads input 1 on the host.
+const OpRegistry& FakeRegistry() {
+  static const OpRegistry r = [] {
+    OpRegistry reg;
+    reg.Add({"", "Yes", 1, 100, [](const NodeView&) { return Claim::Yes(); }, PassThrough});
+    reg.Add({"", "No", 1, 100, [](const NodeView&) { return Claim::No("fake decline"); }, PassThrough});
+    reg.Add({"", "NeedsHost", 1, 100, [](const NodeView&) { return Claim::Yes({1}); }, PassThrough});
+    reg.Add({"", "Throws", 1, 100,
+             [](const NodeView&) -> Claim { throw std::runtime_error("boom"); }, PassThrough});
+    return reg;
+  }();
+  return r;
+}
+
+TEST(Partition, ChainOfClaimedNodesIsOneCluster) {
+  Graph g = GraphBuilder().Input("x").AddNode("Yes", {"x"}, {"a"}).AddNode("Yes", {"a"}, {"b"}).Output("b").Build();
+  Partitioning p = PartitionGraph(g, FakeRegistry());
+  ASSERT_EQ(p.clusters.size(), 1u);
+  EXPECT_EQ(p.clusters[0], (std::vector<size_t>{0, 1}));
+}
+
+TEST(Partition, DeclinedNodeSplitsAndGivesReason) {
+  Graph g = GraphBuilder().Input("x").AddNode("Yes", {"x"}, {"a"}).AddNode("No", {"a"}, {"b"})
+                .AddNode("Yes", {"b"}, {"c"}).Output("c").Build();
+  Partitioning p = PartitionGraph(g, FakeRegistry());
+  EXPECT_EQ(p.clusters.size(), 2u);
+  EXPECT_FALSE(p.decisions[1].claimed);
+  EXPECT_EQ(p.decisions[1].reason, "fake decline");
+}
+
+// x -> A(yes) -> B(no) -> C(yes), and A -> C directly: A and C in one cluster would make the
+// path A -> B -> C leave and re-enter it, which ORT cannot fuse.
+TEST(Partition, ClustersStayConvex) {
+  Graph g = GraphBuilder().Input("x").AddNode("Yes", {"x"}, {"a"}).AddNode("No", {"a"}, {"b"})
+                .AddNode("Yes", {"a", "b"}, {"c"}).Output("c").Build();
+  Partitioning p = PartitionGraph(g, FakeRegistry());
+  ASSERT_EQ(p.clusters.size(), 2u);
+  EXPECT_EQ(p.clusters[0], (std::vector<size_t>{0}));
+  EXPECT_EQ(p.clusters[1], (std::vector<size_t>{2}));
+}
+
+TEST(Partition, HostInputProducerStaysOutsideCluster) {
+  Graph g = GraphBuilder().Input("x").AddNode("Yes", {"x"}, {"shape"}).AddNode("NeedsHost", {"x", "shape"}, {"y"})
+                .Output("y").Build();
+  Partitioning p = PartitionGraph(g, FakeRegistry());
+  EXPECT_EQ(p.clusters.size(), 2u);
+}
+
+TEST(Partition, UnknownOpAndThrowingClaimAreDeclined) {
+  Graph g = GraphBuilder().Input("x").AddNode("Mystery", {"x"}, {"a"}).AddNode("Throws", {"a"}, {"b"}).Output("b").Build();
+  Partitioning p = PartitionGraph(g, FakeRegistry());
+  EXPECT_TRUE(p.clusters.empty());
+  EXPECT_NE(p.decisions[0].reason.find("no MLX translation for ai.onnx::Mystery"), std::string::npos);
+  EXPECT_NE(p.decisions[1].reason.find("boom"), std::string::npos);
+}
+
+TEST(Partition, StringTensorsAreDeclined) {
+  Graph g = GraphBuilder().Input("s", ElemType::kString).AddNode("Yes", {"s"}, {"t"}, ElemType::kString).Output("t").Build();
+  Partitioning p = PartitionGraph(g, FakeRegistry());
+  EXPECT_FALSE(p.decisions[0].claimed);
+  EXPECT_NE(p.decisions[0].reason.find("string"), std::string::npos);
+}
+
+TEST(Partition, TopologicalOrderHandlesUnsortedNodes) {
+  GraphBuilder b;
+  b.Input("x").AddNode("Yes", {"a"}, {"b"}).AddNode("Yes", {"x"}, {"a"}).Output("b");
+  Graph g = b.Build();
+  EXPECT_EQ(TopologicalOrder(g), (std::vector<size_t>{1, 0}));
+}
+
+TEST(Registry, OverlappingRangesAreRejected) {
+  OpRegistry r;
+  r.Add({"", "Op", 1, 10, nullptr, nullptr});
+  EXPECT_THROW(r.Add({"", "Op", 10, 12, nullptr, nullptr}), std::logic_error);
+  r.Add({"", "Op", 11, 12, nullptr, nullptr});
+  EXPECT_EQ(r.Find("ai.onnx", "Op", 11)->since, 11);
+  EXPECT_EQ(r.Find("", "Op", 13), nullptr);
+}
+
+}  // namespace
+}  // namespace mlx_ep
+
+namespace mlx_ep {
+namespace {
+
+// x -> A1 -> N1(no) -> B2 ; x -> B1 -> N2(no) -> A2 ; A2 also reads A1, B2 also reads B1.
+// Each cluster {A1, A2} / {B1, B2} alone is convex, but together they would depend on each other
+// (A1 -> N1 -> B2 and B1 -> N2 -> A2): the partitioner must not create that cycle.
+TEST(Partition, ClustersNeverDependOnEachOther) {
+  Graph g = testing::GraphBuilder()
+                .Input("x")
+                .AddNode("Yes", {"x"}, {"a1"})
+                .AddNode("Yes", {"x"}, {"b1"})
+                .AddNode("No", {"a1"}, {"n1"})
+                .AddNode("No", {"b1"}, {"n2"})
+                .AddNode("Yes", {"a1", "n2"}, {"a2"})
+                .AddNode("Yes", {"b1", "n1"}, {"b2"})
+                .Output("a2")
+                .Output("b2")
+                .Build();
+  Partitioning p = PartitionGraph(g, FakeRegistry());
+  std::vector<int> cluster_of(g.nodes.size(), -1);
+  for (size_t c = 0; c < p.clusters.size(); ++c)
+    for (size_t v : p.clusters[c]) cluster_of[v] = static_cast<int>(c);
+  // a1 and a2 may share a cluster, or b1 and b2, but not both pairs.
+  EXPECT_FALSE(cluster_of[0] == cluster_of[4] && cluster_of[1] == cluster_of[5]);
+}
+
+}  // namespace
+}  // namespace mlx_ep

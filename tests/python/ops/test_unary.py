@@ -1,0 +1,489 @@
+"""Parity tests of the unary family: Abs Neg Exp Log Sqrt Reciprocal Sin Cos Tan Tanh Sigmoid
+Erf Floor Ceil Round Sign, the activations Relu LeakyRelu Elu Selu HardSigmoid HardSwish
+Softplus Softsign Gelu, and Clip (attribute and input forms).
+
+The reference is ORT's CPU EP where it has a kernel (float16 there is computed in float32 and
+rounded, as ORT inserts Casts around float-only kernels). For bfloat16 (which ORT mostly lacks)
+it is ORT's float32 result on the same values rounded to bfloat16; for other types ORT lacks
+(float64 Tan/Elu/..., int16 Relu, ...) it is a numpy float64 computation of the ONNX formula."""
+import json
+import math
+import os
+import tempfile
+import warnings
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxruntime_ep_mlx as mlx_ep
+from harness import EP, assert_close, check_parity, make_model, random_array, run_cpu, run_mlx
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F32, F16, F64 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)
+SIGNED = [np.int8, np.int16, np.int32, np.int64]
+UNSIGNED = [np.uint8, np.uint16, np.uint32, np.uint64]
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _f(v):
+    """A float attribute's value (attributes are float32)."""
+    return float(np.float32(v))
+
+
+def _hardsigmoid(x, alpha=_f(0.2), beta=0.5):
+    return np.clip(alpha * x + beta, 0, 1)
+
+
+# numpy float64 references of the ONNX formulas (default attributes).
+NUMPY_REF = {
+    "Abs": np.abs, "Neg": np.negative, "Exp": np.exp, "Log": np.log, "Sqrt": np.sqrt,
+    "Reciprocal": np.reciprocal, "Sin": np.sin, "Cos": np.cos, "Tan": np.tan, "Tanh": np.tanh,
+    "Sigmoid": lambda x: 1 / (1 + np.exp(-x)), "Erf": _erf, "Floor": np.floor, "Ceil": np.ceil,
+    "Round": np.round, "Sign": np.sign, "Relu": lambda x: np.maximum(x, 0),
+    "LeakyRelu": lambda x: np.where(x >= 0, x, _f(0.01) * x),
+    "Elu": lambda x: np.where(x >= 0, x, np.expm1(x)),
+    "Selu": lambda x: _f(1.0507010) * np.where(x > 0, x, _f(1.6732632) * np.expm1(x)),
+    "HardSigmoid": _hardsigmoid,
+    "HardSwish": lambda x: x * _hardsigmoid(x, 1 / 6, 0.5),
+    "Softplus": lambda x: np.logaddexp(0, x),
+    "Softsign": lambda x: x / (1 + np.abs(x)),
+    "Gelu": lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2))),
+}
+
+# op -> (opset of the default test, float64 claimed on an MLX CPU device, input range).
+FLOAT_OPS = {
+    "Abs": (13, True, (-3, 3)), "Neg": (13, True, (-3, 3)), "Exp": (13, True, (-5, 5)),
+    "Log": (13, True, (0.01, 10)), "Sqrt": (13, True, (0, 10)), "Reciprocal": (13, True, (0.1, 5)),
+    "Sin": (22, False, (-10, 10)), "Cos": (22, False, (-10, 10)), "Tan": (22, True, (-1.4, 1.4)),
+    "Tanh": (13, True, (-4, 4)), "Sigmoid": (13, True, (-8, 8)), "Erf": (13, False, (-3, 3)),
+    "Floor": (13, True, (-5, 5)), "Ceil": (13, True, (-5, 5)), "Round": (22, True, (-5, 5)),
+    "Sign": (13, True, (-3, 3)), "Relu": (14, True, (-3, 3)), "LeakyRelu": (16, True, (-3, 3)),
+    "Elu": (22, True, (-4, 4)), "Selu": (22, True, (-4, 4)), "HardSigmoid": (22, True, (-4, 4)),
+    "HardSwish": (22, True, (-5, 5)), "Softplus": (22, True, (-10, 10)),
+    "Softsign": (22, True, (-5, 5)), "Gelu": (20, False, (-4, 4)),
+}
+
+# Every schema version registered, per op (the since_version of each).
+VERSIONS = {
+    "Abs": [6, 13], "Neg": [6, 13], "Exp": [6, 13], "Log": [6, 13], "Sqrt": [6, 13],
+    "Reciprocal": [6, 13], "Sin": [7, 22], "Cos": [7, 22], "Tan": [7, 22], "Tanh": [6, 13],
+    "Sigmoid": [6, 13], "Erf": [9, 13], "Floor": [6, 13], "Ceil": [6, 13], "Round": [11, 22],
+    "Sign": [9, 13], "Relu": [6, 13, 14], "LeakyRelu": [6, 16], "Elu": [6, 22], "Selu": [6, 22],
+    "HardSigmoid": [6, 22], "HardSwish": [14, 22], "Softplus": [1, 22], "Softsign": [1, 22],
+    "Gelu": [20],
+}
+
+EDGE = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.0, -3.0,
+                 1e-30, -1e-30, 1e-6, -1e-6, 20.0, -20.0, 88.5, -88.5, 100.0, -100.0, 1e4, -1e4])
+
+
+def ids(v):
+    if isinstance(v, tuple):
+        return "x".join(map(str, v)) or "scalar"
+    if isinstance(v, (str, int)):
+        return str(v)
+    if isinstance(v, dict):
+        return "_".join(f"{k}={a}" for k, a in v.items()) or "default"
+    return np.dtype(v).name
+
+
+_F64_ON_MLX = None
+
+
+def f64_on_mlx():
+    """MLX computes float64 only on its CPU device: probe whether this run claims it."""
+    global _F64_ON_MLX
+    if _F64_ON_MLX is None:
+        model = make_model("Abs", [("x", np.float64, [1])], [("y", np.float64, [1])], opset=13)
+        _F64_ON_MLX = run_mlx(model, {"x": np.ones(1)})[1] == 1
+    return _F64_ON_MLX
+
+
+def unary_model(op, dtype, shape, opset, attrs=None):
+    return make_model(op, [("x", dtype, list(shape))], [("y", dtype, list(shape))], attrs=attrs, opset=opset)
+
+
+def cpu_or_none(model, feeds):
+    """ORT CPU outputs, or None when ORT has no kernel for this type."""
+    try:
+        return run_cpu(model, feeds)
+    except Exception as e:  # noqa: BLE001 - NOT_IMPLEMENTED / type errors
+        if "NOT_IMPLEMENTED" in str(e) or "Could not find an implementation" in str(e):
+            return None
+        raise
+
+
+def bf16_wrapped(model):
+    """ORT's Python API can't feed or fetch bfloat16: bfloat16 graph inputs become float32 inputs
+    + Cast nodes named cast_*, bfloat16 outputs get a Cast back to float32."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    pre, post = [], []
+    for vi in g.input:
+        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+            inner = vi.name + "_bf16"
+            for n in g.node:
+                n.input[:] = [inner if i == vi.name else i for i in n.input]
+            pre.append(helper.make_node("Cast", [vi.name], [inner], name=f"cast_{vi.name}", to=TensorProto.BFLOAT16))
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT
+    for vi in g.output:
+        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+            inner = vi.name + "_bf16"
+            for n in g.node:
+                n.output[:] = [inner if o == vi.name else o for o in n.output]
+            post.append(helper.make_node("Cast", [inner], [vi.name], name=f"cast_{vi.name}", to=TensorProto.FLOAT))
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT
+    nodes = pre + list(g.node) + post
+    del g.node[:]
+    g.node.extend(nodes)
+    return m
+
+
+def _feeds32(feeds):
+    return {k: (v.astype(np.float32) if v.dtype == BF16 else v) for k, v in feeds.items()}
+
+
+def check_bf16(model, feeds, expected):
+    """Runs a model with bfloat16 inputs/outputs (crossing the API as float32 through cast_* nodes,
+    which may run anywhere), asserts every other node ran on MLX and the outputs match."""
+    mlx_ep.register_execution_provider_library()
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    with tempfile.TemporaryDirectory() as tmp:
+        so.profile_file_prefix = os.path.join(tmp, "profile")
+        sess = ort.InferenceSession(bf16_wrapped(model).SerializeToString(), so,
+                                    providers=[EP, "CPUExecutionProvider"])
+        got = sess.run(None, _feeds32(feeds))
+        with open(sess.end_profiling()) as f:
+            events = json.load(f)
+    nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    on_cpu = [e["name"] for e in nodes if e["args"].get("provider") != EP]
+    assert any(e["args"].get("provider") == EP for e in nodes), "nothing ran on MLX"
+    assert all(n.startswith("cast_") for n in on_cpu), f"ran on CPU: {on_cpu}"
+    for i, (g, r) in enumerate(zip(got, expected)):
+        assert_close(g, np.asarray(r).astype(np.float32), dtype=BF16, what=f"output {i}")
+    return got
+
+
+def cpu_bf16_or_none(model, feeds):
+    """ORT CPU outputs (as bfloat16) of a bfloat16 model, or None when ORT lacks the kernel."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return [r.astype(BF16) for r in run_cpu(bf16_wrapped(model), _feeds32(feeds))]
+    except Exception:  # noqa: BLE001 - no bfloat16 kernel (or its function body rejects bfloat16)
+        return None
+
+
+def parity(model, feeds, expected=None):
+    """check_parity, or check_bf16 when a feed is bfloat16."""
+    if any(v.dtype == BF16 for v in feeds.values()):
+        return check_bf16(model, feeds, expected)
+    return check_parity(model, feeds, expected=expected)
+
+
+def reference(op, x, opset, attrs=None):
+    """The expected output for input `x` (see module docstring)."""
+    dtype = x.dtype
+    model = unary_model(op, dtype, x.shape, opset, attrs)
+    if dtype == BF16:
+        ref = cpu_bf16_or_none(model, {"x": x})
+        if ref is None:
+            r = cpu_or_none(unary_model(op, np.float32, x.shape, opset, attrs), {"x": x.astype(np.float32)})
+            ref = None if r is None else [r[0].astype(BF16)]
+    else:
+        ref = cpu_or_none(model, {"x": x})
+    if ref is not None:
+        return ref
+    assert not attrs, "numpy references use the default attributes"
+    with np.errstate(all="ignore"):
+        return [np.asarray(NUMPY_REF[op](x.astype(np.float64))).astype(dtype)]
+
+
+def run_unary(op, x, opset, attrs=None):
+    model = unary_model(op, x.dtype, x.shape, opset, attrs)
+    parity(model, {"x": x}, reference(op, x, opset, attrs))
+
+
+# ---- floats: every op x dtype ----
+
+@pytest.mark.parametrize("dtype", [F32, F16, BF16, F64], ids=ids)
+@pytest.mark.parametrize("op", list(FLOAT_OPS))
+def test_float_dtypes(op, dtype):
+    opset, f64_ok, (lo, hi) = FLOAT_OPS[op]
+    if dtype == F64 and not (f64_ok and f64_on_mlx()):
+        pytest.skip("float64 not claimed for this op/device")
+    x = random_array((2, 3, 4), dtype, np.random.default_rng(1), lo, hi)
+    run_unary(op, x, opset)
+
+
+# ---- shapes: scalar, empty, rank 1..4 ----
+
+@pytest.mark.parametrize("shape", [(), (0,), (7,), (2, 0, 3), (1, 2, 3, 4)], ids=ids)
+@pytest.mark.parametrize("op", list(FLOAT_OPS))
+def test_shapes(op, shape):
+    opset, _, (lo, hi) = FLOAT_OPS[op]
+    x = random_array(shape, np.float32, np.random.default_rng(2), lo, hi)
+    run_unary(op, x, opset)
+
+
+# ---- NaN, infinities, signed zeros, overflow ranges ----
+
+@pytest.mark.parametrize("dtype", [F32, F16], ids=ids)
+@pytest.mark.parametrize("op", list(FLOAT_OPS))
+def test_edge_values(op, dtype):
+    opset = FLOAT_OPS[op][0]
+    with np.errstate(over="ignore"):
+        x = EDGE.astype(dtype)
+    run_unary(op, x, opset)
+
+
+def test_exp_near_float_max():
+    # MLX's own float32 exp overflows from 88.0; exp(88.72) is still finite.
+    x = np.linspace(87.5, 89.0, 301, dtype=np.float32)
+    run_unary("Exp", x, 13)
+
+
+def test_erf_small_arguments():
+    # Relative accuracy for tiny |x| (MLX's erf only has ~1e-7 absolute accuracy).
+    x = np.concatenate([np.logspace(-12, 0.6, 500), -np.logspace(-12, 0.6, 500)]).astype(np.float32)
+    model = unary_model("Erf", np.float32, x.shape, 13)
+    got = run_mlx(model, {"x": x})[0][0]
+    exact = _erf(x.astype(np.float64))
+    np.testing.assert_allclose(got.astype(np.float64), exact, rtol=1e-6, atol=0)
+    check_parity(model, {"x": x})
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_wide_range(approximate):
+    x = np.linspace(-12, 12, 2001, dtype=np.float32)
+    run_unary("Gelu", x, 20, {"approximate": approximate})
+
+
+def test_round_half_to_even():
+    x = np.array([-3.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 0.49999997, 4.5000005, 1e7 + 0.5], np.float32)
+    run_unary("Round", x, 11)
+
+
+def test_sign_nan_float16_bfloat16():
+    # ORT's float16 (and bfloat16) Sign kernels give 0 for NaN, its float kernel NaN.
+    x = np.array([np.nan, 1, -1, 0], np.float16)
+    run_unary("Sign", x, 13)
+    check_bf16(unary_model("Sign", BF16, (4,), 13), {"x": x.astype(BF16)}, [np.array([0, 1, -1, 0], BF16)])
+    run_unary("Sign", x.astype(BF16), 13)
+
+
+# ---- every registered schema version ----
+
+@pytest.mark.parametrize("op,opset", [(op, v) for op, vs in VERSIONS.items() for v in vs], ids=ids)
+def test_versions(op, opset):
+    x = random_array((3, 5), np.float32, np.random.default_rng(3), -3, 3)
+    if op in ("Log", "Sqrt"):
+        x = np.abs(x) + 0.1
+    run_unary(op, x, opset)
+
+
+# ---- attributes ----
+
+@pytest.mark.parametrize("op,attrs,opset", [
+    ("LeakyRelu", {"alpha": 0.2}, 16), ("LeakyRelu", {"alpha": -1.5}, 6),
+    ("Elu", {"alpha": 0.5}, 22), ("Elu", {"alpha": 2.0}, 6),
+    ("Selu", {"alpha": 2.0, "gamma": 3.0}, 22), ("Selu", {"alpha": 1.0}, 6),
+    ("HardSigmoid", {"alpha": 0.5, "beta": 0.6}, 22), ("HardSigmoid", {"beta": 0.1}, 6),
+    ("Gelu", {"approximate": "tanh"}, 20), ("Gelu", {"approximate": "none"}, 20),
+], ids=ids)
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=ids)
+def test_attributes(op, attrs, opset, dtype):
+    if dtype == BF16 and opset < 13:
+        pytest.skip("bfloat16 is not in this schema version's types")
+    x = random_array((4, 6), dtype, np.random.default_rng(4), -4, 4)
+    run_unary(op, x, opset, attrs)
+
+
+# ---- integers ----
+
+def _int_input(dtype, n=40):
+    info = np.iinfo(dtype)
+    x = random_array((n,), dtype, np.random.default_rng(5), max(info.min, -100), min(info.max, 100))
+    x[:3] = [info.min, info.max, 0]
+    return x
+
+
+@pytest.mark.parametrize("dtype", SIGNED + UNSIGNED, ids=ids)
+@pytest.mark.parametrize("op", ["Abs", "Sign"])
+def test_int_abs_sign(op, dtype):
+    x = _int_input(dtype)
+    ref = run_cpu(unary_model(op, dtype, x.shape, 13), {"x": x})
+    check_parity(unary_model(op, dtype, x.shape, 13), {"x": x}, expected=ref)
+
+
+@pytest.mark.parametrize("dtype", SIGNED, ids=ids)
+def test_int_neg(dtype):
+    x = _int_input(dtype)  # includes INT_MIN, which wraps like ORT's
+    check_parity(unary_model("Neg", dtype, x.shape, 13), {"x": x})
+
+
+@pytest.mark.parametrize("dtype", SIGNED, ids=ids)
+def test_int_relu(dtype):
+    x = _int_input(dtype)
+    model = unary_model("Relu", dtype, x.shape, 14)
+    ref = cpu_or_none(model, {"x": x}) or [np.maximum(x, 0)]
+    check_parity(model, {"x": x}, expected=ref)
+
+
+# ---- Clip ----
+
+def clip_model(dtype, shape, opset, lo=None, hi=None, as_inputs=False, attrs=None):
+    """Clip with min/max as initializers (opset >= 11), graph inputs (as_inputs) or absent."""
+    inputs = [("x", dtype, list(shape))]
+    inits, feeds_extra = {}, {}
+    for name, v in (("min", lo), ("max", hi)):
+        if v is None:
+            inputs.append(("", dtype, None))
+            continue
+        inputs.append((name, dtype, []))
+        if as_inputs:
+            feeds_extra[name] = np.array(v, dtype)
+        else:
+            inits[name] = np.array(v, dtype)
+    while inputs and inputs[-1][0] == "":
+        inputs.pop()
+    model = make_model("Clip", inputs, [("y", dtype, list(shape))], attrs=attrs, opset=opset,
+                       initializers=inits)
+    return model, feeds_extra
+
+
+def clip_expected(x, lo, hi):
+    y = x
+    if lo is not None:
+        y = np.where(np.isnan(y), y, np.maximum(y, np.array(lo, x.dtype)))
+    if hi is not None:
+        y = np.where(np.isnan(y), y, np.minimum(y, np.array(hi, x.dtype)))
+    return y.astype(x.dtype)
+
+
+CLIP_BOUNDS = [(-1.0, 1.0), (-1.0, None), (None, 0.5), (None, None), (1.0, -1.0)]
+
+
+@pytest.mark.parametrize("as_inputs", [False, True], ids=["const", "runtime"])
+@pytest.mark.parametrize("bounds", CLIP_BOUNDS, ids=lambda b: f"{b[0]}_{b[1]}")
+@pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=ids)
+def test_clip_inputs(dtype, bounds, as_inputs):
+    lo, hi = bounds
+    x = random_array((3, 4), dtype, np.random.default_rng(6), -2, 2)
+    x.flat[0] = np.nan
+    model, extra = clip_model(dtype, x.shape, 13, lo, hi, as_inputs)
+    feeds = {"x": x, **extra}
+    expected = (cpu_bf16_or_none if dtype == BF16 else cpu_or_none)(model, feeds)
+    parity(model, feeds, expected or [clip_expected(x, lo, hi)])
+
+
+@pytest.mark.parametrize("opset", [11, 12, 13])
+@pytest.mark.parametrize("shape", [(), (0, 2), (2, 3, 4)], ids=ids)
+def test_clip_versions(opset, shape):
+    x = random_array(shape, np.float32, np.random.default_rng(7), -2, 2)
+    model, _ = clip_model(np.float32, shape, opset, -0.5, 1.0)
+    check_parity(model, {"x": x})
+
+
+@pytest.mark.parametrize("as_inputs", [False, True], ids=["const", "runtime"])
+@pytest.mark.parametrize("dtype", SIGNED + UNSIGNED, ids=ids)
+def test_clip_int(dtype, as_inputs):
+    x = _int_input(dtype)
+    lo, hi = (-20, 30) if np.dtype(dtype).kind == "i" else (5, 60)
+    model, extra = clip_model(dtype, x.shape, 13, lo, hi, as_inputs)
+    feeds = {"x": x, **extra}
+    expected = cpu_or_none(model, feeds) or [clip_expected(x, lo, hi)]
+    check_parity(model, feeds, expected=expected)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint64], ids=ids)
+def test_clip_int_opset12(dtype):
+    x = _int_input(dtype)
+    model, _ = clip_model(dtype, x.shape, 12, 3, 50)
+    check_parity(model, {"x": x})
+
+
+@pytest.mark.parametrize("attrs", [{}, {"min": -1.0}, {"max": 0.5}, {"min": -0.5, "max": 0.5}], ids=ids)
+@pytest.mark.parametrize("dtype", [F32, F16, F64], ids=ids)
+def test_clip_attributes_opset6(dtype, attrs):
+    if dtype == F64 and not f64_on_mlx():
+        pytest.skip("float64 not claimed on this device")
+    x = np.concatenate([EDGE, random_array((20,), np.float64, np.random.default_rng(8), -2, 2)])
+    with np.errstate(over="ignore"):
+        x = x.astype(dtype)
+    model = make_model("Clip", [("x", dtype, [len(x)])], [("y", dtype, [len(x)])], attrs=attrs, opset=6)
+    expected = cpu_or_none(model, {"x": x})
+    if expected is None:
+        lo = np.float32(attrs.get("min", np.finfo(np.float32).min))
+        hi = np.float32(attrs.get("max", np.finfo(np.float32).max))
+        expected = [clip_expected(x, lo.astype(dtype), hi.astype(dtype))]
+    check_parity(model, {"x": x}, expected=expected)
+
+
+def test_clip_bounds_computed_in_partition():
+    # min/max produced by other MLX nodes (traced values, not host values); min has shape [1].
+    nodes = [helper.make_node("Neg", ["b"], ["lo"]), helper.make_node("Abs", ["b"], ["hi"]),
+             helper.make_node("Clip", ["x", "lo", "hi"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5]),
+                     helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = random_array((2, 5), np.float32, np.random.default_rng(11))
+    for b in (0.5, -2.0):
+        check_parity(model, {"x": x, "b": np.array([b], np.float32)})
+
+
+# ---- a chain of unary ops fused into one partition ----
+
+def test_chain_fused():
+    ops = [("Abs", {}), ("Sqrt", {}), ("Exp", {}), ("Log", {}), ("Tanh", {}), ("Gelu", {}),
+           ("Clip", {}), ("HardSwish", {}), ("Softplus", {}), ("Erf", {}), ("Neg", {}), ("Sign", {})]
+    nodes, prev = [], "x"
+    for i, (op, attrs) in enumerate(ops):
+        out = "y" if i == len(ops) - 1 else f"t{i}"
+        inputs = [prev, "lo", "hi"] if op == "Clip" else [prev]
+        nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        prev = out
+    graph = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5])],
+        [onnx.numpy_helper.from_array(np.array(0.2, np.float32), "lo"),
+         onnx.numpy_helper.from_array(np.array(1.5, np.float32), "hi")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 8
+    x = random_array((4, 5), np.float32, np.random.default_rng(9))
+    check_parity(model, {"x": x})
+
+
+# ---- declined nodes fall back to the CPU EP ----
+
+@pytest.mark.parametrize("op", ["Sin", "Cos"])
+def test_float64_sin_cos_declined(op):
+    # MLX's CPU sin/cos are float32 approximations: float64 is left to ORT.
+    x = random_array((3, 4), np.float64, np.random.default_rng(10), -5, 5)
+    model = unary_model(op, np.float64, x.shape, 7)
+    got, mlx, total = run_mlx(model, {"x": x})
+    assert mlx == 0 and total == 1
+    assert_close(got[0], run_cpu(model, {"x": x})[0])
+
+
+def test_float64_declined_in_chain():
+    # Exp(float64) on MLX (when the device has float64), Sin(float64) on CPU: still correct.
+    nodes = [helper.make_node("Exp", ["x"], ["t"]), helper.make_node("Sin", ["t"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [6])],
+                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    x = np.linspace(-2, 2, 6)
+    got, mlx, total = run_mlx(model, {"x": x})
+    assert total == 2 and mlx == (1 if f64_on_mlx() else 0)
+    assert_close(got[0], np.sin(np.exp(x)))

@@ -1,0 +1,111 @@
+"""Bad input never crashes the host: wrong shapes/dtypes give ORT's clean errors, nodes MLX
+can't do exactly fall back to the CPU EP, empty tensors work, and errors raised inside MLX
+surface as ORT errors that name the partition and the node."""
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from harness import EP, check_parity, make_model, run_cpu, run_mlx
+
+import onnxruntime_ep_mlx as mlx_ep
+
+
+def mlx_session(model):
+    mlx_ep.register_execution_provider_library()
+    return ort.InferenceSession(model.SerializeToString(), providers=[EP, "CPUExecutionProvider"])
+
+
+def add_model(shape=(2, 3)):
+    return make_model("Add", [("a", np.float32, list(shape)), ("b", np.float32, list(shape))],
+                      [("y", np.float32, list(shape))])
+
+
+def test_wrong_input_shape_is_an_ort_error():
+    sess = mlx_session(add_model())
+    with pytest.raises(Exception, match="(?i)dimension|shape|Got invalid"):
+        sess.run(None, {"a": np.zeros((3, 3), np.float32), "b": np.zeros((2, 3), np.float32)})
+
+
+def test_wrong_input_dtype_is_an_ort_error():
+    sess = mlx_session(add_model())
+    with pytest.raises(Exception, match="(?i)type"):
+        sess.run(None, {"a": np.zeros((2, 3), np.float64), "b": np.zeros((2, 3), np.float32)})
+
+
+def test_session_survives_a_failed_run():
+    sess = mlx_session(add_model())
+    with pytest.raises(Exception):
+        sess.run(None, {"a": np.zeros((3, 3), np.float32), "b": np.zeros((2, 3), np.float32)})
+    a = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"a": a, "b": a})[0], 2 * a)
+
+
+def test_unclaimed_op_falls_back_to_cpu():
+    # Det has no MLX translation: the model still runs, entirely on the CPU EP.
+    model = make_model("Det", [("x", np.float32, [3, 3])], [("y", np.float32, [])])
+    x = np.array([[2, 0, 0], [0, 3, 0], [0, 0, 4]], np.float32)
+    got, mlx, total = run_mlx(model, {"x": x})
+    assert mlx == 0 and total == 1
+    np.testing.assert_allclose(got[0], 24.0, rtol=1e-6)
+
+
+def test_string_tensors_fall_back_to_cpu():
+    model = make_model("Identity", [("s", np.float32, [2])], [("t", np.float32, [2])])
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.STRING
+    model.graph.output[0].type.tensor_type.elem_type = TensorProto.STRING
+    s = np.array(["a", "bc"], dtype=object)
+    got, mlx, _ = run_mlx(model, {"s": s})
+    assert mlx == 0
+    assert list(got[0]) == ["a", "bc"]
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 3), (2, 0, 4)])
+def test_empty_tensors(shape):
+    model = add_model(shape)
+    feeds = {"a": np.zeros(shape, np.float32), "b": np.zeros(shape, np.float32)}
+    check_parity(model, feeds)
+
+
+def test_error_inside_mlx_names_the_node():
+    # Reshape to a runtime shape whose element count does not match: MLX raises while tracing;
+    # ORT must return an error that names our partition and the node, and the process lives on.
+    model = make_model("Reshape", [("x", np.float32, [2, 3]), ("shape", np.int64, [2])],
+                       [("y", np.float32, None)])
+    got, mlx, _ = run_mlx(model, {"x": np.ones((2, 3), np.float32), "shape": np.array([3, 2], np.int64)})
+    assert mlx == 1
+    sess = mlx_session(model)
+    with pytest.raises(Exception) as err:
+        sess.run(None, {"x": np.ones((2, 3), np.float32), "shape": np.array([4, 2], np.int64)})
+    msg = str(err.value)
+    assert "MLXExecutionProvider" in msg and "Reshape" in msg, msg
+
+
+def test_runtime_shape_input_specialises_compiled_graph():
+    # The same session sees two different runtime shape values: both must be right.
+    model = make_model("Reshape", [("x", np.float32, [2, 6]), ("shape", np.int64, [2])],
+                       [("y", np.float32, None)])
+    sess = mlx_session(model)
+    x = np.arange(12, dtype=np.float32).reshape(2, 6)
+    for shape in ([3, 4], [6, 2], [3, 4]):
+        y = sess.run(None, {"x": x, "shape": np.array(shape, np.int64)})[0]
+        np.testing.assert_array_equal(y, x.reshape(shape))
+
+
+def test_input_buffers_are_not_modified():
+    # The same input feeds an MLX node and is returned unchanged through a graph output.
+    nodes = [helper.make_node("Add", ["x", "x"], ["y"]), helper.make_node("Identity", ["x"], ["x_out"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64]),
+                               helper.make_tensor_value_info("x_out", TensorProto.FLOAT, [64])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+    keep = x.copy()
+    sess = mlx_session(model)
+    for _ in range(3):
+        y, x_out = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(x, keep)
+    np.testing.assert_array_equal(x_out, keep)
+    np.testing.assert_array_equal(y, 2 * keep)
+    assert run_cpu(model, {"x": x})[0].shape == (64,)

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Run on the GPU machine, call 2 of 2: installs the carried mlx-cuda-13 and onnxruntime wheels,
+# builds the EP against MLX's CUDA backend, and runs the smoke test, the conformance suite and the
+# benchmark with MLX on the GPU. Logs and reports go to $OUT (or ./gpu-out).
+set -uo pipefail
+OUT="${OUT:-$PWD/gpu-out}"
+mkdir -p "$OUT" /tmp/mlx-ep-gpu
+export PYTHONUNBUFFERED=1
+log() { echo "[gpu] $*" | tee -a "$OUT/run.log"; }
+
+cp .gpu/p2/part_* /tmp/mlx-ep-gpu/ 2>/dev/null
+cat /tmp/mlx-ep-gpu/part_* > /tmp/mlx-ep-gpu/bundle.tar || { log "missing wheel parts"; exit 1; }
+mkdir -p /tmp/mlx-ep-gpu/wheels && tar -xf /tmp/mlx-ep-gpu/bundle.tar -C /tmp/mlx-ep-gpu/wheels
+PY=python3
+# Into the image's own environment, so libmlx.so's RPATH ($ORIGIN/../../nvidia/*/lib) finds the
+# CUDA libraries that PyTorch's nvidia-* packages already installed there.
+$PY -m pip install -q --no-index --no-deps --upgrade /tmp/mlx-ep-gpu/wheels/*.whl 2>&1 | tail -2
+SITE=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+log "python $($PY --version 2>&1), site $SITE, onnxruntime $($PY -c 'import onnxruntime; print(onnxruntime.__version__)')"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$OUT/run.log"
+
+CUDNN_DIR=$(dirname "$(dirname "$(find "$SITE/nvidia" -name cudnn.h | head -1)")")
+log "cudnn at $CUDNN_DIR"
+cmake -S . -B build-gpu -DMLX_ROOT="$SITE/mlx" -DMLX_EP_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release \
+  -DCUDNN_INCLUDE_PATH="$CUDNN_DIR/include" -DCUDNN_LIBRARY_PATH="$CUDNN_DIR/lib" \
+  -DORT_INCLUDE_DIR="$PWD/.deps/prefix/usr/include/onnxruntime" -DJSON_INCLUDE_DIR="$PWD/.deps/prefix/usr/include" \
+  >"$OUT/cmake.log" 2>&1 || { log "cmake failed"; tail -30 "$OUT/cmake.log"; exit 1; }
+cmake --build build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1 || { log "build failed"; grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
+export ONNXRUNTIME_EP_MLX_LIBRARY="$PWD/build-gpu/libonnxruntime_ep_mlx.so"
+log "built $ONNXRUNTIME_EP_MLX_LIBRARY"
+
+ONNXRUNTIME_EP_MLX_VERBOSE=1 $PY -m onnxruntime_ep_mlx info 2>&1 | tee -a "$OUT/run.log" || true
+PYTHONPATH=python ONNXRUNTIME_EP_MLX_VERBOSE=1 $PY examples/demo.py 2>&1 | tee "$OUT/demo.log"
+PYTHONPATH=python timeout 420 $PY tests/conformance/run_conformance.py --jobs 8 --out-dir "$OUT" --floor /dev/null \
+  --list-failures > "$OUT/conformance.log" 2>&1
+tail -25 "$OUT/conformance.log"
+PYTHONPATH=python timeout 120 $PY bench/bench_models.py --torch --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench.log"
