@@ -45,7 +45,8 @@ def main():
     report = mlx_ep.claim_report(path)
     g = report["graphs"][0]
     print(f"model: {path} ({len(model.graph.node)} nodes, input {list(x.shape)})")
-    print(f"MLX device: {mlx_ep.device_kind()}; claimed {g['nodes_claimed']}/{g['nodes_total']} nodes "
+    device = mlx_ep.get_ep_devices()[0].ep_metadata.get("mlx_device", "?")
+    print(f"MLX device: {device}; claimed {g['nodes_claimed']}/{g['nodes_total']} nodes "
           f"in {len(g['partitions'])} partition(s)")
     for d in g["declined"]:
         print(f"  declined {d['node']} ({d['op_type']}): {d['reason']}")

@@ -26,6 +26,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "append_to_session_options",
+    "claim_report",
     "ep_name",
     "get_ep_devices",
     "library_path",
@@ -146,7 +147,13 @@ def append_to_session_options(so: Any, provider_options: Mapping[str, Any] | Non
     Uses ``SessionOptions.add_provider_for_devices`` with every OrtEpDevice the
     EP reports. ONNX Runtime appends the CPU EP as fallback automatically.
     Create the session *without* a ``providers=`` argument afterwards: passing
-    one makes ONNX Runtime ignore the providers configured here.
+    one makes ONNX Runtime ignore the providers configured here. (Once the
+    library is registered, ONNX Runtime >= 1.31 also accepts
+    ``providers=["MLXExecutionProvider", "CPUExecutionProvider"]`` by name.)
+
+    Note that the Python ``InferenceSession`` retries on CPU alone, printing
+    "EP Error", when session creation with an EP fails; pass
+    ``enable_fallback=0`` to it to get the error instead.
 
     Args:
         so: the session options to modify.
@@ -162,3 +169,10 @@ def append_to_session_options(so: Any, provider_options: Mapping[str, Any] | Non
         )
     options = {str(k): str(v) for k, v in (provider_options or {}).items()}
     so.add_provider_for_devices(devices, options)
+
+
+def claim_report(model_path: str) -> dict[str, Any]:
+    """The EP's claim report for ``model_path`` (see :mod:`onnxruntime_ep_mlx.report`)."""
+    from .report import collect_report
+
+    return collect_report(model_path)

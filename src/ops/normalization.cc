@@ -1,8 +1,178 @@
-// Op family: placeholder, filled in by the op-family work.
+// Op family: Softmax, LogSoftmax, LayerNormalization.
+//
+//  - Softmax/LogSoftmax before opset 13 coerce the input to 2-D at `axis` (default 1) and
+//    normalize over the flattened trailing part; from 13 they normalize over one axis (default -1).
+//  - float16/bfloat16 compute in float32 and round once, like ORT's CPU kernels.
+//  - float64: MLX's float64 exp runs at float32 precision, so exp is composed as pow(e, x), which
+//    is exact to double rounding.
+//  - LayerNormalization (17): normalizes over dims [axis, rank); Scale/B must hold exactly
+//    prod(shape[axis:]) values (ORT's rule; they are read flat). Composed in float32 (float64 for
+//    float64 X) with accurate sums; Mean and InvStdDev come from the same computation.
+#include <cmath>
+#include <numeric>
+
+#include "ops/claim_util.h"
+#include "ops/reduction_internal.h"
 #include "ops/registry.h"
 
 namespace mlx_ep {
+namespace {
 
-void RegisterNormalizationOps(OpRegistry&) {}
+bool IsLowFloat(mx::Dtype d) { return d == mx::float16 || d == mx::bfloat16; }
+
+/** e^x, exact to the dtype's rounding also for float64 (where mx::exp is float32-accurate). */
+mx::array Exp(const mx::array& x, mx::Stream s) {
+  if (x.dtype() == mx::float64) return mx::power(mx::array(M_E, mx::float64), x, s);
+  return mx::exp(x, s);
+}
+
+/** The normalized axes of a (Log)Softmax node for input rank `rank`. */
+std::vector<int> SoftmaxAxes(const OpContext& c, int rank) {
+  const bool legacy = c.node.since_version < 13;
+  int64_t axis = c.node.AttrInt("axis", legacy ? 1 : -1);
+  if (axis < -rank || axis >= rank)
+    c.Fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  if (axis < 0) axis += rank;
+  std::vector<int> axes;
+  for (int i = static_cast<int>(axis); i < (legacy ? rank : axis + 1); ++i) axes.push_back(i);
+  return axes;
+}
+
+Claim ClaimSoftmax(const NodeView& v) {
+  const ElemType t = v.input_type(0);
+  if (!IsFloating(t)) return Claim::No(TypeReason(v, 0));
+  if (v.output_type(0) != t) return Claim::No("output type differs from the input type");
+  return Claim::Yes();
+}
+
+template <bool kLog>
+std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
+  const mx::Stream s = c.stream;
+  const mx::array& x = c.input(0);
+  const int rank = static_cast<int>(x.ndim());
+  const std::vector<int> axes = SoftmaxAxes(c, rank);
+  if (x.size() == 0) return {mx::astype(x, x.dtype(), s)};
+
+  // Legacy coercion to 2-D: the normalized axes are the trailing ones; flatten them into one.
+  mx::array in = x;
+  std::vector<int> red = axes;
+  if (axes.size() > 1) {
+    mx::Shape flat(x.shape().begin(), x.shape().begin() + axes.front());
+    flat.push_back(-1);
+    in = mx::reshape(x, flat, s);
+    red = {static_cast<int>(flat.size()) - 1};
+  }
+  const mx::Dtype dt = x.dtype();
+  mx::array y = [&]() -> mx::array {
+    // Composed rather than mx::softmax: its CPU kernel sums exp() in one float32 chain, off by
+    // ~4e-5 rel for vocabulary-sized rows, where ORT stays at ~1e-6.
+    const mx::array xc = IsLowFloat(dt) ? mx::astype(in, mx::float32, s) : in;
+    const mx::array shifted = mx::subtract(xc, mx::max(xc, red, true, s), s);
+    const mx::array e = Exp(shifted, s);
+    const mx::array sum = AccurateSum(e, red, true, s);
+    return kLog ? mx::subtract(shifted, mx::log(sum, s), s) : mx::divide(e, sum, s);
+  }();
+  if (y.dtype() != dt) y = mx::astype(y, dt, s);
+  if (axes.size() > 1) y = mx::reshape(y, x.shape(), s);
+  return {y};
+}
+
+// ---- LayerNormalization ------------------------------------------------------------------------
+
+Claim ClaimLayerNorm(const NodeView& v) {
+  const Node& n = v.node();
+  const ElemType t = v.input_type(0);
+  if (!IsFloating(t)) return Claim::No(TypeReason(v, 0));
+  if (v.input_type(1) != t || (v.has_input(2) && v.input_type(2) != t))
+    return Claim::No("Scale/B type differs from X");
+  if (v.output_type(0) != t) return Claim::No("output type differs from the input type");
+  const int64_t stash = n.AttrInt("stash_type", 1);
+  if (stash != 1) return Claim::No("attribute stash_type=" + std::to_string(stash) + " not supported");
+  for (size_t k = 1; k < 3; ++k)
+    if (v.has_output(k) && !IsOneOf(v.output_type(k), {ElemType::kFloat, ElemType::kBFloat16}))
+      return Claim::No("output " + std::to_string(k) + " has type " + ElemName(v.output_type(k)));
+  return Claim::Yes();
+}
+
+std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
+  const Node& n = c.node;
+  const mx::Stream s = c.stream;
+  const mx::array& x = c.input(0);
+  const int rank = static_cast<int>(x.ndim());
+  int64_t axis = n.AttrInt("axis", -1);
+  if (axis < -rank || axis >= rank)
+    c.Fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  if (axis < 0) axis += rank;
+  const float eps = n.AttrFloat("epsilon", 1e-5f);
+  const mx::Dtype dt = x.dtype();
+
+  int64_t norm_size = 1;
+  for (int i = static_cast<int>(axis); i < rank; ++i) norm_size *= x.shape(i);
+  const mx::array& scale = c.input(1);
+  if (static_cast<int64_t>(scale.size()) != norm_size)
+    c.Fail("Scale has " + std::to_string(scale.size()) + " values, expected " + std::to_string(norm_size));
+  std::optional<mx::array> bias;
+  if (c.has_input(2)) {
+    bias = c.input(2);
+    if (static_cast<int64_t>(bias->size()) != norm_size)
+      c.Fail("B has " + std::to_string(bias->size()) + " values, expected " + std::to_string(norm_size));
+  }
+
+  const bool want_mean = c.num_outputs() > 1 && !n.outputs[1].empty();
+  const bool want_inv = c.num_outputs() > 2 && !n.outputs[2].empty();
+  mx::Shape stat_shape(x.shape().begin(), x.shape().begin() + axis);
+  stat_shape.resize(rank, 1);
+  mx::Shape flat(x.shape().begin(), x.shape().begin() + axis);
+  flat.push_back(static_cast<int>(norm_size));
+
+  std::vector<mx::array> outs;
+  if (x.size() == 0) {
+    // Nothing to normalize; statistics over zero values are 0/0 = NaN in ORT.
+    outs.push_back(mx::astype(x, dt, s));
+    for (size_t k = 1; k < c.num_outputs(); ++k) {
+      const mx::Dtype st = n.outputs[k].empty() ? mx::float32 : c.output_dtype(k);
+      outs.push_back(mx::full(stat_shape, mx::array(NAN, st), st, s));
+    }
+    return outs;
+  }
+
+  const mx::array xf = mx::reshape(x, flat, s);
+  const mx::array w = mx::reshape(scale, {static_cast<int>(norm_size)}, s);
+  std::optional<mx::array> b;
+  if (bias) b = mx::reshape(*bias, {static_cast<int>(norm_size)}, s);
+
+  // Composed in float32 (float64 for float64 X, like ORT). mlx::fast::layer_norm is not used:
+  // on MLX's CPU backend it is ~10x less accurate than ORT (one-chain float32 sums), which breaks
+  // 1e-5 parity for rows with a large mean. Here the mean gets one refinement step
+  // (mean += mean(x - mean)), which removes the rounding of the first sum.
+  const mx::Dtype acc = dt == mx::float64 ? mx::float64 : mx::float32;
+  const mx::array xc = mx::astype(xf, acc, s);
+  const mx::array inv_n = mx::array(1.0 / static_cast<double>(norm_size), acc);
+  const std::vector<int> last = {static_cast<int>(flat.size()) - 1};
+  mx::array mean = mx::multiply(AccurateSum(xc, last, true, s), inv_n, s);
+  mean = mx::add(mean, mx::multiply(AccurateSum(mx::subtract(xc, mean, s), last, true, s), inv_n, s), s);
+  const mx::array centered = mx::subtract(xc, mean, s);
+  const mx::array var =
+      mx::multiply(AccurateSum(mx::multiply(centered, centered, s), last, true, s), inv_n, s);
+  const mx::array stddev = mx::sqrt(mx::add(var, mx::array(eps, acc), s), s);
+  mx::array y = mx::multiply(mx::divide(centered, stddev, s), mx::astype(w, acc, s), s);
+  if (b) y = mx::add(y, mx::astype(*b, acc, s), s);
+  outs.push_back(mx::reshape(mx::astype(y, dt, s), x.shape(), s));
+
+  auto stat = [&](const mx::array& v, size_t k) -> mx::array {
+    return mx::reshape(mx::astype(v, c.output_dtype(k), s), stat_shape, s);
+  };
+  if (c.num_outputs() > 1) outs.push_back(want_mean ? stat(mean, 1) : mx::zeros(stat_shape, mx::float32, s));
+  if (c.num_outputs() > 2 && want_inv) outs.push_back(stat(mx::divide(mx::array(1.0, acc), stddev, s), 2));
+  return outs;
+}
+
+}  // namespace
+
+void RegisterNormalizationOps(OpRegistry& r) {
+  r.Add({"", "Softmax", 1, 13, ClaimSoftmax, TranslateSoftmax<false>});
+  r.Add({"", "LogSoftmax", 1, 13, ClaimSoftmax, TranslateSoftmax<true>});
+  r.Add({"", "LayerNormalization", 17, 17, ClaimLayerNorm, TranslateLayerNorm});
+}
 
 }  // namespace mlx_ep

@@ -34,13 +34,16 @@ with the domain when that is not ai.onnx (e.g. ``ai.onnx.ml::LabelEncoder``).
 Function-expanded tests (``*_expanded``, ``*_expanded_ver<N>``) use the op of
 their unexpanded twin plus ``_expanded``, e.g. ``LayerNormalization_expanded``.
 
-The onnx wheels after 1.16 no longer ship the node test data, only the Python
-generators. When ``onnx/backend/test/data/node`` is missing, the tests are
+Some onnx wheels (1.23.2 for one) ship only the Python generators of the node
+tests, not their data. When ``onnx/backend/test/data/node`` is missing, the tests are
 generated once (numpy seeded) into ``build/onnx-node-tests/onnx-<version>/node``
 in the same layout as onnx's ``cmd_tools generate-data``.
 
 Tests run in ``--jobs`` worker processes (this script with ``--worker``) that
 read test names on stdin and answer JSON lines, so an EP crash costs one test.
+Their stderr (ORT and EP logs) goes to ``<out-dir>/conformance-worker-<i>.log``.
+Results: ``<out-dir>/conformance.json`` and ``conformance.md`` (default out-dir
+``build/reports``).
 
 Exit status: 1 if ``mlx_claimed_wrong > 0`` or ``mlx_crash > 0`` or (full runs
 only, i.e. without ``--filter``) ``mlx_strict_pass`` is below the floor.
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import gc
 import json
 import os
 import queue
@@ -61,12 +65,14 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 EP_NAME = "MLXExecutionProvider"
 RTOL, ATOL = 1e-3, 1e-7
 MEMCPY_OPS = {"MemcpyToHost", "MemcpyFromHost"}
+REPORT_ENV = "ONNXRUNTIME_EP_MLX_REPORT"  # the EP writes its claim report there on session release
 EXPANDED_RE = re.compile(r"_expanded(_ver\d+)?$")
 PASS_CATEGORIES = ("strict_pass", "partial_pass", "fallback_pass")
 FAIL_CATEGORIES = ("claimed_wrong", "fallback_wrong", "mlx_error", "mlx_crash", "cpu_crash", "timeout")
@@ -102,10 +108,13 @@ def generate_node_tests(dest: Path) -> None:
     import numpy as np
     import onnx.backend.test.case.node as node_cases
 
-    np.random.seed(0)
+    np.random.seed(0)  # several generators draw random inputs
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        cases = node_cases.collect_testcases(None)
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    for case in node_cases.collect_testcases(None):
+    for case in cases:
         case_dir = tmp / case.name
         case_dir.mkdir(parents=True)
         (case_dir / "model.onnx").write_bytes(case.model.SerializeToString())
@@ -243,8 +252,19 @@ def _run_cpu(ort, model_path: str, data_sets) -> dict:
         return {"result": "error", "message": f"{type(exc).__name__}: {str(exc)[:600]}"}
 
 
+def _declined(report_path: str) -> list[str]:
+    """'reason' strings of the nodes the EP declined, from its claim report (if written)."""
+    if not os.path.exists(report_path):
+        return []
+    with open(report_path, encoding="utf-8") as f:
+        report = json.load(f)
+    os.unlink(report_path)
+    return sorted({d.get("reason", "?") for g in report.get("graphs", []) for d in g.get("declined", [])})
+
+
 def _run_mlx(ort, ep, model_path: str, data_sets, profile_prefix: str) -> dict:
     res: dict = {"nodes_mlx": 0, "nodes_total": 0}
+    os.environ[REPORT_ENV] = profile_prefix + ".report.json"
     try:
         so = _session_options(ort)
         so.enable_profiling = True
@@ -260,6 +280,8 @@ def _run_mlx(ort, ep, model_path: str, data_sets, profile_prefix: str) -> dict:
                 res["nodes_mlx"], res["nodes_total"], res["fallback_ops"] = _node_counts(profile)
                 os.unlink(profile)
         del sess
+        gc.collect()  # release the session now: the EP writes its report then
+        res["declined"] = _declined(os.environ[REPORT_ENV])
         for (_, expected), out in zip(data_sets, outputs):
             why = compare_outputs(expected, out)
             if why:
@@ -280,8 +302,6 @@ def worker_main(args: argparse.Namespace) -> int:
         out.write(json.dumps(msg) + "\n")
 
     try:
-        import gc
-
         import onnx
         import onnxruntime as ort
 
@@ -317,7 +337,7 @@ def worker_main(args: argparse.Namespace) -> int:
             continue
         send({"test": name, "stage": "cpu", "cpu": _run_cpu(ort, model_path, data_sets)})
         mlx = _run_mlx(ort, ep, model_path, data_sets, os.path.join(args.profile_dir, name))
-        gc.collect()  # release the session (and the EP's per-session state) inside this test
+        gc.collect()  # a session left over by a failure is released within its own test
         send({"test": name, "stage": "done", "mlx": mlx})
     return 0
 
@@ -329,6 +349,7 @@ class Worker:
 
     def __init__(self, index: int, data_dir: Path, profile_dir: str, log_path: Path):
         self.index, self.data_dir, self.profile_dir, self.log_path = index, data_dir, profile_dir, log_path
+        log_path.write_bytes(b"")  # one log per run; restarts append to it
         self.proc: subprocess.Popen | None = None
         self.buf = b""
 
@@ -380,8 +401,11 @@ class Worker:
             self._start()
         log_offset = self.log_path.stat().st_size
         start = time.monotonic()
-        self.proc.stdin.write((name + "\n").encode())
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write((name + "\n").encode())
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            pass  # it just died: the read below sees EOF and records a crash
         result: dict = {"name": name}
         while True:
             msg = self._read_line(start + timeout)
@@ -394,6 +418,7 @@ class Worker:
                     result["message"] = f"exit status {status}; stderr tail: {self._log_tail(log_offset)}"
                 else:
                     result["timeout"] = stage
+                    result["message"] = f"no answer within {timeout:g}s ({stage} stage)"
                 break
             result.update({k: v for k, v in msg.items() if k not in ("test", "stage")})
             if msg.get("stage") == "done":
@@ -432,8 +457,8 @@ def _coverage(r: dict) -> str | None:
 
 
 def summarize(results: list[dict], ops: dict[str, str], meta: dict) -> dict:
-    tests, per_op = [], collections.defaultdict(lambda: collections.Counter())
-    counts = collections.Counter()
+    tests, per_op = [], collections.defaultdict(collections.Counter)
+    counts, declined = collections.Counter(), collections.Counter()
     for r in sorted(results, key=lambda r: r["name"]):
         cat = classify(r)
         counts[cat] += 1
@@ -450,6 +475,9 @@ def summarize(results: list[dict], ops: dict[str, str], meta: dict) -> dict:
                  "seconds": r.get("seconds")}
         if mlx.get("fallback_ops"):
             entry["fallback_ops"] = mlx["fallback_ops"]
+        if mlx.get("declined"):
+            entry["declined"] = mlx["declined"]
+            declined.update(mlx["declined"])
         message = r.get("message") or mlx.get("message")
         if cat not in PASS_CATEGORIES and cat != "skipped" and message:
             entry["message"] = message
@@ -462,6 +490,7 @@ def summarize(results: list[dict], ops: dict[str, str], meta: dict) -> dict:
         "cpu_pass": counts["cpu_pass"],
         **{key: counts[cat] for cat, key in SUMMARY_KEYS.items()},
         "per_op": {op: dict(c) for op, c in sorted(per_op.items())},
+        "declined_reasons": dict(declined.most_common()),
         "tests": tests,
     })
     return summary
@@ -481,6 +510,9 @@ def write_markdown(s: dict, path: Path) -> None:
     lines += ["", "## Per op", "", "| op | " + " | ".join(cols) + " |", "|---" + "|---:" * len(cols) + "|"]
     for op, c in s["per_op"].items():
         lines.append(f"| {op} | " + " | ".join(str(c.get(k, 0)) for k in cols) + " |")
+    if s["declined_reasons"]:
+        lines += ["", "## Why the EP declined nodes (tests affected)", "", "| reason | tests |", "|---|---:|"]
+        lines += [f"| {r} | {n} |" for r, n in list(s["declined_reasons"].items())[:40]]
     bad = [t for t in s["tests"] if t["category"] in FAIL_CATEGORIES]
     if bad:
         lines += ["", "## Failures", "", "| test | category | message |", "|---|---|---|"]
@@ -576,7 +608,11 @@ def main(argv: list[str] | None = None) -> int:
     ops = {n: op_key(data_dir / n) for n in names}
     args.out_dir.mkdir(parents=True, exist_ok=True)
     print(f"{len(names)} tests from {data_dir}, {args.jobs} jobs, library {lib}", flush=True)
-    results = run_all(names, data_dir, max(1, args.jobs), args.timeout, args.out_dir)
+    try:
+        results = run_all(names, data_dir, max(1, args.jobs), args.timeout, args.out_dir)
+    except RuntimeError as exc:  # a worker could not start (e.g. the library does not load)
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     meta = {"onnx_version": onnx.__version__, "onnxruntime_version": ort.__version__,
             "library": lib, "data_dir": str(data_dir), "data_source": source, "filter": args.filter,
             "jobs": args.jobs, "elapsed_s": round(time.monotonic() - t0, 1)}

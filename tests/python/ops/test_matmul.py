@@ -1,0 +1,217 @@
+"""Parity of the matmul family (MatMul, Gemm) against ORT's CPU EP.
+
+fp32 products are summed in a different order than ORT's MLAS; both are accurate to ~1e-7 of
+sum(|a||b|), but an output that cancels (signed data, large K) can differ by more than 1e-5 of its
+own value. Float tests therefore use positive data (no cancellation: the comparison is meaningful
+at 1e-5 rel) or small integer-valued data (exact in any order)."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from harness import assert_close, check_parity, make_model, random_array, run_cpu, run_mlx
+from test_reduction import check_bf16
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def data(shape, dtype, rng, kind="positive"):
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        lo = 0 if dtype.kind == "u" else -5
+        return random_array(shape, dtype, rng, low=lo, high=5)
+    if kind == "int":  # integer-valued floats: sums are exact in any order
+        return random_array(shape, np.float32, rng, low=-4, high=4).round().astype(dtype)
+    return random_array(shape, np.float32, rng, low=0.5, high=1.5).astype(dtype)
+
+
+def matmul_model(dtype, sa, sb, opset=13):
+    return make_model("MatMul", [("a", dtype, list(sa)), ("b", dtype, list(sb))], [("y", None, None)],
+                      opset=opset)
+
+
+MATMUL_SHAPES = [
+    ((3, 4), (4, 5)),
+    ((1, 7), (7, 1)),
+    ((4,), (4, 5)),          # 1-D a
+    ((3, 4), (4,)),          # 1-D b
+    ((4,), (4,)),            # both 1-D: a scalar
+    ((2, 3, 4), (4, 5)),     # batch x matrix
+    ((3, 4), (2, 4, 5)),
+    ((2, 1, 3, 4), (5, 4, 6)),  # batch broadcasting
+    ((2, 3, 4), (4,)),
+    ((4,), (2, 4, 3)),
+    ((0, 4), (4, 5)),        # empty M
+    ((3, 0), (0, 5)),        # K = 0: zeros
+    ((2, 0, 3), (3, 4)),
+]
+
+
+@pytest.mark.parametrize("kind", ["positive", "int"])
+@pytest.mark.parametrize("sa,sb", MATMUL_SHAPES, ids=[f"{a}x{b}" for a, b in MATMUL_SHAPES])
+def test_matmul_float32_shapes(sa, sb, kind):
+    rng = np.random.default_rng(0)
+    check_parity(matmul_model(np.float32, sa, sb), {"a": data(sa, np.float32, rng, kind),
+                                                     "b": data(sb, np.float32, rng, kind)})
+
+
+@pytest.mark.parametrize("k", [64, 512, 2048])
+def test_matmul_float32_large_k(k):
+    rng = np.random.default_rng(1)
+    sa, sb = (2, 16, k), (k, 24)
+    check_parity(matmul_model(np.float32, sa, sb), {"a": data(sa, np.float32, rng), "b": data(sb, np.float32, rng)})
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int32, np.int64, np.uint32, np.uint64],
+                         ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("sa,sb", [((2, 3, 8), (8, 5)), ((6,), (3, 6, 2)), ((3, 0), (0, 2))],
+                         ids=["batch", "vec", "k0"])
+def test_matmul_dtypes(dtype, sa, sb):
+    rng = np.random.default_rng(2)
+    a, b = data(sa, dtype, rng), data(sb, dtype, rng)
+    expected = None
+    if np.dtype(dtype).kind == "u" and sa[-1] == 0:
+        expected = [np.matmul(a, b)]  # ORT's CPU kernel errors on unsigned K = 0 (a type-check bug)
+    check_parity(matmul_model(dtype, sa, sb), {"a": a, "b": b}, expected=expected)
+
+
+def test_matmul_float16_large_k():
+    rng = np.random.default_rng(3)
+    sa, sb = (32, 1024), (1024, 16)
+    check_parity(matmul_model(np.float16, sa, sb), {"a": data(sa, np.float16, rng), "b": data(sb, np.float16, rng)})
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_matmul_int_wraps_like_ort(dtype):
+    """Integer products overflow with two's-complement wrap-around, like ORT."""
+    info = np.iinfo(dtype)
+    a = np.array([[info.max // 2, 3, -7], [info.min // 3, 5, 1]], dtype=dtype)
+    b = np.array([[3, 1], [info.max // 5, -2], [4, info.min // 2]], dtype=dtype)
+    check_parity(matmul_model(dtype, a.shape, b.shape), {"a": a, "b": b})
+
+
+def test_matmul_int_chunked():
+    """A K large enough that the exact integer path runs in several chunks."""
+    rng = np.random.default_rng(4)
+    sa, sb = (64, 600), (600, 512)
+    check_parity(matmul_model(np.int32, sa, sb), {"a": data(sa, np.int32, rng), "b": data(sb, np.int32, rng)})
+
+
+@pytest.mark.parametrize("opset", [1, 9, 13])
+def test_matmul_opsets(opset):
+    rng = np.random.default_rng(5)
+    sa, sb = (2, 3, 4), (4, 5)
+    check_parity(matmul_model(np.float32, sa, sb, opset), {"a": data(sa, np.float32, rng),
+                                                            "b": data(sb, np.float32, rng)})
+
+
+def test_matmul_bf16():
+    rng = np.random.default_rng(6)
+    sa, sb = (2, 5, 16), (16, 3)
+    a, b = data(sa, np.float32, rng, "int"), data(sb, np.float32, rng, "int")
+    ref = run_cpu(matmul_model(np.float32, sa, sb), {"a": a, "b": b})
+    check_bf16(matmul_model(BF16, sa, sb), {"a": a, "b": b}, ref)
+
+
+def test_matmul_nan_inf():
+    a = np.array([[1.0, np.nan], [np.inf, 1.0], [1.0, 2.0]], dtype=np.float32)
+    b = np.array([[1.0, 0.5], [2.0, -1.0]], dtype=np.float32)
+    check_parity(matmul_model(np.float32, a.shape, b.shape), {"a": a, "b": b})
+
+
+# ---- Gemm --------------------------------------------------------------------------------------
+
+def gemm_model(dtype, sa, sb, sc, opset=13, c_const=None, **attrs):
+    inputs = [("a", dtype, list(sa)), ("b", dtype, list(sb))]
+    inits = {}
+    if sc is not None:
+        inputs.append(("c", dtype, list(sc)))
+        if c_const is not None:
+            inits["c"] = c_const
+    return make_model("Gemm", inputs, [("y", None, None)], attrs, opset=opset, initializers=inits)
+
+
+GEMM_CASES = [
+    # (sa, sb, sc, attrs)
+    ((3, 4), (4, 5), (3, 5), {}),
+    ((4, 3), (4, 5), (5,), {"transA": 1}),
+    ((3, 4), (5, 4), (1, 5), {"transB": 1, "alpha": 0.5}),
+    ((4, 3), (5, 4), (3, 1), {"transA": 1, "transB": 1, "alpha": 2.0, "beta": 0.25}),
+    ((3, 4), (4, 5), (), {"beta": -1.5}),
+    ((3, 4), (4, 5), (1, 1), {"alpha": -1.0}),
+    ((3, 4), (4, 5), None, {}),
+    ((3, 4), (4, 5), None, {"alpha": 3.0, "beta": 7.0}),
+    ((1, 8), (8, 1), (1,), {}),
+    ((0, 4), (4, 5), (5,), {}),
+    ((3, 0), (0, 5), (5,), {"beta": 0.5}),   # K = 0: ORT returns C unscaled
+    ((3, 0), (0, 5), (5,), {"beta": 0.0}),
+    ((3, 0), (0, 5), None, {}),
+]
+
+
+@pytest.mark.parametrize("opset", [7, 9, 11, 13])
+@pytest.mark.parametrize("case", GEMM_CASES, ids=lambda c: f"{c[0]}x{c[1]}+{c[2]}-{c[3]}")
+def test_gemm_float32(case, opset):
+    sa, sb, sc, attrs = case
+    if sc is None and opset < 11:
+        pytest.skip("C is required before opset 11")
+    rng = np.random.default_rng(7)
+    feeds = {"a": data(sa, np.float32, rng), "b": data(sb, np.float32, rng)}
+    if sc is not None:
+        feeds["c"] = random_array(sc, np.float32, rng, low=-2, high=2)
+    check_parity(gemm_model(np.float32, sa, sb, sc, opset, **attrs), feeds)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64], ids=["f16", "f64"])
+@pytest.mark.parametrize("case", GEMM_CASES[:8], ids=lambda c: f"{c[0]}x{c[1]}+{c[2]}-{c[3]}")
+def test_gemm_other_floats(case, dtype):
+    sa, sb, sc, attrs = case
+    rng = np.random.default_rng(8)
+    feeds = {"a": data(sa, dtype, rng), "b": data(sb, dtype, rng)}
+    if sc is not None:
+        feeds["c"] = random_array(sc, np.float32, rng, low=-2, high=2).astype(dtype)
+    check_parity(gemm_model(dtype, sa, sb, sc, **attrs), feeds)
+
+
+def test_gemm_large_k_constant_weights():
+    """The usual Linear-layer shape: constant B and C, transB=1."""
+    rng = np.random.default_rng(9)
+    a = data((8, 768), np.float32, rng)
+    w = data((256, 768), np.float32, rng)
+    bias = random_array((256,), np.float32, rng)
+    model = make_model("Gemm", [("a", np.float32, [8, 768]), ("w", np.float32, [256, 768]),
+                                ("bias", np.float32, [256])], [("y", None, None)], {"transB": 1},
+                       opset=13, initializers={"w": w, "bias": bias})
+    check_parity(model, {"a": a})
+
+
+def test_gemm_beta_zero_ignores_nan_c():
+    rng = np.random.default_rng(10)
+    a, b = data((3, 4), np.float32, rng), data((4, 5), np.float32, rng)
+    c = np.full((3, 5), np.nan, dtype=np.float32)
+    check_parity(gemm_model(np.float32, (3, 4), (4, 5), (3, 5), beta=0.0), {"a": a, "b": b, "c": c})
+
+
+def test_gemm_bf16():
+    rng = np.random.default_rng(11)
+    a, b, c = data((4, 16), np.float32, rng, "int"), data((16, 3), np.float32, rng, "int"), data((3,), np.float32, rng, "int")
+    ref = run_cpu(gemm_model(np.float32, (4, 16), (16, 3), (3,), alpha=0.5, beta=2.0), {"a": a, "b": b, "c": c})
+    check_bf16(gemm_model(BF16, (4, 16), (16, 3), (3,), alpha=0.5, beta=2.0), {"a": a, "b": b, "c": c}, ref)
+
+
+def test_gemm_int_declined():
+    """ONNX allows integer Gemm but ORT's CPU EP has no kernel; we don't claim it either."""
+    a = np.ones((2, 3), dtype=np.int32)
+    b = np.ones((3, 2), dtype=np.int32)
+    model = gemm_model(np.int32, (2, 3), (3, 2), None, opset=13)
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED|implementation"):
+        run_mlx(model, {"a": a, "b": b})
+
+
+def test_gemm_opset6_declined():
+    """Gemm-6 (legacy `broadcast` attribute) is not claimed; ORT's CPU EP has no kernel either."""
+    a = np.ones((2, 3), dtype=np.float32)
+    b = np.ones((3, 2), dtype=np.float32)
+    c = np.ones((2, 2), dtype=np.float32)
+    model = gemm_model(np.float32, (2, 3), (3, 2), (2, 2), opset=6, broadcast=1)
+    with pytest.raises(Exception, match="NOT_IMPLEMENTED|implementation"):
+        run_mlx(model, {"a": a, "b": b, "c": c})

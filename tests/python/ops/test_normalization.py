@@ -1,0 +1,167 @@
+"""Parity of the normalization family (Softmax, LogSoftmax, LayerNormalization) against ORT's CPU EP."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+from harness import assert_close, check_parity, make_model, random_array, run_cpu, run_mlx
+from test_reduction import check_bf16
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def softmax_model(op, dtype, shape, axis=None, opset=13):
+    attrs = {} if axis is None else {"axis": axis}
+    return make_model(op, [("x", dtype, list(shape))], [("y", None, None)], attrs, opset=opset)
+
+
+SOFTMAX_CASES = [
+    # (shape, axis or None for the default)
+    ((3, 4, 5), None),
+    ((3, 4, 5), 0),
+    ((3, 4, 5), 1),
+    ((3, 4, 5), -2),
+    ((2, 3, 4, 5), 2),
+    ((7,), 0),
+    ((1, 1), None),
+    ((2, 0, 3), None),
+    ((2, 0, 3), 0),
+]
+
+
+@pytest.mark.parametrize("opset", [1, 11, 13])
+@pytest.mark.parametrize("case", SOFTMAX_CASES, ids=lambda c: f"{c[0]}-axis{c[1]}")
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_float32(op, case, opset):
+    shape, axis = case
+    if opset < 11 and axis is not None and axis < 0:
+        pytest.skip("negative axis needs opset 11")
+    x = random_array(shape, np.float32, np.random.default_rng(0), low=-4, high=4)
+    check_parity(softmax_model(op, np.float32, shape, axis, opset), {"x": x})
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64], ids=["f16", "f64"])
+@pytest.mark.parametrize("opset", [11, 13])
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_other_floats(op, opset, dtype):
+    shape = (3, 4, 50)
+    x = random_array(shape, np.float32, np.random.default_rng(1), low=-6, high=6).astype(dtype)
+    check_parity(softmax_model(op, dtype, shape, 1, opset), {"x": x})
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_bf16(op):
+    x = random_array((3, 40), np.float32, np.random.default_rng(2), low=-4, high=4)
+    ref = run_cpu(softmax_model(op, np.float32, x.shape), {"x": x})
+    check_bf16(softmax_model(op, BF16, x.shape), {"x": x}, ref)
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 50257), -1), ((4096, 3), 0)], ids=["vocab", "axis0"])
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_long_rows(op, shape, axis):
+    """Long rows: the sum of exp() must stay as accurate as ORT's."""
+    x = random_array(shape, np.float32, np.random.default_rng(3), low=-5, high=5)
+    check_parity(softmax_model(op, np.float32, shape, axis), {"x": x})
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_special_values(op):
+    inf = np.inf
+    x = np.array([[-inf, -inf, -inf], [-inf, 1, 2], [inf, 1, 2], [np.nan, 1, 2], [1000, 0, -1000],
+                  [3.0, 3.0, 3.0]], dtype=np.float32)
+    check_parity(softmax_model(op, np.float32, x.shape), {"x": x})
+
+
+# ---- LayerNormalization ------------------------------------------------------------------------
+
+def layer_norm_model(dtype, shape, axis=-1, bias=True, outputs=("y",), **attrs):
+    rank = len(shape)
+    norm_shape = list(shape[axis % rank:])
+    inputs = [("x", dtype, list(shape)), ("scale", dtype, norm_shape)]
+    if bias:
+        inputs.append(("bias", dtype, norm_shape))
+    model = make_model("LayerNormalization", inputs, [(o or "unused", None, None) for o in outputs],
+                       {"axis": axis, **attrs}, opset=17)
+    if "" in outputs:  # an optional output left out in the middle: empty name, no graph output
+        node = model.graph.node[0]
+        node.output[:] = list(outputs)
+        keep = [o for o in model.graph.output if o.name != "unused"]
+        del model.graph.output[:]
+        model.graph.output.extend(keep)
+    return model
+
+
+def layer_norm_feeds(dtype, shape, axis=-1, bias=True, mean=0.0, std=1.0, seed=0):
+    rng = np.random.default_rng(seed)
+    norm_shape = shape[axis % len(shape):]
+    feeds = {"x": (rng.standard_normal(shape) * std + mean).astype(np.float32).astype(dtype),
+             "scale": rng.uniform(0.5, 1.5, norm_shape).astype(np.float32).astype(dtype)}
+    if bias:
+        feeds["bias"] = rng.uniform(-1, 1, norm_shape).astype(np.float32).astype(dtype)
+    return feeds
+
+
+LN_CASES = [
+    # (shape, axis, bias)
+    ((2, 3, 8), -1, True),
+    ((2, 3, 8), -1, False),
+    ((2, 3, 8), 1, True),
+    ((2, 3, 8), 0, True),
+    ((4, 768), -1, True),
+    ((2, 5, 1024), -1, True),
+    ((8,), 0, True),
+    ((3, 1), -1, True),
+]
+
+
+@pytest.mark.parametrize("outputs", [("y",), ("y", "mean", "inv_std"), ("y", "mean"), ("y", "", "inv_std")],
+                         ids=["y", "all", "mean", "inv"])
+@pytest.mark.parametrize("case", LN_CASES, ids=lambda c: f"{c[0]}-axis{c[1]}-bias{int(c[2])}")
+def test_layer_norm_float32(case, outputs):
+    shape, axis, bias = case
+    model = layer_norm_model(np.float32, shape, axis, bias, outputs)
+    check_parity(model, layer_norm_feeds(np.float32, shape, axis, bias))
+
+
+@pytest.mark.parametrize("mean,std", [(10.0, 0.1), (100.0, 1.0), (-3.0, 0.5)])
+def test_layer_norm_offset_rows(mean, std):
+    """Rows whose mean is large against their spread: the variance must not lose precision."""
+    shape = (4, 768)
+    model = layer_norm_model(np.float32, shape, outputs=("y", "mean", "inv_std"))
+    check_parity(model, layer_norm_feeds(np.float32, shape, mean=mean, std=std))
+
+
+@pytest.mark.parametrize("epsilon", [1e-12, 1e-3, 0.5])
+def test_layer_norm_epsilon(epsilon):
+    shape = (3, 16)
+    check_parity(layer_norm_model(np.float32, shape, epsilon=epsilon), layer_norm_feeds(np.float32, shape, std=0.05))
+
+
+@pytest.mark.parametrize("outputs", [("y",), ("y", "mean", "inv_std")], ids=["y", "all"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float64], ids=["f16", "f64"])
+def test_layer_norm_other_floats(dtype, outputs):
+    shape = (2, 3, 64)
+    check_parity(layer_norm_model(dtype, shape, outputs=outputs), layer_norm_feeds(dtype, shape))
+
+
+def test_layer_norm_bf16():
+    shape = (3, 32)
+    feeds = layer_norm_feeds(np.float32, shape)
+    feeds = {k: v.astype(BF16).astype(np.float32) for k, v in feeds.items()}
+    ref = run_cpu(layer_norm_model(np.float32, shape), feeds)
+    check_bf16(layer_norm_model(BF16, shape), feeds, ref)
+
+
+@pytest.mark.parametrize("shape,outputs", [((2, 0, 8), ("y",)), ((0, 8), ("y", "mean", "inv_std"))],
+                         ids=["empty-y", "empty-all"])
+def test_layer_norm_empty(shape, outputs):
+    check_parity(layer_norm_model(np.float32, shape, outputs=outputs), layer_norm_feeds(np.float32, shape))
+
+
+def test_layer_norm_stash_type_declined():
+    """stash_type other than 1 (float32) is not claimed: the node runs on CPU."""
+    shape = (2, 8)
+    model = layer_norm_model(np.float32, shape, stash_type=0)
+    feeds = layer_norm_feeds(np.float32, shape)
+    got, mlx, total = run_mlx(model, feeds)
+    assert mlx == 0 and total == 1
+    assert_close(got[0], run_cpu(model, feeds)[0])
