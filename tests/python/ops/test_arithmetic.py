@@ -1,0 +1,488 @@
+"""Parity tests of the arithmetic family: Add Sub Mul Div Pow Mod Min Max Sum Mean.
+
+The reference is ORT's CPU EP where it has a kernel; for the types it lacks (bfloat16, most
+narrow integers, ...) it is a numpy computation of the ONNX semantics.
+
+Several ops usually share one model (one node each, all on the same inputs): MLX's CPU backend
+JIT-compiles every new fused kernel (~0.5 s each on a cold cache), so fewer, wider models keep
+this file fast while still checking every op on every dtype/shape."""
+import json
+import os
+import tempfile
+import warnings
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxruntime_ep_mlx as mlx_ep
+from harness import EP, assert_close, check_parity, make_model, onnx_type, random_array, run_cpu, run_mlx
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+FLOATS = [np.float32, np.float16, BF16, np.float64]
+SIGNED = [np.int8, np.int16, np.int32, np.int64]
+UNSIGNED = [np.uint8, np.uint16, np.uint32, np.uint64]
+NUMERIC = FLOATS + SIGNED + UNSIGNED
+
+# (shape of A, shape of B): same shape, numpy broadcasting, scalars, an empty dim, rank 1..4.
+SHAPES = [
+    ((3, 4), (3, 4)),
+    ((2, 3, 4), (4,)),
+    ((2, 1, 4), (3, 1)),
+    ((), (2, 3)),
+    ((5,), ()),
+    ((0, 3), (1, 3)),
+    ((2, 3, 4, 5), (3, 1, 5)),
+]
+
+
+def ids(v):
+    if isinstance(v, tuple):
+        return "x".join(map(str, v)) or "scalar"
+    if isinstance(v, (list, str, int)):
+        return str(v)
+    return np.dtype(v).name
+
+
+# --- harness helpers -------------------------------------------------------------------------
+
+def multi_model(ops, inputs, out_dtype, opset=17, attrs=None):
+    """One node per op, all reading `inputs` ((name, dtype, shape) triples), output y<i> of
+    `out_dtype` (a dtype, or one per op)."""
+    attrs = attrs or [{}] * len(ops)
+    out_types = out_dtype if isinstance(out_dtype, list) else [out_dtype] * len(ops)
+    names = [n for n, _, _ in inputs]
+    nodes = [helper.make_node(op, names, [f"y{i}"], name=f"{op}_{i}", **a)
+             for i, (op, a) in enumerate(zip(ops, attrs))]
+    graph = helper.make_graph(
+        nodes, "arith_test",
+        [helper.make_tensor_value_info(n, onnx_type(t), list(s)) for n, t, s in inputs],
+        [helper.make_tensor_value_info(f"y{i}", onnx_type(t), None) for i, t in enumerate(out_types)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+_F64 = []
+
+
+def f64_on_mlx():
+    """MLX computes float64 only on its CPU device: probe once whether this run claims it."""
+    if not _F64:
+        model = make_model("Add", [("a", np.float64, [1]), ("b", np.float64, [1])], [("y", np.float64, None)])
+        _F64.append(run_mlx(model, {"a": np.ones(1), "b": np.ones(1)})[1] == 1)
+    return _F64[0]
+
+
+def bf16_wrapped(model):
+    """bfloat16 graph inputs/outputs become float32 ones + Cast nodes named cast_* (ORT's Python
+    API can't feed or fetch bfloat16)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    pre, post = [], []
+    for vi in g.input:
+        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+            inner = vi.name + "_bf16"
+            for n in g.node:
+                n.input[:] = [inner if i == vi.name else i for i in n.input]
+            pre.append(helper.make_node("Cast", [vi.name], [inner], name=f"cast_{vi.name}",
+                                        to=TensorProto.BFLOAT16))
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT
+    for vi in g.output:
+        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
+            inner = vi.name + "_bf16"
+            for n in g.node:
+                n.output[:] = [inner if o == vi.name else o for o in n.output]
+            post.append(helper.make_node("Cast", [inner], [vi.name], name=f"cast_{vi.name}",
+                                         to=TensorProto.FLOAT))
+            vi.type.tensor_type.elem_type = TensorProto.FLOAT
+    nodes = pre + list(g.node) + post
+    del g.node[:]
+    g.node.extend(nodes)
+    return m
+
+
+def check_bf16(model, feeds, expected):
+    """Runs a bfloat16 model through bf16_wrapped; every node but the cast_* ones must run on MLX."""
+    wrapped = bf16_wrapped(model)
+    feeds32 = {k: (v.astype(np.float32) if v.dtype == BF16 else v) for k, v in feeds.items()}
+    mlx_ep.register_execution_provider_library()
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    with tempfile.TemporaryDirectory() as tmp:
+        so.profile_file_prefix = os.path.join(tmp, "profile")
+        sess = ort.InferenceSession(wrapped.SerializeToString(), so, providers=[EP, "CPUExecutionProvider"])
+        got = sess.run(None, feeds32)
+        with open(sess.end_profiling()) as f:
+            events = json.load(f)
+    nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    on_cpu = [e["name"] for e in nodes if e["args"].get("provider") != EP]
+    assert any(e["args"].get("provider") == EP for e in nodes), "nothing ran on MLX"
+    assert all(n.startswith("cast_") for n in on_cpu), f"ran on CPU: {on_cpu}"
+    for i, (g, r) in enumerate(zip(got, expected)):
+        r = np.asarray(r)
+        if r.dtype == BF16:
+            assert_close(g, r.astype(np.float32), dtype=BF16, what=f"output {i}")
+        else:
+            assert_close(g, r, what=f"output {i}")
+    return got
+
+
+def _numpy(fallback):
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        out = fallback()
+    return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+def cpu_or(model, feeds, fallback):
+    """ORT CPU outputs, or the numpy `fallback()` where the CPU EP has no kernel for these types."""
+    try:
+        return run_cpu(model, feeds)
+    except Exception as e:  # noqa: BLE001 - only "no kernel" is tolerated
+        if "Could not find an implementation" not in str(e):
+            raise
+        return _numpy(fallback)
+
+
+def parity(model, feeds, fallback=None):
+    """check_parity against ORT CPU (or the numpy fallback); bfloat16 goes through check_bf16, and
+    float64 data may be declined where MLX runs on a GPU."""
+    if any(v.dtype == BF16 for v in feeds.values()):
+        return check_bf16(model, feeds, _numpy(fallback))
+    expected = cpu_or(model, feeds, fallback)
+    if any(v.dtype == np.float64 for v in feeds.values()) and not f64_on_mlx():
+        got, mlx, _ = run_mlx(model, feeds)
+        assert mlx == 0
+        for g, r in zip(got, expected):
+            assert_close(g, r)
+        return got
+    return check_parity(model, feeds, expected=expected)
+
+
+# --- numpy references ------------------------------------------------------------------------
+
+def in_wide(fn, *xs):
+    """fn computed in float32 (float64 for float64) and rounded back to the input type."""
+    dt = np.dtype(xs[0].dtype)
+    wide = np.float64 if dt == np.float64 else np.float32
+    return np.asarray(fn(*[x.astype(wide) for x in xs])).astype(dt)
+
+
+def trunc_div(a, b):
+    q = np.abs(a.astype(np.int64)) // np.abs(b.astype(np.int64))
+    return np.where((a < 0) != (b < 0), -q, q).astype(a.dtype)
+
+
+def binary_ref(op, a, b, fmod=0):
+    dt = np.dtype(a.dtype)
+    if op in ("Add", "Sub", "Mul"):
+        fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[op]
+        return in_wide(fn, a, b) if dt.kind not in "iu" else fn(a, b)
+    if op == "Div":
+        if dt.kind == "i":
+            return trunc_div(a, b)
+        return a // b if dt.kind == "u" else in_wide(np.divide, a, b)
+    if op == "Mod":
+        if dt.kind in "iu":
+            return (np.fmod(a, b) if fmod else np.mod(a, b)).astype(dt)
+        return in_wide(np.fmod, a, b)
+    raise ValueError(op)
+
+
+def binary_data(dtype, sa, sb, seed=0, nonzero_b=False):
+    rng = np.random.default_rng(seed)
+    dtype = np.dtype(dtype)
+    lo = 0 if dtype.kind == "u" else -50
+    a, b = random_array(sa, dtype, rng, lo, 50), random_array(sb, dtype, rng, lo, 50)
+    if nonzero_b:
+        if dtype.kind in "iu":
+            b[b == 0] = 7
+        else:
+            b32 = b.astype(np.float32)
+            b = np.where(np.abs(b32) < 0.5, np.float32(1.5), b32).astype(dtype)
+    return np.asarray(a), np.asarray(b)
+
+
+def ab(dtype, sa, sb):
+    return [("a", dtype, sa), ("b", dtype, sb)]
+
+
+# --- Add Sub Mul Div -------------------------------------------------------------------------
+
+BASIC = ["Add", "Sub", "Mul", "Div"]
+
+
+# The per-dtype tests use equal shapes: a broadcast makes MLX JIT-compile a fused kernel per
+# (op, dtype, pattern), slow on a cold cache; broadcasting has its own tests below.
+@pytest.mark.parametrize("dtype", NUMERIC, ids=ids)
+def test_basic_types(dtype):
+    sa, sb = (2, 3, 4), (2, 3, 4)
+    a, b = binary_data(dtype, sa, sb, nonzero_b=True)
+    parity(multi_model(BASIC, ab(dtype, sa, sb), dtype), {"a": a, "b": b},
+           lambda: [binary_ref(op, a, b) for op in BASIC])
+
+
+@pytest.mark.parametrize("shapes,dtype", [(s, np.float32) for s in SHAPES] + [(s, np.int32) for s in SHAPES[2:6]],
+                         ids=ids)
+def test_basic_shapes(shapes, dtype):
+    sa, sb = shapes
+    a, b = binary_data(dtype, sa, sb, seed=1, nonzero_b=True)
+    parity(multi_model(BASIC, ab(dtype, sa, sb), dtype), {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("opset", [7, 13, 14])
+def test_basic_opsets(opset):
+    a, b = binary_data(np.float32, (2, 3), (3,), nonzero_b=True)
+    parity(multi_model(BASIC, ab(np.float32, (2, 3), (3,)), np.float32, opset=opset), {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("dtype", SIGNED, ids=ids)
+def test_div_int_truncates(dtype):
+    info = np.iinfo(dtype)
+    a = np.array([7, -7, 7, -7, 0, 1, -1, info.max, info.min, info.min, 6, -6], dtype)
+    b = np.array([2, 2, -2, -2, 3, -3, 3, 2, 2, 1, 3, -3], dtype)
+    parity(make_model("Div", ab(dtype, a.shape, b.shape), [("y", dtype, None)]), {"a": a, "b": b},
+           lambda: trunc_div(a, b))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint8, np.uint64], ids=ids)
+def test_int_overflow_wraps(dtype):
+    info = np.iinfo(dtype)
+    a = np.array([info.max, info.min, info.max, 3], dtype)
+    b = np.array([1, 1, 2, info.max], dtype)
+    ops = ["Add", "Sub", "Mul"]
+    parity(multi_model(ops, ab(dtype, a.shape, b.shape), dtype), {"a": a, "b": b},
+           lambda: [binary_ref(op, a, b) for op in ops])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=ids)
+def test_float_special_values(dtype):
+    a = np.array([1, -1, 0, np.inf, -np.inf, np.nan, 0, 5, 6e4, -0.0], dtype)
+    b = np.array([0, 0, 0, np.inf, 2, 1, -np.inf, np.nan, 4, 3], dtype)
+    parity(multi_model(BASIC, ab(dtype, a.shape, b.shape), dtype), {"a": a, "b": b})
+
+
+def test_constant_operand():
+    b = np.array([1.5, -2.0, 3.0], np.float32)
+    model = make_model("Div", ab(np.float32, [2, 3], [3]), [("y", np.float32, None)], initializers={"b": b})
+    check_parity(model, {"a": random_array((2, 3), np.float32)})
+
+
+# --- Mod -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", SIGNED + UNSIGNED, ids=ids)
+def test_mod_int(dtype):
+    info = np.iinfo(dtype)
+    if np.dtype(dtype).kind == "i":
+        # (info.min % -1 traps in ORT's CPU kernel, like C's. ORT's fmod=1 goes through double,
+        # so 64-bit values stay within 2^53 here; see test_mod_int64_beyond_2_53.)
+        big = info.max if info.bits < 64 else 2**53 - 1
+        a = np.array([5, -5, 5, -5, 0, 7, -7, 6, info.min, info.min, big, 3], dtype)
+        b = np.array([3, 3, -3, -3, 4, 7, 2, -4, 3, 2, -2, info.min], dtype)
+    else:
+        big = info.max if info.bits < 64 else 2**53 - 1
+        a = np.array([5, 0, 7, big, 9, 3], dtype)
+        b = np.array([3, 4, 7, 2, 10, big], dtype)
+    model = multi_model(["Mod", "Mod"], ab(dtype, a.shape, b.shape), dtype, attrs=[{"fmod": 0}, {"fmod": 1}])
+    parity(model, {"a": a, "b": b}, lambda: [binary_ref("Mod", a, b, 0), binary_ref("Mod", a, b, 1)])
+
+
+def test_mod_int64_beyond_2_53():
+    # ORT computes integer fmod=1 as std::fmod(double, double), which rounds 64-bit values beyond
+    # 2^53; MLX computes the exact integer remainder (what ONNX specifies).
+    a = np.array([2**63 - 1, -(2**62) - 3, 2**60 + 1], np.int64)
+    b = np.array([-2, 10, 3], np.int64)
+    model = make_model("Mod", ab(np.int64, a.shape, b.shape), [("y", np.int64, None)], attrs={"fmod": 1})
+    got, mlx, total = run_mlx(model, {"a": a, "b": b})
+    assert mlx == total == 1
+    assert_close(got[0], np.fmod(a, b))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=ids)
+def test_mod_float_fmod(dtype):
+    a = np.array([5.5, -5.5, 5.5, -5.5, 0, 7, -7, 1e4 + 0.25, np.inf, 3, 2, -2, np.nan, 1e-3, 40.5], np.float32)
+    b = np.array([3, 3, -3, -3, 2, 7, 7, 0.75, 2, np.inf, 0, -np.inf, 1, 3, 1e-2], np.float32)
+    a, b = a.astype(dtype), b.astype(dtype)
+    model = make_model("Mod", ab(dtype, a.shape, b.shape), [("y", dtype, None)], attrs={"fmod": 1})
+    parity(model, {"a": a, "b": b}, lambda: binary_ref("Mod", a, b, 1))
+
+
+@pytest.mark.parametrize("shapes", SHAPES[2:6], ids=ids)
+def test_mod_shapes(shapes):
+    sa, sb = shapes
+    a, b = binary_data(np.int32, sa, sb, seed=2, nonzero_b=True)
+    model = multi_model(["Mod", "Mod"], ab(np.int32, sa, sb), np.int32, attrs=[{"fmod": 0}, {"fmod": 1}])
+    parity(model, {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("opset", [10, 13])
+def test_mod_opsets(opset):
+    a, b = binary_data(np.float32, (2, 3), (3,), nonzero_b=True)
+    model = make_model("Mod", ab(np.float32, (2, 3), (3,)), [("y", np.float32, None)], attrs={"fmod": 1},
+                       opset=opset)
+    parity(model, {"a": a, "b": b})
+
+
+def test_mod_float_fmod0_declined():
+    # ORT rejects fmod=0 for floats before opset 28; MLX must not claim it either, so the CPU
+    # kernel runs it and fails the way it does alone.
+    a, b = binary_data(np.float32, (4,), (4,), nonzero_b=True)
+    model = make_model("Mod", ab(np.float32, (4,), (4,)), [("y", np.float32, None)], attrs={"fmod": 0})
+    with pytest.raises(Exception, match="fmod attribute must be true"):
+        run_mlx(model, {"a": a, "b": b})
+
+
+# --- Pow -------------------------------------------------------------------------------------
+
+def pow_ref(x, y):
+    """static_cast<T>(std::pow(double(x), double(y))), with exact integer powers."""
+    if np.dtype(x.dtype).kind in "iu" and np.dtype(y.dtype).kind in "iu":
+        xb, yb = np.broadcast_arrays(x.astype(np.int64), y.astype(np.int64))
+        out = np.empty(xb.shape, np.int64)
+        for i in np.ndindex(xb.shape):
+            b, e = int(xb[i]), int(yb[i])
+            out[i] = b**e if e >= 0 else (1 if b == 1 else (-1 if e % 2 else 1) if b == -1 else 0)
+        return out.astype(x.dtype)
+    return np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype)
+
+
+def pow_data(tx, ty, sx, sy, seed=0):
+    rng = np.random.default_rng(seed)
+    tx, ty = np.dtype(tx), np.dtype(ty)
+    x = random_array(sx, tx, rng, -4, 4) if tx.kind in "iu" else random_array(sx, tx, rng, 0.1, 3.0)
+    if ty.kind == "u":
+        y = random_array(sy, ty, rng, 0, 5)
+    elif ty.kind == "i":
+        y = random_array(sy, ty, rng, -2 if tx.kind in "iu" else -3, 5)
+    else:
+        y = random_array(sy, ty, rng, -2.0, 2.5)
+    return np.asarray(x), np.asarray(y)
+
+
+POW_TYPES = [
+    (np.float32, np.float32), (np.float16, np.float16), (BF16, BF16), (np.float64, np.float64),
+    (np.float32, np.int32), (np.float32, np.int64), (np.float32, np.float64), (np.float32, np.uint8),
+    (np.float16, np.float32), (np.float64, np.int32),
+    (np.int32, np.int32), (np.int64, np.int64), (np.int32, np.int64), (np.int64, np.int8),
+    (np.int32, np.float32), (np.int64, np.float64),
+]
+
+
+@pytest.mark.parametrize("tx,ty", POW_TYPES, ids=ids)
+def test_pow_types(tx, ty):
+    x, y = pow_data(tx, ty, (2, 3, 4), (3, 1))
+    model = make_model("Pow", [("a", tx, [2, 3, 4]), ("b", ty, [3, 1])], [("y", tx, None)], opset=15)
+    if np.dtype(tx).kind in "iu" and np.dtype(ty).kind != "i" and not f64_on_mlx():
+        # An integer base with a float exponent is computed in float64: declined on a GPU.
+        got, mlx, _ = run_mlx(model, {"a": x, "b": y})
+        assert mlx == 0
+        assert_close(got[0], run_cpu(model, {"a": x, "b": y})[0])
+        return
+    parity(model, {"a": x, "b": y}, lambda: pow_ref(x, y))
+
+
+@pytest.mark.parametrize("shapes", SHAPES[2:], ids=ids)
+def test_pow_shapes(shapes):
+    sa, sb = shapes
+    x, y = pow_data(np.float32, np.float32, sa, sb, seed=3)
+    parity(make_model("Pow", ab(np.float32, sa, sb), [("y", np.float32, None)]), {"a": x, "b": y})
+
+
+@pytest.mark.parametrize("opset", [7, 12, 13, 15])
+def test_pow_opsets(opset):
+    x, y = pow_data(np.float32, np.float32, (2, 3), (3,))
+    parity(make_model("Pow", ab(np.float32, (2, 3), (3,)), [("y", np.float32, None)], opset=opset),
+           {"a": x, "b": y})
+
+
+def test_pow_float_special_values():
+    x = np.array([-2, -2, -0.5, 0, 0, -1, np.inf, np.nan, 1, 2, -3, 10], np.float32)
+    y = np.array([2, 3, -3, 0, 2, 0.5, -1, 0, np.nan, 0.5, 1, 30], np.float32)
+    parity(make_model("Pow", ab(np.float32, x.shape, y.shape), [("y", np.float32, None)]), {"a": x, "b": y})
+
+
+@pytest.mark.parametrize("tx", [np.int32, np.int64], ids=ids)
+def test_pow_int_negative_exponent(tx):
+    x = np.array([2, -2, 1, -1, -1, 3, -3, 0, 5, 1], tx)
+    y = np.array([-1, -2, -5, -3, -4, 0, 3, 3, 2, 0], tx)
+    parity(make_model("Pow", ab(tx, x.shape, y.shape), [("y", tx, None)]), {"a": x, "b": y},
+           lambda: pow_ref(x, y))
+
+
+def test_pow_int_base_uint64_exponent_declined():
+    model = make_model("Pow", [("a", np.int32, [3]), ("b", np.uint64, [3])], [("y", np.int32, None)], opset=15)
+    feeds = {"a": np.array([1, 2, 3], np.int32), "b": np.array([1, 2, 3], np.uint64)}
+    # Declined, and ORT's CPU EP has no kernel for it either.
+    with pytest.raises(Exception, match="Could not find an implementation"):
+        run_mlx(model, feeds)
+
+
+# --- Min Max Sum Mean ------------------------------------------------------------------------
+
+def variadic_ref(op, xs):
+    dt = np.dtype(xs[0].dtype)
+    wide = np.float64 if dt == np.float64 else (np.float32 if dt.kind not in "iu" else dt)
+    out = xs[0].astype(wide)
+    for x in xs[1:]:
+        fn = {"Min": np.minimum, "Max": np.maximum}.get(op, np.add)
+        out = fn(out, x.astype(wide))
+    if op == "Mean":
+        out = out * (1.0 / len(xs) if dt == np.float64 else np.float32(1.0 / len(xs)))
+    return np.asarray(out).astype(dt)
+
+
+def variadic_inputs(dtype, shapes):
+    return [(f"x{i}", dtype, list(s)) for i, s in enumerate(shapes)]
+
+
+def variadic_feeds(dtype, shapes, seed):
+    rng = np.random.default_rng(seed)
+    lo = 0 if np.dtype(dtype).kind == "u" else -20
+    return {f"x{i}": np.asarray(random_array(s, dtype, rng, lo, 20)) for i, s in enumerate(shapes)}
+
+
+VAR_SHAPES = [
+    [(3, 4)],
+    [(3, 4), (3, 4)],
+    [(2, 3, 4), (4,), (3, 1)],
+    [(), (2, 3), (1, 3), (2, 1)],
+    [(0, 3), (1, 3)],
+]
+ALL_VARIADIC = ["Min", "Max", "Sum", "Mean"]
+
+
+@pytest.mark.parametrize("dtype", NUMERIC, ids=ids)
+def test_variadic_types(dtype):
+    shapes = [(2, 3, 4), (2, 3, 4)]  # (more inputs and broadcasting: test_variadic_shapes)
+    ops = ALL_VARIADIC if np.dtype(dtype).kind not in "iu" else ["Min", "Max"]  # Sum/Mean: floats only
+    feeds = variadic_feeds(dtype, shapes, 4)
+    xs = list(feeds.values())
+    parity(multi_model(ops, variadic_inputs(dtype, shapes), dtype, opset=13), feeds,
+           lambda: [variadic_ref(op, xs) for op in ops])
+
+
+@pytest.mark.parametrize("shapes", VAR_SHAPES, ids=lambda s: "_".join(ids(x) for x in s))
+def test_variadic_shapes(shapes):
+    feeds = variadic_feeds(np.float32, shapes, 6)
+    parity(multi_model(ALL_VARIADIC, variadic_inputs(np.float32, shapes), np.float32, opset=13), feeds)
+
+
+@pytest.mark.parametrize("opset", [6, 8, 12, 13])
+def test_variadic_opsets(opset):
+    shapes = [(2, 3), (2, 3), (2, 3)]  # opset 6 takes no broadcasting
+    feeds = variadic_feeds(np.float32, shapes, 7)
+    parity(multi_model(ALL_VARIADIC, variadic_inputs(np.float32, shapes), np.float32, opset=opset), feeds)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=ids)
+def test_minmax_nan_propagates(dtype):
+    a = np.array([np.nan, 1, np.nan, 2, -np.inf, np.inf], dtype)
+    b = np.array([1, np.nan, np.nan, 3, 0, 0], dtype)
+    inputs = [("x0", dtype, [6]), ("x1", dtype, [6]), ("x2", dtype, [])]
+    feeds = {"x0": a, "x1": b, "x2": np.array(0.5, dtype)}
+    check_parity(multi_model(["Min", "Max"], inputs, dtype, opset=13), feeds)
