@@ -1,6 +1,7 @@
 // The library's only exported symbols: ORT's plugin entry points.
 #include "abi/factory.h"
 #include "abi/status.h"
+#include "common/env.h"
 
 extern "C" {
 
@@ -17,6 +18,10 @@ MLX_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   const OrtApi* api = ort_api_base->GetApi(mlx_ep::kOrtApiVersion);
   if (!api) return nullptr;  // no status can be built: the host is older than API 27; offer nothing
   Ort::InitApi(api);
+  // MLX's CUDA backend multiplies float32 matrices in TF32 unless told otherwise, which is not
+  // float32-exact; our claims promise float32 results. Users who want TF32 set MLX_ENABLE_TF32=1
+  // themselves (read once by MLX, at its first GEMM, so this must happen before any MLX work).
+  mlx_ep::SetEnvDefault("MLX_ENABLE_TF32", "0");
   MLX_EP_API_BEGIN
   if (max_factories < 1) return mlx_ep::MakeStatus("CreateEpFactories", "no room for a factory");
   factories[0] = new mlx_ep::MlxEpFactory(registered_name, *default_logger);

@@ -20,6 +20,15 @@ inline bool EnvFlag(const char* name) {
   return !(s.empty() || s == "0" || s == "false" || s == "off" || s == "OFF");
 }
 
+/** Sets environment variable `name` to `value` unless the user already set it. */
+inline void SetEnvDefault(const char* name, const char* value) {
+#if defined(_WIN32)
+  if (!std::getenv(name)) _putenv_s(name, value);
+#else
+  setenv(name, value, /*overwrite=*/0);
+#endif
+}
+
 namespace env {
 constexpr const char* kVerbose = "ONNXRUNTIME_EP_MLX_VERBOSE";        // per-session summary on stderr
 constexpr const char* kClaimDebug = "ONNXRUNTIME_EP_MLX_CLAIM_DEBUG";  // declined nodes with reasons

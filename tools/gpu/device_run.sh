@@ -29,9 +29,14 @@ cmake --build build-gpu -j"$(nproc)" >"$OUT/build.log" 2>&1 || { log "build fail
 export ONNXRUNTIME_EP_MLX_LIBRARY="$PWD/build-gpu/libonnxruntime_ep_mlx.so"
 log "built $ONNXRUNTIME_EP_MLX_LIBRARY"
 
-ONNXRUNTIME_EP_MLX_VERBOSE=1 $PY -m onnxruntime_ep_mlx info 2>&1 | tee -a "$OUT/run.log" || true
-PYTHONPATH=python ONNXRUNTIME_EP_MLX_VERBOSE=1 $PY examples/demo.py 2>&1 | tee "$OUT/demo.log"
-PYTHONPATH=python timeout 420 $PY tests/conformance/run_conformance.py --jobs 8 --out-dir "$OUT" --floor /dev/null \
-  --list-failures > "$OUT/conformance.log" 2>&1
-tail -25 "$OUT/conformance.log"
-PYTHONPATH=python timeout 120 $PY bench/bench_models.py --torch --json "$OUT/bench_gpu.json" 2>&1 | tee "$OUT/bench.log"
+export PYTHONPATH="$PWD/python"
+R="$OUT/reports" && mkdir -p "$R"
+$PY -m onnxruntime_ep_mlx info 2>&1 | tee -a "$OUT/run.log"
+$PY examples/demo.py 2>&1 | tee "$R/demo.log"
+timeout 300 $PY tests/conformance/run_conformance.py --jobs 8 --out-dir "$R" --list-failures > "$R/conformance.log" 2>&1
+grep -E "^(tests_total|cpu_pass|mlx_|FAILED|PASSED)" "$R/conformance.log" | head -20; tail -4 "$R/conformance.log"
+# The per-op parity tests, with MLX on the GPU (same tolerances as on the CPU).
+timeout 240 $PY -m pytest -q -p no:cacheprovider tests/python/ops --maxfail=30 > "$R/pytest_ops.log" 2>&1
+tail -40 "$R/pytest_ops.log" | grep -E "FAILED|passed|failed" | tail -35
+timeout 120 $PY bench/bench_models.py --torch --json "$R/bench_gpu.json" 2>&1 | tee "$R/bench.log"
+tar -czf "$OUT/gpu-reports.tar.gz" -C "$OUT" reports cmake.log build.log run.log && rm -rf "$R"
