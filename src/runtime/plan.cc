@@ -86,7 +86,12 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
 }
 
 std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,
-                                 const std::vector<const Tensor*>& host_inputs, mx::Stream stream) {
+                                 const std::vector<const Tensor*>& host_inputs, mx::Stream stream,
+                                 bool* saw_empty) {
+  auto note_size = [saw_empty](const mx::array& a) {
+    if (saw_empty && a.size() == 0) *saw_empty = true;
+  };
+  for (const auto& a : inputs) note_size(a);
   std::unordered_map<std::string, mx::array> values;
   std::unordered_map<std::string, const Tensor*> host_values;
   for (const auto& [name, t] : plan.host_constants) host_values[name] = t.get();
@@ -123,6 +128,7 @@ std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>&
     for (size_t k = 0; k < pn.node.outputs.size() && k < outs.size(); ++k) {
       if (pn.node.outputs[k].empty()) continue;
       CheckOutput(plan, pn, k, outs[k]);
+      note_size(outs[k]);
       values.insert_or_assign(pn.node.outputs[k], outs[k]);
     }
   }

@@ -44,8 +44,10 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
                std::vector<std::string> output_names, const OpRegistry& registry);
 
 /** Traces the plan: feeds `inputs` (one per input_names entry) through every node's translation
- *  and returns the outputs, row-contiguous. `host_inputs[i]` is set for inputs read on the host. */
+ *  and returns the outputs, row-contiguous. `host_inputs[i]` is set for inputs read on the host.
+ *  When `saw_empty` is given, it is set if any input or produced value has zero elements. */
 std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,
-                                 const std::vector<const Tensor*>& host_inputs, mx::Stream stream);
+                                 const std::vector<const Tensor*>& host_inputs, mx::Stream stream,
+                                 bool* saw_empty = nullptr);
 
 }  // namespace mlx_ep

@@ -38,6 +38,15 @@ mx::array BindInput(const InputTensor& t) {
 
 PartitionRunner::PartitionRunner(Plan plan, bool compile) : plan_(std::move(plan)), compile_(compile) {}
 
+mx::Stream PartitionRunner::ChooseStream(const std::vector<mx::array>& inputs,
+                                         const std::vector<const Tensor*>& host) const {
+  const mx::Device device = RuntimeDevice();
+  if (device == mx::Device(mx::Device::cpu)) return mx::default_stream(device);
+  bool saw_empty = false;
+  TracePlan(plan_, inputs, host, mx::default_stream(device), &saw_empty);
+  return mx::default_stream(saw_empty ? mx::Device(mx::Device::cpu) : device);
+}
+
 RunnerStats PartitionRunner::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
@@ -72,16 +81,15 @@ std::vector<mx::array> PartitionRunner::Run(const std::vector<InputTensor>& inpu
   }
 
   std::vector<const Tensor*> host_ptrs(inputs.size(), nullptr);
-  const mx::Stream stream = mx::default_stream(RuntimeDevice());
+  for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
   std::vector<mx::array> outputs;
   if (!compile_) {
-    for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
-    outputs = TracePlan(plan_, arrays, host_ptrs, stream);
+    outputs = TracePlan(plan_, arrays, host_ptrs, ChooseStream(arrays, host_ptrs));
   } else {
     auto it = cache_.find(key.str());
     if (it == cache_.end()) {
       ++stats_.cache_misses;
-      for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
+      const mx::Stream stream = ChooseStream(arrays, host_ptrs);
       const Plan* plan = &plan_;
       auto traced = [plan, host_ptrs, stream](const std::vector<mx::array>& in) {
         return TracePlan(*plan, in, host_ptrs, stream);

@@ -50,6 +50,12 @@ class PartitionRunner {
     std::vector<std::shared_ptr<const Tensor>> host_values;  // baked into fn, kept alive with it
   };
 
+  /** The stream a signature runs on: the runtime device's, except that graphs holding an empty
+   *  tensor run on MLX's CPU device (MLX's CUDA backend divides by zero launching some kernels
+   *  over zero elements, which kills the process with SIGFPE). Tracing without evaluation is
+   *  cheap, so this costs one extra trace per new signature on GPUs only. */
+  mx::Stream ChooseStream(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) const;
+
   Plan plan_;
   bool compile_;
   mutable std::mutex mu_;
