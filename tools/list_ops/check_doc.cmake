@@ -1,0 +1,10 @@
+# ctest: docs/ops.md must contain the table mlx_ep_list_ops prints (regenerate: see docs/ops.md).
+execute_process(COMMAND "${LIST_OPS}" OUTPUT_VARIABLE table RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "mlx_ep_list_ops failed: ${rc}")
+endif()
+file(READ "${DOC}" doc)
+string(FIND "${doc}" "${table}" pos)
+if(pos EQUAL -1)
+  message(FATAL_ERROR "docs/ops.md is out of date with the op registry; regenerate its table with build/mlx_ep_list_ops")
+endif()
