@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 BUILD := $(ROOT)/build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: setup build test test-cpp test-python conformance demo bench clean
+.PHONY: setup build test test-cpp test-python conformance demo bench format clean
 
 setup:
 	@bash scripts/setup.sh
@@ -34,6 +34,9 @@ demo: build
 
 bench: build
 	$(PY) bench/bench_models.py
+
+format:
+	clang-format -i src/*/*.cc src/*/*.h tests/cpp/*.cc tests/cpp/*.h tools/list_ops/*.cc
 
 clean:
 	rm -rf $(BUILD)

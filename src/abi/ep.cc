@@ -20,8 +20,7 @@ constexpr size_t kClaimConstantBytes = 1 << 16;
 
 }  // namespace
 
-MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger)
-    : OrtEp{}, factory_(factory), logger_(logger) {
+MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger) : OrtEp{}, factory_(factory), logger_(logger) {
   ort_version_supported = kOrtApiVersion;
   GetName = GetNameImpl;
   GetCapability = GetCapabilityImpl;
@@ -50,8 +49,9 @@ OrtStatus* ORT_API_CALL MlxEp::GetCapabilityImpl(OrtEp* this_ptr, const OrtGraph
   MLX_EP_API_END("MLXExecutionProvider GetCapability")
 }
 
-OrtStatus* ORT_API_CALL MlxEp::CompileImpl(OrtEp* this_ptr, const OrtGraph** graphs, const OrtNode** fused_nodes,
-                                           size_t count, OrtNodeComputeInfo** node_compute_infos,
+OrtStatus* ORT_API_CALL MlxEp::CompileImpl(OrtEp* this_ptr, const OrtGraph** graphs,
+                                           const OrtNode** fused_nodes, size_t count,
+                                           OrtNodeComputeInfo** node_compute_infos,
                                            OrtNode** ep_context_nodes) noexcept {
   MLX_EP_API_BEGIN
   for (size_t i = 0; i < count; ++i) {
@@ -63,7 +63,8 @@ OrtStatus* ORT_API_CALL MlxEp::CompileImpl(OrtEp* this_ptr, const OrtGraph** gra
   MLX_EP_API_END("MLXExecutionProvider Compile")
 }
 
-void ORT_API_CALL MlxEp::ReleaseNodeComputeInfosImpl(OrtEp*, OrtNodeComputeInfo** infos, size_t num_infos) noexcept {
+void ORT_API_CALL MlxEp::ReleaseNodeComputeInfosImpl(OrtEp*, OrtNodeComputeInfo** infos,
+                                                     size_t num_infos) noexcept {
   for (size_t i = 0; i < num_infos; ++i) delete static_cast<MlxNodeComputeInfo*>(infos[i]);
 }
 
@@ -80,13 +81,13 @@ void MlxEp::ClaimGraph(const OrtGraph* ort_graph, OrtEpGraphSupportInfo* support
   for (const auto& cluster : partitioning.clusters) {
     std::vector<const OrtNode*> nodes;
     for (size_t i : cluster) nodes.push_back(ort_nodes.at(i));
-    Ort::ThrowOnError(
-        Ort::GetEpApi().EpGraphSupportInfo_AddNodesToFuse(support_info, nodes.data(), nodes.size(), &options));
+    Ort::ThrowOnError(Ort::GetEpApi().EpGraphSupportInfo_AddNodesToFuse(support_info, nodes.data(),
+                                                                        nodes.size(), &options));
   }
 }
 
 void MlxEp::CompilePartitions(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count,
-                    OrtNodeComputeInfo** node_compute_infos) {
+                              OrtNodeComputeInfo** node_compute_infos) {
   const bool compile = !EnvFlag(env::kNoCompile);
   std::vector<std::unique_ptr<MlxNodeComputeInfo>> infos;
   for (size_t i = 0; i < count; ++i) {

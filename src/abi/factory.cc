@@ -9,7 +9,8 @@
 namespace mlx_ep {
 
 MlxEpFactory::MlxEpFactory(const char* registered_name, const OrtLogger& default_logger)
-    : OrtEpFactory{}, registered_name_(registered_name ? registered_name : kEpName),
+    : OrtEpFactory{},
+      registered_name_(registered_name ? registered_name : kEpName),
       default_logger_(default_logger) {
   ort_version_supported = kOrtApiVersion;
   GetName = GetNameImpl;
@@ -53,7 +54,8 @@ OrtStatus* ORT_API_CALL MlxEpFactory::GetSupportedDevicesImpl(OrtEpFactory* this
   const OrtApi& api = Ort::GetApi();
   const OrtHardwareDevice* chosen = nullptr;
   for (size_t i = 0; i < num_devices && !chosen; ++i)
-    if (api.HardwareDevice_Type(devices[i]) == (mlx_gpu ? OrtHardwareDeviceType_GPU : OrtHardwareDeviceType_CPU))
+    if (api.HardwareDevice_Type(devices[i]) ==
+        (mlx_gpu ? OrtHardwareDeviceType_GPU : OrtHardwareDeviceType_CPU))
       chosen = devices[i];
   for (size_t i = 0; i < num_devices && !chosen; ++i)
     if (api.HardwareDevice_Type(devices[i]) == OrtHardwareDeviceType_CPU) chosen = devices[i];

@@ -44,7 +44,8 @@ class MlxEpFactory : public OrtEpFactory {
                                                                const OrtMemoryDevice* memory_device,
                                                                const OrtKeyValuePairs* stream_options,
                                                                OrtSyncStreamImpl** stream) noexcept;
-  static OrtStatus* ORT_API_CALL GetNumCustomOpDomainsImpl(OrtEpFactory* this_ptr, size_t* num_domains) noexcept;
+  static OrtStatus* ORT_API_CALL GetNumCustomOpDomainsImpl(OrtEpFactory* this_ptr,
+                                                           size_t* num_domains) noexcept;
   static OrtStatus* ORT_API_CALL GetCustomOpDomainsImpl(OrtEpFactory* this_ptr, OrtCustomOpDomain** domains,
                                                         size_t num_domains) noexcept;
 

@@ -17,15 +17,15 @@ inline OrtStatus* MakeStatus(const std::string& context, const std::string& mess
 }  // namespace mlx_ep
 
 #define MLX_EP_API_BEGIN try {
-#define MLX_EP_API_END(context)                                                        \
-  }                                                                                    \
-  catch (const Ort::Exception& e) {                                                    \
-    return Ort::GetApi().CreateStatus(e.GetOrtErrorCode(),                             \
+#define MLX_EP_API_END(context)                                                          \
+  }                                                                                      \
+  catch (const Ort::Exception& e) {                                                      \
+    return Ort::GetApi().CreateStatus(e.GetOrtErrorCode(),                               \
                                       (std::string(context) + ": " + e.what()).c_str()); \
-  }                                                                                    \
-  catch (const std::exception& e) {                                                    \
-    return ::mlx_ep::MakeStatus(context, e.what());                                    \
-  }                                                                                    \
-  catch (...) {                                                                        \
-    return ::mlx_ep::MakeStatus(context, "unknown exception");                         \
+  }                                                                                      \
+  catch (const std::exception& e) {                                                      \
+    return ::mlx_ep::MakeStatus(context, e.what());                                      \
+  }                                                                                      \
+  catch (...) {                                                                          \
+    return ::mlx_ep::MakeStatus(context, "unknown exception");                           \
   }

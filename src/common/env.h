@@ -30,7 +30,7 @@ inline void SetEnvDefault(const char* name, const char* value) {
 }
 
 namespace env {
-constexpr const char* kVerbose = "ONNXRUNTIME_EP_MLX_VERBOSE";        // per-session summary on stderr
+constexpr const char* kVerbose = "ONNXRUNTIME_EP_MLX_VERBOSE";         // per-session summary on stderr
 constexpr const char* kClaimDebug = "ONNXRUNTIME_EP_MLX_CLAIM_DEBUG";  // declined nodes with reasons
 constexpr const char* kNoCompile = "ONNXRUNTIME_EP_MLX_NO_COMPILE";    // run traced graphs eagerly
 constexpr const char* kReportPath = "ONNXRUNTIME_EP_MLX_REPORT";       // write the claim report JSON here

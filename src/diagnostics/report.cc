@@ -53,7 +53,8 @@ std::string SessionReport::ToJson() const {
     }
     jg["declined"] = nlohmann::json::array();
     for (const auto& d : g.declined)
-      jg["declined"].push_back({{"node", d.node}, {"op_type", d.op_type}, {"domain", d.domain}, {"reason", d.reason}});
+      jg["declined"].push_back(
+          {{"node", d.node}, {"op_type", d.op_type}, {"domain", d.domain}, {"reason", d.reason}});
     j["graphs"].push_back(jg);
   }
   nlohmann::json parts = nlohmann::json::array();
@@ -61,8 +62,12 @@ std::string SessionReport::ToJson() const {
     RunnerStats s = r->stats();
     std::vector<std::string> ops;
     for (const auto& pn : r->plan().nodes) ops.push_back(pn.node.op_type);
-    parts.push_back({{"name", r->plan().name}, {"nodes", r->plan().nodes.size()}, {"op_types", ops},
-                     {"runs", s.runs}, {"cache_hits", s.cache_hits}, {"cache_misses", s.cache_misses}});
+    parts.push_back({{"name", r->plan().name},
+                     {"nodes", r->plan().nodes.size()},
+                     {"op_types", ops},
+                     {"runs", s.runs},
+                     {"cache_hits", s.cache_hits},
+                     {"cache_misses", s.cache_misses}});
   }
   j["runtime"] = {{"partitions", parts}};
   return j.dump(2);

@@ -31,23 +31,40 @@ size_t ElemSize(ElemType t) {
 
 std::string ElemName(ElemType t) {
   switch (t) {
-    case ElemType::kFloat: return "float";
-    case ElemType::kUInt8: return "uint8";
-    case ElemType::kInt8: return "int8";
-    case ElemType::kUInt16: return "uint16";
-    case ElemType::kInt16: return "int16";
-    case ElemType::kInt32: return "int32";
-    case ElemType::kInt64: return "int64";
-    case ElemType::kString: return "string";
-    case ElemType::kBool: return "bool";
-    case ElemType::kFloat16: return "float16";
-    case ElemType::kDouble: return "double";
-    case ElemType::kUInt32: return "uint32";
-    case ElemType::kUInt64: return "uint64";
-    case ElemType::kComplex64: return "complex64";
-    case ElemType::kComplex128: return "complex128";
-    case ElemType::kBFloat16: return "bfloat16";
-    default: return "type" + std::to_string(static_cast<int>(t));
+    case ElemType::kFloat:
+      return "float";
+    case ElemType::kUInt8:
+      return "uint8";
+    case ElemType::kInt8:
+      return "int8";
+    case ElemType::kUInt16:
+      return "uint16";
+    case ElemType::kInt16:
+      return "int16";
+    case ElemType::kInt32:
+      return "int32";
+    case ElemType::kInt64:
+      return "int64";
+    case ElemType::kString:
+      return "string";
+    case ElemType::kBool:
+      return "bool";
+    case ElemType::kFloat16:
+      return "float16";
+    case ElemType::kDouble:
+      return "double";
+    case ElemType::kUInt32:
+      return "uint32";
+    case ElemType::kUInt64:
+      return "uint64";
+    case ElemType::kComplex64:
+      return "complex64";
+    case ElemType::kComplex128:
+      return "complex128";
+    case ElemType::kBFloat16:
+      return "bfloat16";
+    default:
+      return "type" + std::to_string(static_cast<int>(t));
   }
 }
 
@@ -57,13 +74,12 @@ bool IsFloating(ElemType t) {
 }
 
 bool IsSignedInteger(ElemType t) {
-  return t == ElemType::kInt8 || t == ElemType::kInt16 || t == ElemType::kInt32 ||
-         t == ElemType::kInt64;
+  return t == ElemType::kInt8 || t == ElemType::kInt16 || t == ElemType::kInt32 || t == ElemType::kInt64;
 }
 
 bool IsInteger(ElemType t) {
-  return IsSignedInteger(t) || t == ElemType::kUInt8 || t == ElemType::kUInt16 ||
-         t == ElemType::kUInt32 || t == ElemType::kUInt64;
+  return IsSignedInteger(t) || t == ElemType::kUInt8 || t == ElemType::kUInt16 || t == ElemType::kUInt32 ||
+         t == ElemType::kUInt64;
 }
 
 }  // namespace mlx_ep

@@ -25,7 +25,10 @@ float HalfToFloat(uint16_t h) {
       bits = sign;
     } else {  // subnormal: renormalise
       exp = 127 - 15 + 1;
-      while (!(mant & 0x400)) { mant <<= 1; --exp; }
+      while (!(mant & 0x400)) {
+        mant <<= 1;
+        --exp;
+      }
       bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
     }
   } else if (exp == 31) {
@@ -42,17 +45,39 @@ template <typename Out>
 std::vector<Out> ConvertAll(const Tensor& t) {
   std::vector<Out> out;
   switch (t.type) {
-    case ElemType::kFloat: Convert<Out, float>(t.bytes, out); break;
-    case ElemType::kDouble: Convert<Out, double>(t.bytes, out); break;
-    case ElemType::kInt8: Convert<Out, int8_t>(t.bytes, out); break;
-    case ElemType::kUInt8: Convert<Out, uint8_t>(t.bytes, out); break;
-    case ElemType::kBool: Convert<Out, uint8_t>(t.bytes, out); break;
-    case ElemType::kInt16: Convert<Out, int16_t>(t.bytes, out); break;
-    case ElemType::kUInt16: Convert<Out, uint16_t>(t.bytes, out); break;
-    case ElemType::kInt32: Convert<Out, int32_t>(t.bytes, out); break;
-    case ElemType::kUInt32: Convert<Out, uint32_t>(t.bytes, out); break;
-    case ElemType::kInt64: Convert<Out, int64_t>(t.bytes, out); break;
-    case ElemType::kUInt64: Convert<Out, uint64_t>(t.bytes, out); break;
+    case ElemType::kFloat:
+      Convert<Out, float>(t.bytes, out);
+      break;
+    case ElemType::kDouble:
+      Convert<Out, double>(t.bytes, out);
+      break;
+    case ElemType::kInt8:
+      Convert<Out, int8_t>(t.bytes, out);
+      break;
+    case ElemType::kUInt8:
+      Convert<Out, uint8_t>(t.bytes, out);
+      break;
+    case ElemType::kBool:
+      Convert<Out, uint8_t>(t.bytes, out);
+      break;
+    case ElemType::kInt16:
+      Convert<Out, int16_t>(t.bytes, out);
+      break;
+    case ElemType::kUInt16:
+      Convert<Out, uint16_t>(t.bytes, out);
+      break;
+    case ElemType::kInt32:
+      Convert<Out, int32_t>(t.bytes, out);
+      break;
+    case ElemType::kUInt32:
+      Convert<Out, uint32_t>(t.bytes, out);
+      break;
+    case ElemType::kInt64:
+      Convert<Out, int64_t>(t.bytes, out);
+      break;
+    case ElemType::kUInt64:
+      Convert<Out, uint64_t>(t.bytes, out);
+      break;
     case ElemType::kFloat16: {
       std::vector<uint16_t> h;
       Convert<uint16_t, uint16_t>(t.bytes, h);
@@ -117,9 +142,7 @@ std::optional<std::vector<int64_t>> Node::AttrInts(const std::string& attr_name)
 
 std::string Node::QualifiedOp() const { return (domain.empty() ? "ai.onnx" : domain) + "::" + op_type; }
 
-std::string Node::Label() const {
-  return name.empty() ? op_type + "#" + std::to_string(index) : name;
-}
+std::string Node::Label() const { return name.empty() ? op_type + "#" + std::to_string(index) : name; }
 
 const ValueInfo* Graph::Value(const std::string& value_name) const {
   if (value_name.empty()) return nullptr;

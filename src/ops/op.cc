@@ -73,40 +73,69 @@ mx::array ToArray(const Tensor& t) {
 
 std::optional<mx::Dtype> ToMlxDtype(ElemType t) {
   switch (t) {
-    case ElemType::kBool: return mx::bool_;
-    case ElemType::kUInt8: return mx::uint8;
-    case ElemType::kUInt16: return mx::uint16;
-    case ElemType::kUInt32: return mx::uint32;
-    case ElemType::kUInt64: return mx::uint64;
-    case ElemType::kInt8: return mx::int8;
-    case ElemType::kInt16: return mx::int16;
-    case ElemType::kInt32: return mx::int32;
-    case ElemType::kInt64: return mx::int64;
-    case ElemType::kFloat16: return mx::float16;
-    case ElemType::kBFloat16: return mx::bfloat16;
-    case ElemType::kFloat: return mx::float32;
-    case ElemType::kDouble: return mx::float64;
-    case ElemType::kComplex64: return mx::complex64;
-    default: return std::nullopt;
+    case ElemType::kBool:
+      return mx::bool_;
+    case ElemType::kUInt8:
+      return mx::uint8;
+    case ElemType::kUInt16:
+      return mx::uint16;
+    case ElemType::kUInt32:
+      return mx::uint32;
+    case ElemType::kUInt64:
+      return mx::uint64;
+    case ElemType::kInt8:
+      return mx::int8;
+    case ElemType::kInt16:
+      return mx::int16;
+    case ElemType::kInt32:
+      return mx::int32;
+    case ElemType::kInt64:
+      return mx::int64;
+    case ElemType::kFloat16:
+      return mx::float16;
+    case ElemType::kBFloat16:
+      return mx::bfloat16;
+    case ElemType::kFloat:
+      return mx::float32;
+    case ElemType::kDouble:
+      return mx::float64;
+    case ElemType::kComplex64:
+      return mx::complex64;
+    default:
+      return std::nullopt;
   }
 }
 
 ElemType FromMlxDtype(mx::Dtype d) {
   switch (d.val()) {
-    case mx::Dtype::Val::bool_: return ElemType::kBool;
-    case mx::Dtype::Val::uint8: return ElemType::kUInt8;
-    case mx::Dtype::Val::uint16: return ElemType::kUInt16;
-    case mx::Dtype::Val::uint32: return ElemType::kUInt32;
-    case mx::Dtype::Val::uint64: return ElemType::kUInt64;
-    case mx::Dtype::Val::int8: return ElemType::kInt8;
-    case mx::Dtype::Val::int16: return ElemType::kInt16;
-    case mx::Dtype::Val::int32: return ElemType::kInt32;
-    case mx::Dtype::Val::int64: return ElemType::kInt64;
-    case mx::Dtype::Val::float16: return ElemType::kFloat16;
-    case mx::Dtype::Val::bfloat16: return ElemType::kBFloat16;
-    case mx::Dtype::Val::float32: return ElemType::kFloat;
-    case mx::Dtype::Val::float64: return ElemType::kDouble;
-    case mx::Dtype::Val::complex64: return ElemType::kComplex64;
+    case mx::Dtype::Val::bool_:
+      return ElemType::kBool;
+    case mx::Dtype::Val::uint8:
+      return ElemType::kUInt8;
+    case mx::Dtype::Val::uint16:
+      return ElemType::kUInt16;
+    case mx::Dtype::Val::uint32:
+      return ElemType::kUInt32;
+    case mx::Dtype::Val::uint64:
+      return ElemType::kUInt64;
+    case mx::Dtype::Val::int8:
+      return ElemType::kInt8;
+    case mx::Dtype::Val::int16:
+      return ElemType::kInt16;
+    case mx::Dtype::Val::int32:
+      return ElemType::kInt32;
+    case mx::Dtype::Val::int64:
+      return ElemType::kInt64;
+    case mx::Dtype::Val::float16:
+      return ElemType::kFloat16;
+    case mx::Dtype::Val::bfloat16:
+      return ElemType::kBFloat16;
+    case mx::Dtype::Val::float32:
+      return ElemType::kFloat;
+    case mx::Dtype::Val::float64:
+      return ElemType::kDouble;
+    case mx::Dtype::Val::complex64:
+      return ElemType::kComplex64;
   }
   return ElemType::kUndefined;
 }

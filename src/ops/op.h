@@ -14,7 +14,8 @@ namespace mlx_ep {
 
 namespace mx = mlx::core;
 
-/** The answer of a claim: yes (with the inputs whose values must be known on the host), or no with a reason. */
+/** The answer of a claim: yes (with the inputs whose values must be known on the host), or no with a reason.
+ */
 struct Claim {
   bool ok = false;
   std::string reason;
@@ -66,9 +67,11 @@ class NodeView {
 class OpContext {
  public:
   OpContext(const Node& node, std::vector<std::optional<mx::array>> inputs,
-            std::vector<const Tensor*> host_values, std::vector<ElemType> output_types,
-            mx::Stream stream)
-      : node(node), stream(stream), inputs_(std::move(inputs)), host_(std::move(host_values)),
+            std::vector<const Tensor*> host_values, std::vector<ElemType> output_types, mx::Stream stream)
+      : node(node),
+        stream(stream),
+        inputs_(std::move(inputs)),
+        host_(std::move(host_values)),
         output_types_(std::move(output_types)) {}
 
   const Node& node;

@@ -95,14 +95,16 @@ std::vector<mx::array> TranslateTranspose(const OpContext& c) {
 // ---------------------------------------------------------------------------------------------
 // Squeeze / Unsqueeze
 
-mx::array SqueezeAxes(const OpContext& c, const mx::array& x, const std::optional<std::vector<int64_t>>& axes) {
+mx::array SqueezeAxes(const OpContext& c, const mx::array& x,
+                      const std::optional<std::vector<int64_t>>& axes) {
   const std::vector<int64_t> in = Dims(x);
   const int64_t rank = in.size();
   std::vector<bool> drop(rank, false);
   if (axes && !axes->empty()) {  // like ORT, empty axes squeeze every dimension of size 1
     for (int64_t a : *axes) {
       const int n = NormAxis(c, a, rank);
-      if (in[n] != 1) c.Fail("cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(in[n]));
+      if (in[n] != 1)
+        c.Fail("cannot squeeze axis " + std::to_string(a) + " of size " + std::to_string(in[n]));
       drop[n] = true;
     }
   } else {

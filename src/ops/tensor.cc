@@ -208,8 +208,10 @@ Claim ClaimSlice10(const NodeView& v) {
     if (steps) {
       const std::vector<int64_t> e = ends->ToInt64(), s = steps->ToInt64();
       for (size_t i = 0; i < e.size() && i < s.size(); ++i)
-        if (s[i] < 0 && (e[i] == std::numeric_limits<int32_t>::max() || e[i] == std::numeric_limits<int64_t>::max()))
-          return Claim::No("constant end INT_MAX with a negative step (ORT's kernel and shape inference disagree)");
+        if (s[i] < 0 &&
+            (e[i] == std::numeric_limits<int32_t>::max() || e[i] == std::numeric_limits<int64_t>::max()))
+          return Claim::No(
+              "constant end INT_MAX with a negative step (ORT's kernel and shape inference disagree)");
     }
   }
   std::vector<size_t> host = {1, 2};

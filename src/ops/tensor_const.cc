@@ -22,7 +22,8 @@ Claim ClaimConstant(const NodeView& v) {
   for (const char* unsupported : {"sparse_value", "value_string", "value_strings"})
     if (n.Attr(unsupported)) return Claim::No(std::string("attribute ") + unsupported + " is not supported");
   if (const Attribute* a = n.Attr("value")) {
-    if (a->kind != Attribute::Kind::kTensor || !a->tensor) return Claim::No("attribute value is not a tensor");
+    if (a->kind != Attribute::Kind::kTensor || !a->tensor)
+      return Claim::No("attribute value is not a tensor");
     if (!DeviceSupports(a->tensor->type))
       return Claim::No("value has type " + ElemName(a->tensor->type) + ", which MLX does not support here");
     if (a->tensor->bytes.size() != static_cast<size_t>(a->tensor->NumElements()) * ElemSize(a->tensor->type))
@@ -50,7 +51,8 @@ std::vector<mx::array> TranslateConstant(const OpContext& c) {
 
 Claim ClaimConstantOfShape(const NodeView& v) {
   if (const Attribute* a = v.node().Attr("value")) {
-    if (a->kind != Attribute::Kind::kTensor || !a->tensor) return Claim::No("attribute value is not a tensor");
+    if (a->kind != Attribute::Kind::kTensor || !a->tensor)
+      return Claim::No("attribute value is not a tensor");
     if (!DeviceSupports(a->tensor->type))
       return Claim::No("value has type " + ElemName(a->tensor->type) + ", which MLX does not support here");
     if (a->tensor->NumElements() != 1 || a->tensor->bytes.size() != ElemSize(a->tensor->type))
@@ -105,7 +107,8 @@ mx::array RangeOf(const OpContext& c, mx::Dtype dtype) {
 
 Claim ClaimRange(const NodeView& v) {
   const ElemType t = v.input_type(0);
-  if (!IsOneOf(t, {ElemType::kFloat, ElemType::kDouble, ElemType::kInt16, ElemType::kInt32, ElemType::kInt64}))
+  if (!IsOneOf(t,
+               {ElemType::kFloat, ElemType::kDouble, ElemType::kInt16, ElemType::kInt32, ElemType::kInt64}))
     return Claim::No(TypeReason(v, 0, "ORT's Range takes float, double, int16, int32, int64"));
   for (size_t i = 1; i < 3; ++i)
     if (v.has_input(i) && v.input_type(i) != t) return Claim::No("inputs have different types");
@@ -115,12 +118,18 @@ Claim ClaimRange(const NodeView& v) {
 
 std::vector<mx::array> TranslateRange(const OpContext& c) {
   switch (c.host(0).type) {
-    case ElemType::kFloat: return {RangeOf<float>(c, mx::float32)};
-    case ElemType::kDouble: return {RangeOf<double>(c, mx::float64)};
-    case ElemType::kInt16: return {RangeOf<int16_t>(c, mx::int16)};
-    case ElemType::kInt32: return {RangeOf<int32_t>(c, mx::int32)};
-    case ElemType::kInt64: return {RangeOf<int64_t>(c, mx::int64)};
-    default: c.Fail("unsupported type " + ElemName(c.host(0).type));
+    case ElemType::kFloat:
+      return {RangeOf<float>(c, mx::float32)};
+    case ElemType::kDouble:
+      return {RangeOf<double>(c, mx::float64)};
+    case ElemType::kInt16:
+      return {RangeOf<int16_t>(c, mx::int16)};
+    case ElemType::kInt32:
+      return {RangeOf<int32_t>(c, mx::int32)};
+    case ElemType::kInt64:
+      return {RangeOf<int64_t>(c, mx::int64)};
+    default:
+      c.Fail("unsupported type " + ElemName(c.host(0).type));
   }
 }
 
@@ -138,8 +147,7 @@ std::vector<mx::array> TranslateRange(const OpContext& c) {
 Claim ClaimCast(const NodeView& v) {
   const ElemType in = v.input_type(0), out = v.output_type(0);
   if (!(IsNumeric(in) || in == ElemType::kBool)) return Claim::No(TypeReason(v, 0));
-  if (!(IsNumeric(out) || out == ElemType::kBool))
-    return Claim::No("output has type " + ElemName(out));
+  if (!(IsNumeric(out) || out == ElemType::kBool)) return Claim::No("output has type " + ElemName(out));
   return Claim::Yes();
 }
 

@@ -26,7 +26,7 @@ namespace {
 /** erfc(z) for z >= 0 with a relative error below ~2e-7 (Numerical Recipes' erfcc, Chebyshev fit). */
 mx::array ErfcNonNegative(const mx::array& z, mx::StreamOrDevice s) {
   const mx::Dtype d = z.dtype();
-  static constexpr double kCoef[] = {-1.26551223, 1.00002368, 0.37409196,  0.09678418, -0.18628806,
+  static constexpr double kCoef[] = {-1.26551223, 1.00002368,  0.37409196, 0.09678418,  -0.18628806,
                                      0.27886807,  -1.13520398, 1.48851587, -0.82215223, 0.17087277};
   const mx::array t = mx::reciprocal(mx::add(Scalar(1, d), mx::multiply(Scalar(0.5, d), z, s), s), s);
   mx::array p = Scalar(kCoef[9], d);

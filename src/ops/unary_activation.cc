@@ -64,7 +64,8 @@ mx::array HardSigmoid(const mx::array& x, double alpha, double beta, mx::StreamO
 }
 
 std::vector<mx::array> TranslateHardSigmoid(const OpContext& c) {
-  return Out(c, HardSigmoid(Up(c), c.node.AttrFloat("alpha", 0.2f), c.node.AttrFloat("beta", 0.5f), c.stream));
+  return Out(c,
+             HardSigmoid(Up(c), c.node.AttrFloat("alpha", 0.2f), c.node.AttrFloat("beta", 0.5f), c.stream));
 }
 
 // HardSwish: x * HardSigmoid(x) with alpha = 1/6 (rounded to the compute dtype), beta = 0.5.
@@ -76,7 +77,8 @@ std::vector<mx::array> TranslateHardSwish(const OpContext& c) {
 // Softplus: x > 0 ? x + log1p(exp(-x)) : log1p(exp(x)).
 std::vector<mx::array> TranslateSoftplus(const OpContext& c) {
   const mx::array x = Up(c);
-  const mx::array pos = mx::add(x, mx::log1p(unary::Exp(mx::negative(x, c.stream), c.stream), c.stream), c.stream);
+  const mx::array pos =
+      mx::add(x, mx::log1p(unary::Exp(mx::negative(x, c.stream), c.stream), c.stream), c.stream);
   const mx::array neg = mx::log1p(unary::Exp(x, c.stream), c.stream);
   return Out(c, mx::where(mx::greater(x, Scalar(0, x.dtype()), c.stream), pos, neg, c.stream));
 }
@@ -92,7 +94,8 @@ std::vector<mx::array> TranslateSoftsign(const OpContext& c) {
 // 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))).
 Claim ClaimGelu(const NodeView& v) {
   const std::string approx = v.node().AttrString("approximate", "none");
-  if (approx != "none" && approx != "tanh") return Claim::No("attribute approximate=" + approx + " not supported");
+  if (approx != "none" && approx != "tanh")
+    return Claim::No("attribute approximate=" + approx + " not supported");
   return unary::ClaimTyped(v, Types::kFloatNoDouble);  // erf is float32-only
 }
 
@@ -106,7 +109,8 @@ std::vector<mx::array> TranslateGelu(const OpContext& c) {
     const double k_beta = k_alpha * 0.044715;
     // ORT: x * (kBeta * x * x + kAlpha), then tanh.
     const mx::array x2 = mx::multiply(x, x, c.stream);
-    const mx::array poly = mx::add(mx::multiply(Scalar(k_beta, d), x2, c.stream), Scalar(k_alpha, d), c.stream);
+    const mx::array poly =
+        mx::add(mx::multiply(Scalar(k_beta, d), x2, c.stream), Scalar(k_alpha, d), c.stream);
     inner = mx::tanh(mx::multiply(x, poly, c.stream), c.stream);
   } else {
     inner = unary::Erf(mx::multiply(x, Scalar(M_SQRT1_2, d), c.stream), c.stream);

@@ -12,21 +12,25 @@ namespace unary {
 
 /** Which element types an elementwise op takes. */
 enum class Types {
-  kFloat,        ///< float, float16, bfloat16, double
+  kFloat,          ///< float, float16, bfloat16, double
   kFloatNoDouble,  ///< float, float16, bfloat16
-  kSignedFloat,  ///< floats and signed integers
-  kNumeric,      ///< floats and all integers
+  kSignedFloat,    ///< floats and signed integers
+  kNumeric,        ///< floats and all integers
 };
 
 /** True when `t` belongs to `set`. */
 inline bool InSet(ElemType t, Types set) {
-  if (set == Types::kFloatNoDouble) return IsOneOf(t, {ElemType::kFloat, ElemType::kFloat16, ElemType::kBFloat16});
+  if (set == Types::kFloatNoDouble)
+    return IsOneOf(t, {ElemType::kFloat, ElemType::kFloat16, ElemType::kBFloat16});
   if (IsOneOf(t, kFloatTypes)) return true;
   switch (set) {
     case Types::kFloat:
-    case Types::kFloatNoDouble: return false;
-    case Types::kSignedFloat: return IsSignedInteger(t);
-    case Types::kNumeric: return IsInteger(t);
+    case Types::kFloatNoDouble:
+      return false;
+    case Types::kSignedFloat:
+      return IsSignedInteger(t);
+    case Types::kNumeric:
+      return IsInteger(t);
   }
   return false;
 }

@@ -21,11 +21,10 @@ void CheckOutput(const Plan& plan, const PlanNode& pn, size_t k, const mx::array
   auto t = plan.value_types.find(name);
   if (t != plan.value_types.end() && FromMlxDtype(a.dtype()) != t->second)
     throw std::logic_error("[MlxEp][" + pn.node.op_type + "] " + pn.node.Label() + ": output " +
-                           std::to_string(k) + " is " + ElemName(FromMlxDtype(a.dtype())) +
-                           ", expected " + ElemName(t->second));
+                           std::to_string(k) + " is " + ElemName(FromMlxDtype(a.dtype())) + ", expected " +
+                           ElemName(t->second));
   auto s = plan.value_shapes.find(name);
-  if (s != plan.value_shapes.end() &&
-      mx::Shape(s->second.begin(), s->second.end()) != a.shape())
+  if (s != plan.value_shapes.end() && mx::Shape(s->second.begin(), s->second.end()) != a.shape())
     throw std::logic_error("[MlxEp][" + pn.node.op_type + "] " + pn.node.Label() + ": output " +
                            std::to_string(k) + " has shape " + ShapeString(a.shape()) +
                            ", ORT expects a different static shape");
@@ -50,8 +49,7 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
     if (!claim.ok)
       throw std::invalid_argument("[MlxEp] " + node.Label() + " (" + node.op_type +
                                   ") can no longer be claimed: " + claim.reason);
-    PlanNode pn{node, registry.Find(node.domain, node.op_type, node.since_version),
-                claim.host_inputs};
+    PlanNode pn{node, registry.Find(node.domain, node.op_type, node.since_version), claim.host_inputs};
     for (size_t k : claim.host_inputs) {
       const std::string& in = node.inputs.at(k);
       if (auto it = input_index.find(in); it != input_index.end()) {

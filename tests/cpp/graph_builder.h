@@ -13,7 +13,8 @@ namespace mlx_ep::testing {
 /** Fluent builder: values default to float tensors of unknown shape. */
 class GraphBuilder {
  public:
-  GraphBuilder& Input(const std::string& name, ElemType t = ElemType::kFloat, std::vector<int64_t> shape = {}) {
+  GraphBuilder& Input(const std::string& name, ElemType t = ElemType::kFloat,
+                      std::vector<int64_t> shape = {}) {
     Declare(name, t, shape);
     g_.inputs.push_back(name);
     return *this;
@@ -28,8 +29,8 @@ class GraphBuilder {
     g_.values[name] = v;
     return *this;
   }
-  GraphBuilder& AddNode(const std::string& op, std::vector<std::string> inputs, std::vector<std::string> outputs,
-                        ElemType out_type = ElemType::kFloat) {
+  GraphBuilder& AddNode(const std::string& op, std::vector<std::string> inputs,
+                        std::vector<std::string> outputs, ElemType out_type = ElemType::kFloat) {
     Node n;
     n.name = op + "_" + std::to_string(g_.nodes.size());
     n.op_type = op;

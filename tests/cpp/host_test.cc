@@ -42,7 +42,9 @@ class OrtHost {
     auto get_base = reinterpret_cast<GetApiBase>(dlsym(handle_, "OrtGetApiBase"));
     if (!get_base) throw std::runtime_error("OrtGetApiBase not found");
     const OrtApi* api = get_base()->GetApi(ORT_API_VERSION);
-    if (!api) throw std::runtime_error("the ORT library does not offer API version " + std::to_string(ORT_API_VERSION));
+    if (!api)
+      throw std::runtime_error("the ORT library does not offer API version " +
+                               std::to_string(ORT_API_VERSION));
     Ort::InitApi(api);
     env_ = std::make_unique<Ort::Env>(ORT_LOGGING_LEVEL_WARNING, "host_test");
     env_->RegisterExecutionProviderLibrary(kEp, MLX_EP_PLUGIN);
@@ -75,14 +77,16 @@ Ort::Value Tensor(std::vector<float>& data, const std::vector<int64_t>& shape) {
 }
 
 // Runs `model` once with profiling and counts which EP ran each node.
-RunResult RunModel(const std::string& model, std::vector<std::string> names, std::vector<Ort::Value>& inputs) {
+RunResult RunModel(const std::string& model, std::vector<std::string> names,
+                   std::vector<Ort::Value>& inputs) {
   Ort::Session session = MakeSession(model, ::testing::TempDir() + "host_test_profile");
   std::vector<const char*> in_names;
   for (auto& n : names) in_names.push_back(n.c_str());
   Ort::AllocatorWithDefaultOptions alloc;
   auto out_name = session.GetOutputNameAllocated(0, alloc);
   const char* out_names[] = {out_name.get()};
-  auto outs = session.Run(Ort::RunOptions{nullptr}, in_names.data(), inputs.data(), inputs.size(), out_names, 1);
+  auto outs =
+      session.Run(Ort::RunOptions{nullptr}, in_names.data(), inputs.data(), inputs.size(), out_names, 1);
   RunResult r;
   auto info = outs[0].GetTensorTypeAndShapeInfo();
   r.shape = info.GetShape();

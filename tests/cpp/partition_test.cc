@@ -18,23 +18,29 @@ const OpRegistry& FakeRegistry() {
     reg.Add({"", "Yes", 1, 100, [](const NodeView&) { return Claim::Yes(); }, PassThrough});
     reg.Add({"", "No", 1, 100, [](const NodeView&) { return Claim::No("fake decline"); }, PassThrough});
     reg.Add({"", "NeedsHost", 1, 100, [](const NodeView&) { return Claim::Yes({1}); }, PassThrough});
-    reg.Add({"", "Throws", 1, 100,
-             [](const NodeView&) -> Claim { throw std::runtime_error("boom"); }, PassThrough});
+    reg.Add({"", "Throws", 1, 100, [](const NodeView&) -> Claim { throw std::runtime_error("boom"); },
+             PassThrough});
     return reg;
   }();
   return r;
 }
 
 TEST(Partition, ChainOfClaimedNodesIsOneCluster) {
-  Graph g = GraphBuilder().Input("x").AddNode("Yes", {"x"}, {"a"}).AddNode("Yes", {"a"}, {"b"}).Output("b").Build();
+  Graph g =
+      GraphBuilder().Input("x").AddNode("Yes", {"x"}, {"a"}).AddNode("Yes", {"a"}, {"b"}).Output("b").Build();
   Partitioning p = PartitionGraph(g, FakeRegistry());
   ASSERT_EQ(p.clusters.size(), 1u);
   EXPECT_EQ(p.clusters[0], (std::vector<size_t>{0, 1}));
 }
 
 TEST(Partition, DeclinedNodeSplitsAndGivesReason) {
-  Graph g = GraphBuilder().Input("x").AddNode("Yes", {"x"}, {"a"}).AddNode("No", {"a"}, {"b"})
-                .AddNode("Yes", {"b"}, {"c"}).Output("c").Build();
+  Graph g = GraphBuilder()
+                .Input("x")
+                .AddNode("Yes", {"x"}, {"a"})
+                .AddNode("No", {"a"}, {"b"})
+                .AddNode("Yes", {"b"}, {"c"})
+                .Output("c")
+                .Build();
   Partitioning p = PartitionGraph(g, FakeRegistry());
   EXPECT_EQ(p.clusters.size(), 2u);
   EXPECT_FALSE(p.decisions[1].claimed);
@@ -44,8 +50,13 @@ TEST(Partition, DeclinedNodeSplitsAndGivesReason) {
 // x -> A(yes) -> B(no) -> C(yes), and A -> C directly: A and C in one cluster would make the
 // path A -> B -> C leave and re-enter it, which ORT cannot fuse.
 TEST(Partition, ClustersStayConvex) {
-  Graph g = GraphBuilder().Input("x").AddNode("Yes", {"x"}, {"a"}).AddNode("No", {"a"}, {"b"})
-                .AddNode("Yes", {"a", "b"}, {"c"}).Output("c").Build();
+  Graph g = GraphBuilder()
+                .Input("x")
+                .AddNode("Yes", {"x"}, {"a"})
+                .AddNode("No", {"a"}, {"b"})
+                .AddNode("Yes", {"a", "b"}, {"c"})
+                .Output("c")
+                .Build();
   Partitioning p = PartitionGraph(g, FakeRegistry());
   ASSERT_EQ(p.clusters.size(), 2u);
   EXPECT_EQ(p.clusters[0], (std::vector<size_t>{0}));
@@ -53,14 +64,23 @@ TEST(Partition, ClustersStayConvex) {
 }
 
 TEST(Partition, HostInputProducerStaysOutsideCluster) {
-  Graph g = GraphBuilder().Input("x").AddNode("Yes", {"x"}, {"shape"}).AddNode("NeedsHost", {"x", "shape"}, {"y"})
-                .Output("y").Build();
+  Graph g = GraphBuilder()
+                .Input("x")
+                .AddNode("Yes", {"x"}, {"shape"})
+                .AddNode("NeedsHost", {"x", "shape"}, {"y"})
+                .Output("y")
+                .Build();
   Partitioning p = PartitionGraph(g, FakeRegistry());
   EXPECT_EQ(p.clusters.size(), 2u);
 }
 
 TEST(Partition, UnknownOpAndThrowingClaimAreDeclined) {
-  Graph g = GraphBuilder().Input("x").AddNode("Mystery", {"x"}, {"a"}).AddNode("Throws", {"a"}, {"b"}).Output("b").Build();
+  Graph g = GraphBuilder()
+                .Input("x")
+                .AddNode("Mystery", {"x"}, {"a"})
+                .AddNode("Throws", {"a"}, {"b"})
+                .Output("b")
+                .Build();
   Partitioning p = PartitionGraph(g, FakeRegistry());
   EXPECT_TRUE(p.clusters.empty());
   EXPECT_NE(p.decisions[0].reason.find("no MLX translation for ai.onnx::Mystery"), std::string::npos);
@@ -68,7 +88,11 @@ TEST(Partition, UnknownOpAndThrowingClaimAreDeclined) {
 }
 
 TEST(Partition, StringTensorsAreDeclined) {
-  Graph g = GraphBuilder().Input("s", ElemType::kString).AddNode("Yes", {"s"}, {"t"}, ElemType::kString).Output("t").Build();
+  Graph g = GraphBuilder()
+                .Input("s", ElemType::kString)
+                .AddNode("Yes", {"s"}, {"t"}, ElemType::kString)
+                .Output("t")
+                .Build();
   Partitioning p = PartitionGraph(g, FakeRegistry());
   EXPECT_FALSE(p.decisions[0].claimed);
   EXPECT_NE(p.decisions[0].reason.find("string"), std::string::npos);

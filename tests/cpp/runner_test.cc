@@ -20,8 +20,13 @@ InputTensor Float(const std::vector<float>& v, std::vector<int64_t> shape) {
 }
 
 Plan AddPlan() {
-  Graph g = GraphBuilder().Input("x").Input("y").AddNode("Add", {"x", "y"}, {"s"}).AddNode("Add", {"s", "x"}, {"z"})
-                .Output("z").Build();
+  Graph g = GraphBuilder()
+                .Input("x")
+                .Input("y")
+                .AddNode("Add", {"x", "y"}, {"s"})
+                .AddNode("Add", {"s", "x"}, {"z"})
+                .Output("z")
+                .Build();
   return BuildPlan(g, "p", {"x", "y"}, {"z"}, OpRegistry::Get());
 }
 

@@ -18,7 +18,8 @@ int main() {
     std::sort(ranges.begin(), ranges.end());
     std::string text;
     for (const auto& [since, until] : ranges)
-      text += (text.empty() ? "" : ", ") + std::to_string(since) + (until != since ? "–" + std::to_string(until) : "");
+      text += (text.empty() ? "" : ", ") + std::to_string(since) +
+              (until != since ? "–" + std::to_string(until) : "");
     std::cout << "| " << op << " | " << text << " |\n";
   }
   std::cout << "\n" << ops.size() << " ops.\n";
