@@ -1,0 +1,111 @@
+"""The Python package and the diagnostics: library lookup, idempotent registration, providers by
+name, the report CLI, and the ONNXRUNTIME_EP_MLX_* variables (each run in a fresh process, as
+a user would set them)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+import onnxruntime_ep_mlx as mlx_ep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def mixed_model(path):
+    """Add (MLX) -> Det (declined) -> Add (MLX)."""
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["a", "a"], ["s"], name="first_add"),
+         helper.make_node("Det", ["s"], ["d"], name="the_det"),
+         helper.make_node("Add", ["d", "d"], ["y"], name="second_add")],
+        "mixed", [helper.make_tensor_value_info("a", f, [3, 3])], [helper.make_tensor_value_info("y", f, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+RUN_TWICE = """
+import sys, numpy as np, onnxruntime as ort
+sys.path.insert(0, {python!r})
+import onnxruntime_ep_mlx as m
+m.register_execution_provider_library()
+s = ort.InferenceSession({model!r}, providers=["MLXExecutionProvider", "CPUExecutionProvider"])
+a = np.eye(3, dtype=np.float32)
+for _ in range(2):
+    y = s.run(None, {{"a": a}})[0]
+print("RESULT", float(y))
+"""
+
+
+def run_script(model, **env):
+    code = RUN_TWICE.format(python=os.path.join(ROOT, "python"), model=model)
+    full_env = {**os.environ, **env}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_package_api():
+    assert mlx_ep.ep_name() == "MLXExecutionProvider"
+    assert mlx_ep.version() == "0.1.0"
+    assert os.path.isfile(mlx_ep.library_path())
+    first = mlx_ep.register_execution_provider_library()
+    assert mlx_ep.register_execution_provider_library() == first  # idempotent
+    assert "MLXExecutionProvider" in ort.get_available_providers()
+    devices = mlx_ep.get_ep_devices()
+    assert len(devices) == 1 and devices[0].ep_metadata["mlx_device"] in ("cpu", "gpu")
+
+
+def test_append_to_session_options(tmp_path):
+    so = ort.SessionOptions()
+    mlx_ep.append_to_session_options(so)
+    sess = ort.InferenceSession(mixed_model(str(tmp_path / "m.onnx")), so)
+    y = sess.run(None, {"a": np.eye(3, dtype=np.float32)})[0]
+    assert float(y) == 16.0  # det(2I) * 2
+
+
+def test_verbose_summary_counts_compile_cache(tmp_path):
+    proc = run_script(mixed_model(str(tmp_path / "m.onnx")), ONNXRUNTIME_EP_MLX_VERBOSE="1")
+    assert "RESULT 16.0" in proc.stdout
+    assert "claimed 2/3 nodes in 2 partition(s)" in proc.stderr
+    # each of the two partitions: first run traces and compiles, second run hits the cache
+    assert proc.stderr.count("2 runs, compile cache 1 hits / 1 misses") == 2, proc.stderr
+
+
+def test_claim_debug_names_declined_nodes(tmp_path):
+    proc = run_script(mixed_model(str(tmp_path / "m.onnx")), ONNXRUNTIME_EP_MLX_CLAIM_DEBUG="1")
+    assert "declined the_det (ai.onnx::Det): no MLX translation for ai.onnx::Det" in proc.stderr
+    assert "unclaimed op types: ai.onnx::Det(x1)" in proc.stderr
+
+
+def test_no_compile_kill_switch(tmp_path):
+    proc = run_script(mixed_model(str(tmp_path / "m.onnx")), ONNXRUNTIME_EP_MLX_NO_COMPILE="1",
+                      ONNXRUNTIME_EP_MLX_VERBOSE="1")
+    assert "RESULT 16.0" in proc.stdout
+    assert proc.stderr.count("2 runs, compile cache 0 hits / 0 misses") == 2, proc.stderr
+
+
+def test_report_file(tmp_path):
+    report = tmp_path / "report.json"
+    run_script(mixed_model(str(tmp_path / "m.onnx")), ONNXRUNTIME_EP_MLX_REPORT=str(report))
+    data = json.loads(report.read_text())
+    g = data["graphs"][0]
+    assert (g["nodes_claimed"], g["nodes_total"], len(g["partitions"])) == (2, 3, 2)
+    assert [d["node"] for d in g["declined"]] == ["the_det"]
+    assert sorted(p["runs"] for p in data["runtime"]["partitions"]) == [2, 2]
+
+
+def test_report_cli(tmp_path):
+    model = mixed_model(str(tmp_path / "m.onnx"))
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "python")}
+    out = subprocess.run([sys.executable, "-m", "onnxruntime_ep_mlx", "report", model],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "2/3 nodes claimed" in out.stdout
+    assert "the_det (ai.onnx::Det): no MLX translation" in out.stdout
