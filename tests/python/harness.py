@@ -1,10 +1,10 @@
-"""Parity harness: build single-node models, run them on ORT's CPU EP and on MLX (+ CPU
-fallback), compare, and prove from ORT's profile that MLX ran every node."""
+"""Parity harness: build test models, run them on ORT's CPU EP and on MLX (+ CPU fallback),
+compare, and prove from ORT's profile that MLX ran every node. (bfloat16 helpers: harness_bf16.)"""
+import functools
 import json
 import os
 import tempfile
-
-import functools
+import warnings
 
 import ml_dtypes
 import numpy as np
@@ -16,20 +16,21 @@ from onnx import TensorProto, helper
 import onnxruntime_ep_mlx as mlx_ep
 
 EP = "MLXExecutionProvider"
+BF16 = np.dtype(ml_dtypes.bfloat16)
 
 # Relative / absolute tolerances per dtype (DEVELOPERS.md: fp32 ~1e-5 rel, fp16 ~1e-3, bf16 ~1e-2).
 TOLERANCES = {
     np.dtype(np.float32): (1e-5, 1e-6),
     np.dtype(np.float64): (1e-10, 1e-12),
     np.dtype(np.float16): (1e-3, 1e-3),
-    np.dtype(ml_dtypes.bfloat16): (1e-2, 1e-2),
+    BF16: (1e-2, 1e-2),
 }
 
 NP_TO_ONNX = {
     np.dtype(np.float32): TensorProto.FLOAT,
     np.dtype(np.float16): TensorProto.FLOAT16,
     np.dtype(np.float64): TensorProto.DOUBLE,
-    np.dtype(ml_dtypes.bfloat16): TensorProto.BFLOAT16,
+    BF16: TensorProto.BFLOAT16,
     np.dtype(np.int8): TensorProto.INT8,
     np.dtype(np.int16): TensorProto.INT16,
     np.dtype(np.int32): TensorProto.INT32,
@@ -39,7 +40,20 @@ NP_TO_ONNX = {
     np.dtype(np.uint32): TensorProto.UINT32,
     np.dtype(np.uint64): TensorProto.UINT64,
     np.dtype(np.bool_): TensorProto.BOOL,
+    np.dtype(object): TensorProto.STRING,  # numpy holds ONNX strings in object arrays
 }
+
+
+# (shape of A, shape of B) for binary ops: same shape, numpy broadcasting, scalars, an empty dim, rank 1..4.
+BINARY_SHAPES = [
+    ((3, 4), (3, 4)),
+    ((2, 3, 4), (4,)),
+    ((2, 1, 4), (3, 1)),
+    ((), (2, 3)),
+    ((5,), ()),
+    ((0, 3), (1, 3)),
+    ((2, 3, 4, 5), (3, 1, 5)),
+]
 
 
 def onnx_type(dtype):
@@ -47,20 +61,18 @@ def onnx_type(dtype):
     return NP_TO_ONNX[np.dtype(dtype)]
 
 
-def make_model(op_type, inputs, outputs, attrs=None, opset=17, initializers=None, domain=""):
-    """A one-node model. `inputs`: list of (name, numpy dtype, shape or None) — use name "" to
+def make_graph_model(nodes, inputs, outputs, initializers=None, opset=17, domain="", name="test"):
+    """A model of `nodes`. `inputs`: list of (name, numpy dtype, shape or None) — use name "" to
     leave an optional input out; `outputs`: list of (name, dtype or None, shape or None), where
     None lets ONNX shape inference fill the type in; `initializers`: dict name -> numpy array
     (they become constant initializers, not graph inputs)."""
     initializers = initializers or {}
-    node = helper.make_node(op_type, [n for n, _, _ in inputs], [n for n, _, _ in outputs],
-                            domain=domain, **(attrs or {}))
     graph_inputs = [helper.make_tensor_value_info(n, onnx_type(t), s)
                     for n, t, s in inputs if n and n not in initializers]
     graph_outputs = [helper.make_tensor_value_info(n, onnx_type(t) if t is not None else TensorProto.UNDEFINED, s)
                      for n, t, s in outputs]
     inits = [onnx.numpy_helper.from_array(np.asarray(v), n) for n, v in initializers.items()]
-    graph = helper.make_graph([node], f"{op_type}_test", graph_inputs, graph_outputs, inits)
+    graph = helper.make_graph(nodes, name, graph_inputs, graph_outputs, inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
     model.ir_version = 8
     if any(t is None for _, t, _ in outputs):
@@ -72,15 +84,60 @@ def make_model(op_type, inputs, outputs, attrs=None, opset=17, initializers=None
     return model
 
 
+def make_model(op_type, inputs, outputs, attrs=None, opset=17, initializers=None, domain=""):
+    """A one-node model; arguments as make_graph_model's."""
+    node = helper.make_node(op_type, [n for n, _, _ in inputs], [n for n, _, _ in outputs],
+                            domain=domain, **(attrs or {}))
+    return make_graph_model([node], inputs, outputs, initializers, opset, domain, f"{op_type}_test")
+
+
+def make_multi_model(ops, inputs, out_dtype, opset=17, attrs=None):
+    """One node per op (named <op>_<i>, attributes attrs[i]), each reading every input in `inputs`
+    ((name, dtype, shape) triples) and writing y<i> of `out_dtype` (a dtype, or a list, one per op)."""
+    attrs = attrs or [{}] * len(ops)
+    out_types = out_dtype if isinstance(out_dtype, list) else [out_dtype] * len(ops)
+    names = [n for n, _, _ in inputs]
+    nodes = [helper.make_node(op, names, [f"y{i}"], name=f"{op}_{i}", **a)
+             for i, (op, a) in enumerate(zip(ops, attrs))]
+    return make_graph_model(nodes, [(n, t, list(s)) for n, t, s in inputs],
+                            [(f"y{i}", t, None) for i, t in enumerate(out_types)], opset=opset)
+
+
+def node_model(op, data, attrs=None, opset=17, host=None, host_as_input=False, outputs=1, out_dtype=None,
+               symbolic=False):
+    """(model, feeds) of one `op` node on data inputs `data` (list of (name, array)) and host-value
+    inputs `host` (list of (name, array or None for an absent optional input)); host values are
+    constant initializers, or graph inputs fed at run time. Outputs y0, y1, ... have `out_dtype`
+    (None: inferred). `symbolic` declares the data dims symbolic, d0, d1, ... (so ORT cannot
+    constant-fold Shape/Size)."""
+    inputs, inits, feeds = [], {}, {}
+    for name, value in data:
+        value = np.asarray(value)
+        dims = ([f"d{i}" for i in range(value.ndim)] or None) if symbolic else list(value.shape)
+        inputs.append((name, value.dtype, dims))
+        feeds[name] = value
+    for name, value in host or []:
+        if value is None:
+            inputs.append(("", None, None))
+            continue
+        inputs.append((name, value.dtype, list(value.shape)))
+        if host_as_input:
+            feeds[name] = value
+        else:
+            inits[name] = value
+    outs = [(f"y{i}", out_dtype, None) for i in range(outputs)]
+    return make_model(op, inputs, outs, attrs, opset, inits), feeds
+
+
 def run_cpu(model, feeds):
     """Outputs from ORT's CPU EP alone."""
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
 
 
-def run_mlx(model, feeds, runs=1):
-    """Outputs with MLX + CPU fallback, plus (mlx_nodes, total_nodes) read from ORT's profile
-    of the last run."""
+def run_mlx_nodes(model, feeds, runs=1):
+    """Outputs with MLX + CPU fallback, plus the last run's nodes as (profile event name,
+    provider) pairs read from ORT's profile."""
     mlx_ep.register_execution_provider_library()
     so = ort.SessionOptions()
     so.enable_profiling = True
@@ -91,12 +148,34 @@ def run_mlx(model, feeds, runs=1):
             outs = sess.run(None, feeds)
         with open(sess.end_profiling()) as f:
             events = json.load(f)
-    # Each run logs one kernel event per executed node; count those of the last run only.
+    # Each run logs one kernel event per executed node; keep those of the last run only.
     nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
     per_run = len(nodes) // runs if runs else 0
-    last = nodes[len(nodes) - per_run:]
-    mlx = sum(1 for e in last if e["args"].get("provider") == EP)
-    return outs, mlx, len(last)
+    return outs, [(e["name"], e["args"].get("provider")) for e in nodes[len(nodes) - per_run:]]
+
+
+def run_mlx(model, feeds, runs=1):
+    """Outputs with MLX + CPU fallback, plus (mlx_nodes, total_nodes) of the last run."""
+    outs, nodes = run_mlx_nodes(model, feeds, runs)
+    return outs, sum(1 for _, provider in nodes if provider == EP), len(nodes)
+
+
+def cpu_or_none(model, feeds):
+    """ORT CPU outputs, or None where ORT's CPU EP has no kernel for this node/types."""
+    try:
+        return run_cpu(model, feeds)
+    except Exception as e:  # noqa: BLE001 - only "no kernel" is tolerated
+        if "NOT_IMPLEMENTED" in str(e) or "Could not find an implementation" in str(e):
+            return None
+        raise
+
+
+def numpy_outputs(fn):
+    """`fn()`'s output(s) as a list of arrays, numpy's overflow/divide warnings silenced."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        out = fn()
+    return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
 
 
 def assert_close(actual, expected, dtype=None, rtol=None, atol=None, what=""):
@@ -119,6 +198,11 @@ def mlx_device():
     return mlx_ep.get_ep_devices()[0].ep_metadata.get("mlx_device", "cpu")
 
 
+def float64_on_mlx():
+    """True when the EP claims float64 nodes: MLX computes float64 on its CPU device only."""
+    return mlx_device() == "cpu"
+
+
 def uses_float64(model):
     """True when any graph input, output, initializer or value info is float64."""
     g = model.graph
@@ -131,7 +215,7 @@ def check_parity(model, feeds, rtol=None, atol=None, expected=None, all_on_mlx=T
     """Runs `model` on CPU and on MLX, compares every output, and asserts MLX ran every node.
     `expected` overrides the CPU reference (for dtypes ORT's CPU EP lacks, e.g. bfloat16).
     float64 models are skipped on GPUs: MLX has no float64 there, so the EP declines them."""
-    if all_on_mlx and mlx_device() != "cpu" and uses_float64(model):
+    if all_on_mlx and not float64_on_mlx() and uses_float64(model):
         pytest.skip("float64 runs on MLX's CPU device only; the EP declines it on GPUs")
     ref = expected if expected is not None else run_cpu(model, feeds)
     got, mlx, total = run_mlx(model, feeds)
@@ -152,3 +236,31 @@ def random_array(shape, dtype, rng=None, low=-3.0, high=3.0):
         lo = max(int(low), np.iinfo(dtype).min)
         return rng.integers(lo, int(high) + 1, size=shape).astype(dtype)
     return rng.uniform(low, high, size=shape).astype(dtype)
+
+
+def assert_declined(model, feeds):
+    """The node must fall back to CPU (0 nodes on MLX) and still give CPU's answer, exactly."""
+    ref = run_cpu(model, feeds)
+    got, mlx, total = run_mlx(model, feeds)
+    assert mlx == 0 and total >= 1, f"{mlx}/{total} nodes ran on MLX"
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+
+
+def assert_mlx_error(model, feeds):
+    """ORT's CPU EP errors on this input; the MLX run must error too (no made-up output)."""
+    with pytest.raises(Exception):
+        run_cpu(model, feeds)
+    with pytest.raises(Exception):
+        run_mlx(model, feeds)
+
+
+def ids(v):
+    """A pytest id: shapes as 2x3 ("scalar" for ()), attribute dicts as k=v pairs, dtypes by name."""
+    if isinstance(v, tuple):
+        return "x".join(map(str, v)) or "scalar"
+    if isinstance(v, dict):
+        return "_".join(f"{k}={a}" for k, a in v.items()) or "default"
+    if isinstance(v, (list, str, int)):
+        return str(v)
+    return np.dtype(v).name

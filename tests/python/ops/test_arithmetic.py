@@ -6,162 +6,17 @@ narrow integers, ...) it is a numpy computation of the ONNX semantics.
 Several ops usually share one model (one node each, all on the same inputs): MLX's CPU backend
 JIT-compiles every new fused kernel (~0.5 s each on a cold cache), so fewer, wider models keep
 this file fast while still checking every op on every dtype/shape."""
-import json
-import os
-import tempfile
-import warnings
-
-import ml_dtypes
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
-import onnxruntime_ep_mlx as mlx_ep
-from harness import EP, assert_close, check_parity, make_model, onnx_type, random_array, run_cpu, run_mlx
+from harness import (BF16, BINARY_SHAPES, assert_close, check_parity, float64_on_mlx, ids, make_model, make_multi_model,
+                     random_array, run_cpu, run_mlx)
+from harness_bf16 import check_parity_or_numpy as parity
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = [np.float32, np.float16, BF16, np.float64]
 SIGNED = [np.int8, np.int16, np.int32, np.int64]
 UNSIGNED = [np.uint8, np.uint16, np.uint32, np.uint64]
 NUMERIC = FLOATS + SIGNED + UNSIGNED
-
-# (shape of A, shape of B): same shape, numpy broadcasting, scalars, an empty dim, rank 1..4.
-SHAPES = [
-    ((3, 4), (3, 4)),
-    ((2, 3, 4), (4,)),
-    ((2, 1, 4), (3, 1)),
-    ((), (2, 3)),
-    ((5,), ()),
-    ((0, 3), (1, 3)),
-    ((2, 3, 4, 5), (3, 1, 5)),
-]
-
-
-def ids(v):
-    if isinstance(v, tuple):
-        return "x".join(map(str, v)) or "scalar"
-    if isinstance(v, (list, str, int)):
-        return str(v)
-    return np.dtype(v).name
-
-
-# --- harness helpers -------------------------------------------------------------------------
-
-def multi_model(ops, inputs, out_dtype, opset=17, attrs=None):
-    """One node per op, all reading `inputs` ((name, dtype, shape) triples), output y<i> of
-    `out_dtype` (a dtype, or one per op)."""
-    attrs = attrs or [{}] * len(ops)
-    out_types = out_dtype if isinstance(out_dtype, list) else [out_dtype] * len(ops)
-    names = [n for n, _, _ in inputs]
-    nodes = [helper.make_node(op, names, [f"y{i}"], name=f"{op}_{i}", **a)
-             for i, (op, a) in enumerate(zip(ops, attrs))]
-    graph = helper.make_graph(
-        nodes, "arith_test",
-        [helper.make_tensor_value_info(n, onnx_type(t), list(s)) for n, t, s in inputs],
-        [helper.make_tensor_value_info(f"y{i}", onnx_type(t), None) for i, t in enumerate(out_types)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
-
-
-_F64 = []
-
-
-def f64_on_mlx():
-    """MLX computes float64 only on its CPU device: probe once whether this run claims it."""
-    if not _F64:
-        model = make_model("Add", [("a", np.float64, [1]), ("b", np.float64, [1])], [("y", np.float64, None)])
-        _F64.append(run_mlx(model, {"a": np.ones(1), "b": np.ones(1)})[1] == 1)
-    return _F64[0]
-
-
-def bf16_wrapped(model):
-    """bfloat16 graph inputs/outputs become float32 ones + Cast nodes named cast_* (ORT's Python
-    API can't feed or fetch bfloat16)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    pre, post = [], []
-    for vi in g.input:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.input[:] = [inner if i == vi.name else i for i in n.input]
-            pre.append(helper.make_node("Cast", [vi.name], [inner], name=f"cast_{vi.name}",
-                                        to=TensorProto.BFLOAT16))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    for vi in g.output:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.output[:] = [inner if o == vi.name else o for o in n.output]
-            post.append(helper.make_node("Cast", [inner], [vi.name], name=f"cast_{vi.name}",
-                                         to=TensorProto.FLOAT))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    nodes = pre + list(g.node) + post
-    del g.node[:]
-    g.node.extend(nodes)
-    return m
-
-
-def check_bf16(model, feeds, expected):
-    """Runs a bfloat16 model through bf16_wrapped; every node but the cast_* ones must run on MLX."""
-    wrapped = bf16_wrapped(model)
-    feeds32 = {k: (v.astype(np.float32) if v.dtype == BF16 else v) for k, v in feeds.items()}
-    mlx_ep.register_execution_provider_library()
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    with tempfile.TemporaryDirectory() as tmp:
-        so.profile_file_prefix = os.path.join(tmp, "profile")
-        sess = ort.InferenceSession(wrapped.SerializeToString(), so, providers=[EP, "CPUExecutionProvider"])
-        got = sess.run(None, feeds32)
-        with open(sess.end_profiling()) as f:
-            events = json.load(f)
-    nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-    on_cpu = [e["name"] for e in nodes if e["args"].get("provider") != EP]
-    assert any(e["args"].get("provider") == EP for e in nodes), "nothing ran on MLX"
-    assert all(n.startswith("cast_") for n in on_cpu), f"ran on CPU: {on_cpu}"
-    for i, (g, r) in enumerate(zip(got, expected)):
-        r = np.asarray(r)
-        if r.dtype == BF16:
-            assert_close(g, r.astype(np.float32), dtype=BF16, what=f"output {i}")
-        else:
-            assert_close(g, r, what=f"output {i}")
-    return got
-
-
-def _numpy(fallback):
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        out = fallback()
-    return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
-
-
-def cpu_or(model, feeds, fallback):
-    """ORT CPU outputs, or the numpy `fallback()` where the CPU EP has no kernel for these types."""
-    try:
-        return run_cpu(model, feeds)
-    except Exception as e:  # noqa: BLE001 - only "no kernel" is tolerated
-        if "Could not find an implementation" not in str(e):
-            raise
-        return _numpy(fallback)
-
-
-def parity(model, feeds, fallback=None):
-    """check_parity against ORT CPU (or the numpy fallback); bfloat16 goes through check_bf16, and
-    float64 data may be declined where MLX runs on a GPU."""
-    if any(v.dtype == BF16 for v in feeds.values()):
-        return check_bf16(model, feeds, _numpy(fallback))
-    expected = cpu_or(model, feeds, fallback)
-    if any(v.dtype == np.float64 for v in feeds.values()) and not f64_on_mlx():
-        got, mlx, _ = run_mlx(model, feeds)
-        assert mlx == 0
-        for g, r in zip(got, expected):
-            assert_close(g, r)
-        return got
-    return check_parity(model, feeds, expected=expected)
 
 
 # --- numpy references ------------------------------------------------------------------------
@@ -223,22 +78,23 @@ BASIC = ["Add", "Sub", "Mul", "Div"]
 def test_basic_types(dtype):
     sa, sb = (2, 3, 4), (2, 3, 4)
     a, b = binary_data(dtype, sa, sb, nonzero_b=True)
-    parity(multi_model(BASIC, ab(dtype, sa, sb), dtype), {"a": a, "b": b},
+    parity(make_multi_model(BASIC, ab(dtype, sa, sb), dtype), {"a": a, "b": b},
            lambda: [binary_ref(op, a, b) for op in BASIC])
 
 
-@pytest.mark.parametrize("shapes,dtype", [(s, np.float32) for s in SHAPES] + [(s, np.int32) for s in SHAPES[2:6]],
+@pytest.mark.parametrize("shapes,dtype",
+                         [(s, np.float32) for s in BINARY_SHAPES] + [(s, np.int32) for s in BINARY_SHAPES[2:6]],
                          ids=ids)
 def test_basic_shapes(shapes, dtype):
     sa, sb = shapes
     a, b = binary_data(dtype, sa, sb, seed=1, nonzero_b=True)
-    parity(multi_model(BASIC, ab(dtype, sa, sb), dtype), {"a": a, "b": b})
+    parity(make_multi_model(BASIC, ab(dtype, sa, sb), dtype), {"a": a, "b": b})
 
 
 @pytest.mark.parametrize("opset", [7, 13, 14])
 def test_basic_opsets(opset):
     a, b = binary_data(np.float32, (2, 3), (3,), nonzero_b=True)
-    parity(multi_model(BASIC, ab(np.float32, (2, 3), (3,)), np.float32, opset=opset), {"a": a, "b": b})
+    parity(make_multi_model(BASIC, ab(np.float32, (2, 3), (3,)), np.float32, opset=opset), {"a": a, "b": b})
 
 
 @pytest.mark.parametrize("dtype", SIGNED, ids=ids)
@@ -256,7 +112,7 @@ def test_int_overflow_wraps(dtype):
     a = np.array([info.max, info.min, info.max, 3], dtype)
     b = np.array([1, 1, 2, info.max], dtype)
     ops = ["Add", "Sub", "Mul"]
-    parity(multi_model(ops, ab(dtype, a.shape, b.shape), dtype), {"a": a, "b": b},
+    parity(make_multi_model(ops, ab(dtype, a.shape, b.shape), dtype), {"a": a, "b": b},
            lambda: [binary_ref(op, a, b) for op in ops])
 
 
@@ -264,7 +120,7 @@ def test_int_overflow_wraps(dtype):
 def test_float_special_values(dtype):
     a = np.array([1, -1, 0, np.inf, -np.inf, np.nan, 0, 5, 6e4, -0.0], dtype)
     b = np.array([0, 0, 0, np.inf, 2, 1, -np.inf, np.nan, 4, 3], dtype)
-    parity(multi_model(BASIC, ab(dtype, a.shape, b.shape), dtype), {"a": a, "b": b})
+    parity(make_multi_model(BASIC, ab(dtype, a.shape, b.shape), dtype), {"a": a, "b": b})
 
 
 def test_constant_operand():
@@ -288,7 +144,7 @@ def test_mod_int(dtype):
         big = info.max if info.bits < 64 else 2**53 - 1
         a = np.array([5, 0, 7, big, 9, 3], dtype)
         b = np.array([3, 4, 7, 2, 10, big], dtype)
-    model = multi_model(["Mod", "Mod"], ab(dtype, a.shape, b.shape), dtype, attrs=[{"fmod": 0}, {"fmod": 1}])
+    model = make_multi_model(["Mod", "Mod"], ab(dtype, a.shape, b.shape), dtype, attrs=[{"fmod": 0}, {"fmod": 1}])
     parity(model, {"a": a, "b": b}, lambda: [binary_ref("Mod", a, b, 0), binary_ref("Mod", a, b, 1)])
 
 
@@ -312,11 +168,11 @@ def test_mod_float_fmod(dtype):
     parity(model, {"a": a, "b": b}, lambda: binary_ref("Mod", a, b, 1))
 
 
-@pytest.mark.parametrize("shapes", SHAPES[2:6], ids=ids)
+@pytest.mark.parametrize("shapes", BINARY_SHAPES[2:6], ids=ids)
 def test_mod_shapes(shapes):
     sa, sb = shapes
     a, b = binary_data(np.int32, sa, sb, seed=2, nonzero_b=True)
-    model = multi_model(["Mod", "Mod"], ab(np.int32, sa, sb), np.int32, attrs=[{"fmod": 0}, {"fmod": 1}])
+    model = make_multi_model(["Mod", "Mod"], ab(np.int32, sa, sb), np.int32, attrs=[{"fmod": 0}, {"fmod": 1}])
     parity(model, {"a": a, "b": b})
 
 
@@ -377,7 +233,7 @@ POW_TYPES = [
 def test_pow_types(tx, ty):
     x, y = pow_data(tx, ty, (2, 3, 4), (3, 1))
     model = make_model("Pow", [("a", tx, [2, 3, 4]), ("b", ty, [3, 1])], [("y", tx, None)], opset=15)
-    if np.dtype(tx).kind in "iu" and np.dtype(ty).kind != "i" and not f64_on_mlx():
+    if np.dtype(tx).kind in "iu" and np.dtype(ty).kind != "i" and not float64_on_mlx():
         # An integer base with a float exponent is computed in float64: declined on a GPU.
         got, mlx, _ = run_mlx(model, {"a": x, "b": y})
         assert mlx == 0
@@ -386,7 +242,7 @@ def test_pow_types(tx, ty):
     parity(model, {"a": x, "b": y}, lambda: pow_ref(x, y))
 
 
-@pytest.mark.parametrize("shapes", SHAPES[2:], ids=ids)
+@pytest.mark.parametrize("shapes", BINARY_SHAPES[2:], ids=ids)
 def test_pow_shapes(shapes):
     sa, sb = shapes
     x, y = pow_data(np.float32, np.float32, sa, sb, seed=3)
@@ -462,21 +318,21 @@ def test_variadic_types(dtype):
     ops = ALL_VARIADIC if np.dtype(dtype).kind not in "iu" else ["Min", "Max"]  # Sum/Mean: floats only
     feeds = variadic_feeds(dtype, shapes, 4)
     xs = list(feeds.values())
-    parity(multi_model(ops, variadic_inputs(dtype, shapes), dtype, opset=13), feeds,
+    parity(make_multi_model(ops, variadic_inputs(dtype, shapes), dtype, opset=13), feeds,
            lambda: [variadic_ref(op, xs) for op in ops])
 
 
 @pytest.mark.parametrize("shapes", VAR_SHAPES, ids=lambda s: "_".join(ids(x) for x in s))
 def test_variadic_shapes(shapes):
     feeds = variadic_feeds(np.float32, shapes, 6)
-    parity(multi_model(ALL_VARIADIC, variadic_inputs(np.float32, shapes), np.float32, opset=13), feeds)
+    parity(make_multi_model(ALL_VARIADIC, variadic_inputs(np.float32, shapes), np.float32, opset=13), feeds)
 
 
 @pytest.mark.parametrize("opset", [6, 8, 12, 13])
 def test_variadic_opsets(opset):
     shapes = [(2, 3), (2, 3), (2, 3)]  # opset 6 takes no broadcasting
     feeds = variadic_feeds(np.float32, shapes, 7)
-    parity(multi_model(ALL_VARIADIC, variadic_inputs(np.float32, shapes), np.float32, opset=opset), feeds)
+    parity(make_multi_model(ALL_VARIADIC, variadic_inputs(np.float32, shapes), np.float32, opset=opset), feeds)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=ids)
@@ -485,4 +341,4 @@ def test_minmax_nan_propagates(dtype):
     b = np.array([1, np.nan, np.nan, 3, 0, 0], dtype)
     inputs = [("x0", dtype, [6]), ("x1", dtype, [6]), ("x2", dtype, [])]
     feeds = {"x0": a, "x1": b, "x2": np.array(0.5, dtype)}
-    check_parity(multi_model(["Min", "Max"], inputs, dtype, opset=13), feeds)
+    check_parity(make_multi_model(["Min", "Max"], inputs, dtype, opset=13), feeds)

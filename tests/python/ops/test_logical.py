@@ -3,139 +3,22 @@ Not, Where, IsNaN, IsInf.
 
 The reference is ORT's CPU EP where it has a kernel; for the types it lacks (bfloat16, narrow
 integers for some ops, ...) it is the numpy result (these ops are exact, so numpy is the spec)."""
-import json
-import os
-import tempfile
-
-import ml_dtypes
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
-import onnxruntime_ep_mlx as mlx_ep
-from harness import EP, assert_close, check_parity, make_model, onnx_type, random_array, run_cpu, run_mlx
+from harness import (BF16, BINARY_SHAPES, assert_declined, check_parity, ids, make_graph_model, make_model,
+                     make_multi_model, random_array)
+from harness_bf16 import check_parity_or_numpy
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = [np.float32, np.float16, BF16, np.float64]
 INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 NUMERIC = FLOATS + INTS
 
-SHAPES = [
-    ((3, 4), (3, 4)),
-    ((2, 3, 4), (4,)),
-    ((2, 1, 4), (3, 1)),
-    ((), (2, 3)),
-    ((5,), ()),
-    ((0, 3), (1, 3)),
-    ((2, 3, 4, 5), (3, 1, 5)),
-]
-
-
-def ids(v):
-    if isinstance(v, tuple):
-        return "x".join(map(str, v)) or "scalar"
-    return np.dtype(v).name
-
-
-_F64 = []
-
-
-def f64_on_mlx():
-    """MLX computes float64 only on its CPU device: probe once whether this run claims it."""
-    if not _F64:
-        model = make_model("Less", [("a", np.float64, [1]), ("b", np.float64, [1])], [("y", np.bool_, None)])
-        _F64.append(run_mlx(model, {"a": np.ones(1), "b": np.ones(1)})[1] == 1)
-    return _F64[0]
-
-
-def bf16_wrapped(model):
-    """bfloat16 graph inputs/outputs become float32 ones + Cast nodes named cast_* (ORT's Python
-    API can't feed or fetch bfloat16)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    pre, post = [], []
-    for vi in g.input:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.input[:] = [inner if i == vi.name else i for i in n.input]
-            pre.append(helper.make_node("Cast", [vi.name], [inner], name=f"cast_{vi.name}", to=TensorProto.BFLOAT16))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    for vi in g.output:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.output[:] = [inner if o == vi.name else o for o in n.output]
-            post.append(helper.make_node("Cast", [inner], [vi.name], name=f"cast_{vi.name}", to=TensorProto.FLOAT))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    nodes = pre + list(g.node) + post
-    del g.node[:]
-    g.node.extend(nodes)
-    return m
-
-
-def check_bf16(model, feeds, expected):
-    """Runs a bfloat16 model through bf16_wrapped; every node but the cast_* ones must run on MLX."""
-    wrapped = bf16_wrapped(model)
-    feeds32 = {k: (v.astype(np.float32) if v.dtype == BF16 else v) for k, v in feeds.items()}
-    mlx_ep.register_execution_provider_library()
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    with tempfile.TemporaryDirectory() as tmp:
-        so.profile_file_prefix = os.path.join(tmp, "profile")
-        sess = ort.InferenceSession(wrapped.SerializeToString(), so, providers=[EP, "CPUExecutionProvider"])
-        got = sess.run(None, feeds32)
-        with open(sess.end_profiling()) as f:
-            events = json.load(f)
-    nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-    on_cpu = [e["name"] for e in nodes if e["args"].get("provider") != EP]
-    assert any(e["args"].get("provider") == EP for e in nodes), "nothing ran on MLX"
-    assert all(n.startswith("cast_") for n in on_cpu), f"ran on CPU: {on_cpu}"
-    for i, (g, r) in enumerate(zip(got, expected)):
-        r = np.asarray(r)
-        assert_close(g, r.astype(np.float32) if r.dtype == BF16 else r, what=f"output {i}")
-
-
-def _numpy(fallback):
-    out = fallback()
-    return [np.asarray(o) for o in (out if isinstance(out, (list, tuple)) else [out])]
-
-
-def cpu_or(model, feeds, fallback):
-    """ORT CPU outputs, or the numpy `fallback()` where the CPU EP has no kernel for these types."""
-    try:
-        return run_cpu(model, feeds)
-    except Exception as e:  # noqa: BLE001 - only "no kernel" is tolerated
-        if "Could not find an implementation" not in str(e):
-            raise
-        return _numpy(fallback)
-
 
 def parity(model, feeds, fallback=None):
-    """check_parity against ORT CPU (or the numpy fallback); bfloat16 goes through check_bf16, and
-    float64 data may be declined where MLX runs on a GPU."""
-    if any(v.dtype == BF16 for v in feeds.values()):
-        return check_bf16(model, feeds, _numpy(fallback))
-    expected = cpu_or(model, feeds, fallback)
-    if any(v.dtype == np.float64 for v in feeds.values()) and not f64_on_mlx():
-        got, mlx, _ = run_mlx(model, feeds)
-        assert mlx == 0
-        for g, r in zip(got, expected):
-            assert_close(g, r)
-        return got
-    return check_parity(model, feeds, expected=expected)
-
-
-def assert_declined(model, feeds):
-    """The node must fall back to CPU (0 nodes on MLX) and still give CPU's answer."""
-    ref = run_cpu(model, feeds)
-    got, mlx, total = run_mlx(model, feeds)
-    assert mlx == 0 and total >= 1, f"{mlx}/{total} nodes ran on MLX"
-    for g, r in zip(got, ref):
-        np.testing.assert_array_equal(g, r)
+    """check_parity_or_numpy; these ops are exact, so bfloat16 outputs keep float32's tolerance."""
+    return check_parity_or_numpy(model, feeds, fallback, bf16_rtol=1e-5, bf16_atol=1e-6)
 
 
 def small_values(shape, dtype, rng):
@@ -160,15 +43,7 @@ COMPARE = {
 
 def compare_model(ops, dtype, sa, sb, opset=19):
     """One node per comparison in `ops`, all on inputs a and b; outputs y0, y1, ..."""
-    nodes = [helper.make_node(op, ["a", "b"], [f"y{i}"], name=f"{op}_{i}") for i, op in enumerate(ops)]
-    graph = helper.make_graph(
-        nodes, "compare_test",
-        [helper.make_tensor_value_info("a", onnx_type(dtype), list(sa)),
-         helper.make_tensor_value_info("b", onnx_type(dtype), list(sb))],
-        [helper.make_tensor_value_info(f"y{i}", TensorProto.BOOL, None) for i in range(len(ops))])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
+    return make_multi_model(ops, [("a", dtype, sa), ("b", dtype, sb)], np.bool_, opset=opset)
 
 
 def np_compare(op, a, b):
@@ -194,7 +69,7 @@ def test_equal_bool():
     parity(compare_model(["Equal"], np.bool_, a.shape, b.shape), {"a": a, "b": b}, lambda: [a == b])
 
 
-@pytest.mark.parametrize("shapes", SHAPES, ids=ids)
+@pytest.mark.parametrize("shapes", BINARY_SHAPES, ids=ids)
 def test_compare_shapes(shapes):
     rng = np.random.default_rng(2)
     sa, sb = shapes
@@ -235,19 +110,9 @@ def test_compare_opsets(op, opset, dtype):
     parity(compare_model([op], dtype, a.shape, b.shape, opset=opset), {"a": a, "b": b})
 
 
-def typed_model(op, inputs, outputs, opset):
-    """A one-node model from (name, TensorProto type, shape) triples (make_model has no strings)."""
-    graph = helper.make_graph([helper.make_node(op, [n for n, _, _ in inputs], [n for n, _, _ in outputs])],
-                              f"{op}_test", [helper.make_tensor_value_info(*i) for i in inputs],
-                              [helper.make_tensor_value_info(*o) for o in outputs])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
-    return model
-
-
 def test_equal_string_declined():
-    S, B = TensorProto.STRING, TensorProto.BOOL
-    model = typed_model("Equal", [("a", S, [3]), ("b", S, [3])], [("y", B, [3])], opset=19)
+    S, B = object, np.bool_
+    model = make_model("Equal", [("a", S, [3]), ("b", S, [3])], [("y", B, [3])], opset=19)
     assert_declined(model, {"a": np.array(["x", "y", "z"]), "b": np.array(["x", "q", "z"])})
 
 
@@ -263,7 +128,7 @@ def test_compare_with_constant():
 LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
 
 
-@pytest.mark.parametrize("shapes", SHAPES, ids=ids)
+@pytest.mark.parametrize("shapes", BINARY_SHAPES, ids=ids)
 def test_logic_binary(shapes):
     rng = np.random.default_rng(4)
     sa, sb = shapes
@@ -288,14 +153,8 @@ def test_logic_chain():
         helper.make_node("IsNaN", ["a"], ["nan"]),
         helper.make_node("Or", ["both", "nan"], ["y"]),
     ]
-    f = TensorProto.FLOAT
-    graph = helper.make_graph(
-        nodes, "chain",
-        [helper.make_tensor_value_info("a", f, [2, 3]), helper.make_tensor_value_info("b", f, [3]),
-         helper.make_tensor_value_info("c", f, [2, 1])],
-        [helper.make_tensor_value_info("y", TensorProto.BOOL, [2, 3])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    f = np.float32
+    model = make_graph_model(nodes, [("a", f, [2, 3]), ("b", f, [3]), ("c", f, [2, 1])], [("y", np.bool_, [2, 3])])
     rng = np.random.default_rng(6)
     a = small_values((2, 3), np.float32, rng)
     a[0, 1] = np.nan
@@ -338,8 +197,8 @@ def test_where_shapes(shapes, opset):
 
 
 def test_where_string_declined():
-    S, B = TensorProto.STRING, TensorProto.BOOL
-    model = typed_model("Where", [("c", B, [3]), ("x", S, [3]), ("y", S, [3])], [("out", S, [3])], opset=16)
+    S, B = object, np.bool_
+    model = make_model("Where", [("c", B, [3]), ("x", S, [3]), ("y", S, [3])], [("out", S, [3])], opset=16)
     assert_declined(model, {"c": np.array([True, False, True]), "x": np.array(["a", "b", "c"]),
                             "y": np.array(["d", "e", "f"])})
 

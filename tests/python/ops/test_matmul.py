@@ -4,14 +4,11 @@ fp32 products are summed in a different order than ORT's MLAS; both are accurate
 sum(|a||b|), but an output that cancels (signed data, large K) can differ by more than 1e-5 of its
 own value. Float tests therefore use positive data (no cancellation: the comparison is meaningful
 at 1e-5 rel) or small integer-valued data (exact in any order)."""
-import ml_dtypes
 import numpy as np
 import pytest
 
-from harness import assert_close, check_parity, make_model, random_array, run_cpu, run_mlx
-from test_reduction import check_bf16
-
-BF16 = np.dtype(ml_dtypes.bfloat16)
+from harness import BF16, check_parity, make_model, random_array, run_cpu, run_mlx
+from harness_bf16 import check_bf16
 
 
 def data(shape, dtype, rng, kind="positive"):

@@ -1,15 +1,11 @@
 """Parity of the normalization family (Softmax, LogSoftmax, LayerNormalization) against ORT's CPU EP."""
-import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from harness import assert_close, check_parity, make_model, random_array, run_cpu, run_mlx
-from test_reduction import check_bf16
-
-BF16 = np.dtype(ml_dtypes.bfloat16)
+from harness import BF16, assert_close, check_parity, make_graph_model, make_model, random_array, run_cpu, run_mlx
+from harness_bf16 import check_bf16
 
 
 def softmax_model(op, dtype, shape, axis=None, opset=13):
@@ -93,19 +89,12 @@ def test_softmax13_float16_follows_function_body(opset):
 
 def attention_fp16_model():
     """Q @ K^T + causal mask -> Softmax -> @ V, all float16 (test_attention_4d_causal_fp16_expanded)."""
-    f16 = TensorProto.FLOAT16
+    f16 = np.float16
     mask = np.triu(np.full((4, 6), -np.inf, np.float16), k=1)
     nodes = [helper.make_node("MatMul", ["q", "kt"], ["s"]), helper.make_node("Add", ["s", "mask"], ["sm"]),
              helper.make_node("Softmax", ["sm"], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "attention_fp16",
-        [helper.make_tensor_value_info("q", f16, [2, 3, 4, 8]), helper.make_tensor_value_info("kt", f16, [2, 3, 8, 6]),
-         helper.make_tensor_value_info("v", f16, [2, 3, 6, 8])],
-        [helper.make_tensor_value_info("y", f16, [2, 3, 4, 8])],
-        [onnx.numpy_helper.from_array(mask, "mask")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    return model
+    return make_graph_model(nodes, [("q", f16, [2, 3, 4, 8]), ("kt", f16, [2, 3, 8, 6]), ("v", f16, [2, 3, 6, 8])],
+                            [("y", f16, [2, 3, 4, 8])], {"mask": mask}, opset=13)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])

@@ -1,72 +1,10 @@
 """Parity of the reduction family (Reduce*, ArgMax, ArgMin) against ORT's CPU EP."""
-import json
-import os
-import tempfile
-
-import ml_dtypes
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
 
-import onnxruntime_ep_mlx as mlx_ep
-from harness import EP, assert_close, check_parity, make_model, random_array, run_cpu, run_mlx
+from harness import BF16, assert_close, check_parity, make_model, random_array, run_cpu, run_mlx
+from harness_bf16 import check_bf16
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-def _bf16_wrapped(model):
-    """ORT's Python API can't feed or fetch bfloat16: bfloat16 graph inputs become float32 inputs
-    + Cast nodes named cast_*, bfloat16 outputs get a Cast back to float32."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    pre, post = [], []
-    for vi in g.input:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.input[:] = [inner if i == vi.name else i for i in n.input]
-            pre.append(helper.make_node("Cast", [vi.name], [inner], name=f"cast_{vi.name}",
-                                        to=TensorProto.BFLOAT16))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    for vi in g.output:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.output[:] = [inner if o == vi.name else o for o in n.output]
-            post.append(helper.make_node("Cast", [inner], [vi.name], name=f"cast_{vi.name}",
-                                         to=TensorProto.FLOAT))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    nodes = pre + list(g.node) + post
-    del g.node[:]
-    g.node.extend(nodes)
-    return m
-
-
-def check_bf16(model, feeds32, expected32):
-    """Runs the bfloat16 `model` (inputs/outputs crossing as float32) with MLX and asserts that every
-    node but the wrapper casts ran on MLX and that outputs match `expected32` rounded to bfloat16."""
-    wrapped = _bf16_wrapped(model)
-    mlx_ep.register_execution_provider_library()
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    with tempfile.TemporaryDirectory() as tmp:
-        so.profile_file_prefix = os.path.join(tmp, "profile")
-        sess = ort.InferenceSession(wrapped.SerializeToString(), so, providers=[EP, "CPUExecutionProvider"])
-        got = sess.run(None, feeds32)
-        with open(sess.end_profiling()) as f:
-            events = json.load(f)
-    nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-    on_cpu = [e["name"] for e in nodes if e["args"].get("provider") != EP]
-    assert any(e["args"].get("provider") == EP for e in nodes), "nothing ran on MLX"
-    assert all(n.startswith("cast_") for n in on_cpu), f"ran on CPU: {on_cpu}"
-    for i, (g, r) in enumerate(zip(got, expected32)):
-        r = np.asarray(r)
-        if r.dtype == np.float32:
-            r = r.astype(BF16).astype(np.float32)
-        assert_close(g, r, dtype=BF16, what=f"output {i}")
 REDUCE_OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
               "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp", "ReduceLogSum"]
 FLOAT_ONLY = {"ReduceL2", "ReduceLogSumExp", "ReduceLogSum"}

@@ -2,105 +2,20 @@
 Shape, Size, Tile (src/ops/shape.cc)."""
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
-from harness import check_parity, make_model, random_array, run_cpu, run_mlx
+from harness import (assert_declined, assert_mlx_error, check_parity, make_graph_model, make_model, node_model,
+                     random_array, run_cpu, run_mlx)
+from harness_bf16 import check_parity_via_float32 as parity
 
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64, np.int8, np.int16, np.int32, np.int64,
           np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
-LOW_PRECISION = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
-def shape_model(op, x, attrs=None, opset=17, host=None, host_as_input=False, outputs=1, out_dtype=None,
-                symbolic=False):
-    """One `op` node on data `x` plus host-value inputs `host` (list of (name, array or None));
-    the host values are constant initializers, or graph inputs fed at run time. `symbolic` declares
-    x's dims symbolic (so ORT cannot constant-fold Shape/Size)."""
-    host = host or []
-    x = np.asarray(x)
-    inputs = [("x", x.dtype, ([f"d{i}" for i in range(x.ndim)] or None) if symbolic else list(x.shape))]
-    inits, feeds = {}, {"x": x}
-    for name, value in host:
-        if value is None:
-            inputs.append(("", None, None))
-            continue
-        inputs.append((name, value.dtype, list(value.shape)))
-        if host_as_input:
-            feeds[name] = value
-        else:
-            inits[name] = value
-    model = make_model(op, inputs, [(f"y{i}", out_dtype, None) for i in range(outputs)], attrs, opset, inits)
-    return model, feeds
-
-
-def _retyped(model, to_type):
-    """A copy of `model` whose float16/bfloat16 graph inputs and outputs are `to_type`."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    for vi in list(m.graph.input) + list(m.graph.output):
-        if vi.type.tensor_type.elem_type in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
-            vi.type.tensor_type.elem_type = to_type
-    return m
-
-
-def bf16_wrapped(model):
-    """ORT's Python API cannot feed or fetch bfloat16 arrays, so bfloat16 graph inputs become
-    float32 inputs followed by Cast(to=bfloat16), and bfloat16 outputs get a Cast back to float32.
-    The casts run on MLX too (check_parity asserts every node did)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    pre, post = [], []
-    for vi in g.input:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.input[:] = [inner if i == vi.name else i for i in n.input]
-            pre.append(helper.make_node("Cast", [vi.name], [inner], to=TensorProto.BFLOAT16))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    for vi in g.output:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.output[:] = [inner if o == vi.name else o for o in n.output]
-            post.append(helper.make_node("Cast", [inner], [vi.name], to=TensorProto.FLOAT))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    nodes = pre + list(g.node) + post
-    del g.node[:]
-    g.node.extend(nodes)
-    return m
-
-
-def parity(model, feeds, dtype=np.float32):
-    """check_parity; for float16/bfloat16 data the reference is the float32 CPU result (these ops
-    move data, so it is exact), and bfloat16 crosses the Python API as float32 (bf16_wrapped)."""
-    dtype = np.dtype(dtype)
-    if dtype not in LOW_PRECISION:
-        return check_parity(model, feeds)
-    f32 = {k: (v.astype(np.float32) if v.dtype == dtype else v) for k, v in feeds.items()}
-    ref = run_cpu(_retyped(model, TensorProto.FLOAT), f32)
-    if dtype == np.dtype(np.float16):
-        return check_parity(model, feeds, expected=[r.astype(dtype) if r.dtype == np.float32 else r for r in ref])
-    return check_parity(bf16_wrapped(model), f32, expected=ref)
-
-
-def assert_declined(model, feeds):
-    """The node must fall back to CPU (0 nodes on MLX) and still give CPU's answer."""
-    ref = run_cpu(model, feeds)
-    got, mlx, total = run_mlx(model, feeds)
-    assert mlx == 0 and total >= 1, f"{mlx}/{total} nodes ran on MLX"
-    for g, r in zip(got, ref):
-        np.testing.assert_array_equal(g, r)
-
-
-def assert_mlx_error(model, feeds):
-    """ORT CPU errors on this input; the MLX translation must error too (no made-up output)."""
-    with pytest.raises(Exception):
-        run_cpu(model, feeds)
-    with pytest.raises(Exception):
-        run_mlx(model, feeds)
+def shape_model(op, x, *args, **kwargs):
+    """node_model with the one data input x."""
+    return node_model(op, [("x", x)], *args, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,12 +236,8 @@ def test_chain_shape_reshape():
     nodes = [helper.make_node("Shape", ["x"], ["s"]),
              helper.make_node("Reshape", ["y", "s"], ["r"]),
              helper.make_node("Transpose", ["r"], ["t"], perm=[2, 1, 0])]
-    graph = helper.make_graph(nodes, "chain",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4]),
-                               helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 4])],
-                              [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = make_graph_model(nodes, [("x", np.float32, [2, 3, 4]), ("y", np.float32, [6, 4])],
+                             [("t", np.float32, None)])
     check_parity(model, {"x": x, "y": y})
 
 
@@ -345,11 +256,7 @@ def test_squeeze_empty_axes(host_as_input):
 
 def test_string_data_is_declined():
     """MLX has no strings: shape ops on string tensors stay on ORT's CPU EP."""
-    graph = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.STRING, [2, 2])],
-                              [helper.make_tensor_value_info("y", TensorProto.STRING, [2, 2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    model = make_model("Transpose", [("x", object, [2, 2])], [("y", object, [2, 2])])
     x = np.array([["a", "b"], ["c", "d"]], dtype=object)
     ref = run_cpu(model, {"x": x})
     got, mlx, total = run_mlx(model, {"x": x})

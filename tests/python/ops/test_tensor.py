@@ -6,106 +6,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from harness import check_parity, make_model, onnx_type, random_array, run_cpu, run_mlx
+from harness import (assert_declined, assert_mlx_error, check_parity, make_graph_model, make_model, node_model,
+                     onnx_type, random_array, run_cpu, run_mlx)
+from harness_bf16 import check_parity_via_float32 as parity
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = [np.float32, np.float16, ml_dtypes.bfloat16, np.float64, np.int8, np.int16, np.int32, np.int64,
           np.uint8, np.uint16, np.uint32, np.uint64, np.bool_]
 INT64_MAX, INT64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 INT32_MAX = np.iinfo(np.int32).max
-
-
-# ---------------------------------------------------------------------------------------------
-# Helpers
-
-def node_model(op, data, attrs=None, opset=17, host=None, host_as_input=False, outputs=1, out_dtype=None):
-    """One `op` node on data inputs `data` (list of (name, array)) and host-value inputs `host`
-    (list of (name, array or None for an absent optional input)); host values are constant
-    initializers, or graph inputs fed at run time."""
-    inputs, inits, feeds = [], {}, {}
-    for name, value in data:
-        value = np.asarray(value)
-        inputs.append((name, value.dtype, list(value.shape)))
-        feeds[name] = value
-    for name, value in host or []:
-        if value is None:
-            inputs.append(("", None, None))
-            continue
-        inputs.append((name, value.dtype, list(value.shape)))
-        if host_as_input:
-            feeds[name] = value
-        else:
-            inits[name] = value
-    outs = [(f"y{i}", out_dtype, None) for i in range(outputs)]
-    return make_model(op, inputs, outs, attrs, opset, inits), feeds
-
-
-def _retyped(model, to_type):
-    """A copy of `model` whose float16/bfloat16 graph inputs and outputs are `to_type`."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    for vi in list(m.graph.input) + list(m.graph.output):
-        if vi.type.tensor_type.elem_type in (TensorProto.FLOAT16, TensorProto.BFLOAT16):
-            vi.type.tensor_type.elem_type = to_type
-    return m
-
-
-def bf16_wrapped(model):
-    """ORT's Python API cannot feed or fetch bfloat16 arrays: bfloat16 graph inputs become float32
-    inputs + Cast(to=bfloat16), bfloat16 outputs get a Cast back to float32 (the casts run on MLX
-    too; check_parity asserts every node did)."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    pre, post = [], []
-    for vi in g.input:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.input[:] = [inner if i == vi.name else i for i in n.input]
-            pre.append(helper.make_node("Cast", [vi.name], [inner], to=TensorProto.BFLOAT16))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    for vi in g.output:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.output[:] = [inner if o == vi.name else o for o in n.output]
-            post.append(helper.make_node("Cast", [inner], [vi.name], to=TensorProto.FLOAT))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    nodes = pre + list(g.node) + post
-    del g.node[:]
-    g.node.extend(nodes)
-    return m
-
-
-def parity(model, feeds, dtype=np.float32):
-    """check_parity; float16/bfloat16 data is compared with the float32 CPU result (these ops move
-    data, so that is exact), bfloat16 crossing the Python API as float32 (bf16_wrapped)."""
-    dtype = np.dtype(dtype)
-    if dtype not in (np.dtype(np.float16), BF16):
-        return check_parity(model, feeds)
-    f32 = {k: (v.astype(np.float32) if v.dtype == dtype else v) for k, v in feeds.items()}
-    ref = run_cpu(_retyped(model, TensorProto.FLOAT), f32)
-    if dtype == np.dtype(np.float16):
-        return check_parity(model, feeds, expected=[r.astype(dtype) if r.dtype == np.float32 else r for r in ref])
-    return check_parity(bf16_wrapped(model), f32, expected=ref)
-
-
-def assert_mlx_error(model, feeds):
-    """ORT's CPU kernel errors on this input; the MLX run must error too (no made-up output)."""
-    with pytest.raises(Exception):
-        run_cpu(model, feeds)
-    with pytest.raises(Exception):
-        run_mlx(model, feeds)
-
-
-def assert_declined(model, feeds):
-    """The node must fall back to CPU (0 nodes on MLX) and still give CPU's answer."""
-    ref = run_cpu(model, feeds)
-    got, mlx, total = run_mlx(model, feeds)
-    assert mlx == 0 and total >= 1, f"{mlx}/{total} nodes ran on MLX"
-    for g, r in zip(got, ref):
-        np.testing.assert_array_equal(g, r)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,13 +54,8 @@ def test_concat_cases(opset, shapes, axis):
 
 def test_concat_mismatch_errors():
     a, b = random_array((2, 3), np.float32), random_array((3, 3), np.float32)
-    m = helper.make_model(helper.make_graph(
-        [helper.make_node("Concat", ["a", "b"], ["y"], axis=1)], "g",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["n", 3]),
-         helper.make_tensor_value_info("b", TensorProto.FLOAT, ["m", 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
-        opset_imports=[helper.make_opsetid("", 17)])
-    m.ir_version = 8
+    m = make_model("Concat", [("a", np.float32, ["n", 3]), ("b", np.float32, ["m", 3])], [("y", np.float32, None)],
+                   {"axis": 1})
     assert_mlx_error(m, {"a": a, "b": b})
 
 
@@ -456,6 +359,13 @@ def test_cast_rounding(src, dst):
     np.testing.assert_array_equal(got[0].view(np.uint8), ref[0].view(np.uint8))
 
 
+def bf16_cast_chain(n, dst):
+    """float32[n] -> Cast(bfloat16) -> Cast(dst)."""
+    nodes = [helper.make_node("Cast", ["x"], ["b"], to=TensorProto.BFLOAT16),
+             helper.make_node("Cast", ["b"], ["y"], to=onnx_type(dst))]
+    return make_graph_model(nodes, [("x", np.float32, [n])], [("y", dst, None)])
+
+
 def test_cast_to_and_from_bfloat16():
     """float32 -> bfloat16 -> float32 (rounding) and bfloat16 -> each type, as a chain of Casts:
     all on MLX, compared with ORT's CPU Casts bit for bit."""
@@ -463,12 +373,7 @@ def test_cast_to_and_from_bfloat16():
     x = np.concatenate([(rng.standard_normal(2048) * np.exp(rng.uniform(-40, 40, 2048))),
                         [0.0, -0.0, 1.0, -1.5, 2.5, 100.0, -100.0, 3.0e38, np.inf, -np.inf, np.nan]]).astype(np.float32)
     for dst in [np.float32, np.float16, np.float64, np.bool_]:
-        nodes = [helper.make_node("Cast", ["x"], ["b"], to=TensorProto.BFLOAT16),
-                 helper.make_node("Cast", ["b"], ["y"], to=onnx_type(dst))]
-        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [len(x)])],
-                                  [helper.make_tensor_value_info("y", onnx_type(dst), None)])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
+        model = bf16_cast_chain(len(x), dst)
         got, ref = check_parity(model, {"x": x})[0], run_cpu(model, {"x": x})[0]
         if got.dtype.kind == "f":  # bit for bit, except NaN payloads
             nan = np.isnan(got)
@@ -478,12 +383,7 @@ def test_cast_to_and_from_bfloat16():
     small = np.array([0, 1, -1, 2.5, -3.75, 100, -128, 127], np.float32)  # exact in bfloat16, in range
     for dst in [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]:
         xs = small[small >= 0] if np.dtype(dst).kind == "u" else small
-        nodes = [helper.make_node("Cast", ["x"], ["b"], to=TensorProto.BFLOAT16),
-                 helper.make_node("Cast", ["b"], ["y"], to=onnx_type(dst))]
-        graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [len(xs)])],
-                                  [helper.make_tensor_value_info("y", onnx_type(dst), None)])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8
+        model = bf16_cast_chain(len(xs), dst)
         check_parity(model, {"x": xs})
 
 
@@ -524,15 +424,8 @@ def test_shape_chain():
         helper.make_node("Slice", ["r", "st", "en", "ax", "stp"], ["sl"]),
         helper.make_node("Cast", ["sl"], ["y"], to=TensorProto.INT64),
     ]
-    inits = [onnx.numpy_helper.from_array(np.array(0, np.int64), "i0"),
-             onnx.numpy_helper.from_array(np.array([0], np.int64), "ax"),
-             onnx.numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
-             onnx.numpy_helper.from_array(np.array([-1], np.int64), "st"),
-             onnx.numpy_helper.from_array(np.array([INT64_MIN], np.int64), "en"),
-             onnx.numpy_helper.from_array(np.array([-2], np.int64), "stp")]
-    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.INT64, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
+    inits = {"i0": np.array(0, np.int64), "ax": np.array([0], np.int64), "minus1": np.array([-1], np.int64),
+             "st": np.array([-1], np.int64), "en": np.array([INT64_MIN], np.int64), "stp": np.array([-2], np.int64)}
+    model = make_graph_model(nodes, [("x", np.float32, ["n", 3, 4])], [("y", np.int64, None)], inits)
     x = random_array((5, 3, 4), np.float32, low=-50, high=50)
     check_parity(model, {"x": x})

@@ -6,23 +6,16 @@ The reference is ORT's CPU EP where it has a kernel (float16 there is computed i
 rounded, as ORT inserts Casts around float-only kernels). For bfloat16 (which ORT mostly lacks)
 it is ORT's float32 result on the same values rounded to bfloat16; for other types ORT lacks
 (float64 Tan/Elu/..., int16 Relu, ...) it is a numpy float64 computation of the ONNX formula."""
-import json
 import math
-import os
-import tempfile
-import warnings
 
-import ml_dtypes
 import numpy as np
-import onnx
-import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
-import onnxruntime_ep_mlx as mlx_ep
-from harness import EP, assert_close, check_parity, make_model, random_array, run_cpu, run_mlx
+from harness import (BF16, assert_close, check_parity, cpu_or_none, float64_on_mlx, ids, make_graph_model, make_model,
+                     random_array, run_cpu, run_mlx)
+from harness_bf16 import check_bf16, cpu_bf16_or_none
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 F32, F16, F64 = np.dtype(np.float32), np.dtype(np.float16), np.dtype(np.float64)
 SIGNED = [np.int8, np.int16, np.int32, np.int64]
 UNSIGNED = [np.uint8, np.uint16, np.uint32, np.uint64]
@@ -82,103 +75,8 @@ EDGE = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, 0.5, 1.5, 2.5, -0.5, -1.5, 
                  1e-30, -1e-30, 1e-6, -1e-6, 20.0, -20.0, 88.5, -88.5, 100.0, -100.0, 1e4, -1e4])
 
 
-def ids(v):
-    if isinstance(v, tuple):
-        return "x".join(map(str, v)) or "scalar"
-    if isinstance(v, (str, int)):
-        return str(v)
-    if isinstance(v, dict):
-        return "_".join(f"{k}={a}" for k, a in v.items()) or "default"
-    return np.dtype(v).name
-
-
-_F64_ON_MLX = None
-
-
-def f64_on_mlx():
-    """MLX computes float64 only on its CPU device: probe whether this run claims it."""
-    global _F64_ON_MLX
-    if _F64_ON_MLX is None:
-        model = make_model("Abs", [("x", np.float64, [1])], [("y", np.float64, [1])], opset=13)
-        _F64_ON_MLX = run_mlx(model, {"x": np.ones(1)})[1] == 1
-    return _F64_ON_MLX
-
-
 def unary_model(op, dtype, shape, opset, attrs=None):
     return make_model(op, [("x", dtype, list(shape))], [("y", dtype, list(shape))], attrs=attrs, opset=opset)
-
-
-def cpu_or_none(model, feeds):
-    """ORT CPU outputs, or None when ORT has no kernel for this type."""
-    try:
-        return run_cpu(model, feeds)
-    except Exception as e:  # noqa: BLE001 - NOT_IMPLEMENTED / type errors
-        if "NOT_IMPLEMENTED" in str(e) or "Could not find an implementation" in str(e):
-            return None
-        raise
-
-
-def bf16_wrapped(model):
-    """ORT's Python API can't feed or fetch bfloat16: bfloat16 graph inputs become float32 inputs
-    + Cast nodes named cast_*, bfloat16 outputs get a Cast back to float32."""
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    g = m.graph
-    pre, post = [], []
-    for vi in g.input:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.input[:] = [inner if i == vi.name else i for i in n.input]
-            pre.append(helper.make_node("Cast", [vi.name], [inner], name=f"cast_{vi.name}", to=TensorProto.BFLOAT16))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    for vi in g.output:
-        if vi.type.tensor_type.elem_type == TensorProto.BFLOAT16:
-            inner = vi.name + "_bf16"
-            for n in g.node:
-                n.output[:] = [inner if o == vi.name else o for o in n.output]
-            post.append(helper.make_node("Cast", [inner], [vi.name], name=f"cast_{vi.name}", to=TensorProto.FLOAT))
-            vi.type.tensor_type.elem_type = TensorProto.FLOAT
-    nodes = pre + list(g.node) + post
-    del g.node[:]
-    g.node.extend(nodes)
-    return m
-
-
-def _feeds32(feeds):
-    return {k: (v.astype(np.float32) if v.dtype == BF16 else v) for k, v in feeds.items()}
-
-
-def check_bf16(model, feeds, expected):
-    """Runs a model with bfloat16 inputs/outputs (crossing the API as float32 through cast_* nodes,
-    which may run anywhere), asserts every other node ran on MLX and the outputs match."""
-    mlx_ep.register_execution_provider_library()
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    with tempfile.TemporaryDirectory() as tmp:
-        so.profile_file_prefix = os.path.join(tmp, "profile")
-        sess = ort.InferenceSession(bf16_wrapped(model).SerializeToString(), so,
-                                    providers=[EP, "CPUExecutionProvider"])
-        got = sess.run(None, _feeds32(feeds))
-        with open(sess.end_profiling()) as f:
-            events = json.load(f)
-    nodes = [e for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-    on_cpu = [e["name"] for e in nodes if e["args"].get("provider") != EP]
-    assert any(e["args"].get("provider") == EP for e in nodes), "nothing ran on MLX"
-    assert all(n.startswith("cast_") for n in on_cpu), f"ran on CPU: {on_cpu}"
-    for i, (g, r) in enumerate(zip(got, expected)):
-        assert_close(g, np.asarray(r).astype(np.float32), dtype=BF16, what=f"output {i}")
-    return got
-
-
-def cpu_bf16_or_none(model, feeds):
-    """ORT CPU outputs (as bfloat16) of a bfloat16 model, or None when ORT lacks the kernel."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return [r.astype(BF16) for r in run_cpu(bf16_wrapped(model), _feeds32(feeds))]
-    except Exception:  # noqa: BLE001 - no bfloat16 kernel (or its function body rejects bfloat16)
-        return None
 
 
 def parity(model, feeds, expected=None):
@@ -217,8 +115,8 @@ def run_unary(op, x, opset, attrs=None):
 @pytest.mark.parametrize("op", list(FLOAT_OPS))
 def test_float_dtypes(op, dtype):
     opset, f64_ok, (lo, hi) = FLOAT_OPS[op]
-    if dtype == F64 and not (f64_ok and f64_on_mlx()):
-        pytest.skip("float64 not claimed for this op/device")
+    if dtype == F64 and not f64_ok:  # (where MLX has no float64 at all, check_parity skips)
+        pytest.skip("float64 not claimed for this op")
     x = random_array((2, 3, 4), dtype, np.random.default_rng(1), lo, hi)
     run_unary(op, x, opset)
 
@@ -413,8 +311,6 @@ def test_clip_int_opset12(dtype):
 @pytest.mark.parametrize("attrs", [{}, {"min": -1.0}, {"max": 0.5}, {"min": -0.5, "max": 0.5}], ids=ids)
 @pytest.mark.parametrize("dtype", [F32, F16, F64], ids=ids)
 def test_clip_attributes_opset6(dtype, attrs):
-    if dtype == F64 and not f64_on_mlx():
-        pytest.skip("float64 not claimed on this device")
     x = np.concatenate([EDGE, random_array((20,), np.float64, np.random.default_rng(8), -2, 2)])
     with np.errstate(over="ignore"):
         x = x.astype(dtype)
@@ -431,12 +327,8 @@ def test_clip_bounds_computed_in_partition():
     # min/max produced by other MLX nodes (traced values, not host values); min has shape [1].
     nodes = [helper.make_node("Neg", ["b"], ["lo"]), helper.make_node("Abs", ["b"], ["hi"]),
              helper.make_node("Clip", ["x", "lo", "hi"], ["y"])]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5]),
-                     helper.make_tensor_value_info("b", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
+    model = make_graph_model(nodes, [("x", np.float32, [2, 5]), ("b", np.float32, [1])], [("y", np.float32, [2, 5])],
+                             opset=13)
     x = random_array((2, 5), np.float32, np.random.default_rng(11))
     for b in (0.5, -2.0):
         check_parity(model, {"x": x, "b": np.array([b], np.float32)})
@@ -453,13 +345,8 @@ def test_chain_fused():
         inputs = [prev, "lo", "hi"] if op == "Clip" else [prev]
         nodes.append(helper.make_node(op, inputs, [out], **attrs))
         prev = out
-    graph = helper.make_graph(
-        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 5])],
-        [onnx.numpy_helper.from_array(np.array(0.2, np.float32), "lo"),
-         onnx.numpy_helper.from_array(np.array(1.5, np.float32), "hi")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-    model.ir_version = 8
+    model = make_graph_model(nodes, [("x", np.float32, [4, 5])], [("y", np.float32, [4, 5])],
+                             {"lo": np.array(0.2, np.float32), "hi": np.array(1.5, np.float32)}, opset=20)
     x = random_array((4, 5), np.float32, np.random.default_rng(9))
     check_parity(model, {"x": x})
 
@@ -479,11 +366,8 @@ def test_float64_sin_cos_declined(op):
 def test_float64_declined_in_chain():
     # Exp(float64) on MLX (when the device has float64), Sin(float64) on CPU: still correct.
     nodes = [helper.make_node("Exp", ["x"], ["t"]), helper.make_node("Sin", ["t"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [6])],
-                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [6])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
+    model = make_graph_model(nodes, [("x", np.float64, [6])], [("y", np.float64, [6])], opset=13)
     x = np.linspace(-2, 2, 6)
     got, mlx, total = run_mlx(model, {"x": x})
-    assert total == 2 and mlx == (1 if f64_on_mlx() else 0)
+    assert total == 2 and mlx == (1 if float64_on_mlx() else 0)
     assert_close(got[0], np.sin(np.exp(x)))
