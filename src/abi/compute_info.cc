@@ -1,7 +1,5 @@
 #include "abi/compute_info.h"
 
-#include <cstring>
-
 #include "abi/status.h"
 
 namespace mlx_ep {
@@ -44,16 +42,13 @@ void MlxNodeComputeInfo::RunPartition(OrtKernelContext* kernel_context) {
     inputs[i].shape = info.GetShape();
     inputs[i].data = v.GetTensorRawData();
   }
-  std::vector<mx::array> outputs = runner_->Run(inputs);
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    const mx::array& a = outputs[k];
-    std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+  runner_->Run(inputs, [&ctx](size_t k, const std::vector<int64_t>& shape, size_t bytes) -> void* {
     Ort::UnownedValue out = ctx.GetOutput(k, shape);
-    if (a.nbytes() == 0) continue;
-    if (out.GetTensorSizeInBytes() != a.nbytes())
-      throw std::logic_error("output " + std::to_string(k) + " size mismatch");
-    std::memcpy(out.GetTensorMutableRawData(), a.data<uint8_t>(), a.nbytes());
-  }
+    if (out.GetTensorSizeInBytes() != bytes)
+      throw std::logic_error("output " + std::to_string(k) + " has " + std::to_string(bytes) +
+                             " bytes, ORT allocated " + std::to_string(out.GetTensorSizeInBytes()));
+    return bytes ? out.GetTensorMutableRawData() : nullptr;
+  });
 }
 
 }  // namespace mlx_ep

@@ -3,14 +3,10 @@
 #include <cstring>
 #include <sstream>
 
+#include "runtime/mlx_thread.h"
+
 namespace mlx_ep {
 namespace {
-
-// MLX graph construction and evaluation are not safe to run from several threads at once.
-std::mutex& MlxMutex() {
-  static std::mutex m;
-  return m;
-}
 
 size_t ByteSize(const InputTensor& t) {
   size_t n = ElemSize(t.type);
@@ -38,13 +34,25 @@ mx::array BindInput(const InputTensor& t) {
 
 PartitionRunner::PartitionRunner(Plan plan, bool compile) : plan_(std::move(plan)), compile_(compile) {}
 
-mx::Stream PartitionRunner::ChooseStream(const std::vector<mx::array>& inputs,
+PartitionRunner::~PartitionRunner() {
+  try {
+    // Compiled functions erase themselves from the MLX thread's compile cache: do it there.
+    RunOnMlxThread([this] {
+      cache_.clear();
+      plan_.constants.clear();
+    });
+  } catch (...) {
+    // Nothing sensible to do while a session is being torn down.
+  }
+}
+
+mx::Device PartitionRunner::ChooseDevice(const std::vector<mx::array>& inputs,
                                          const std::vector<const Tensor*>& host) const {
   const mx::Device device = RuntimeDevice();
-  if (device == mx::Device(mx::Device::cpu)) return mx::default_stream(device);
+  if (device == mx::Device(mx::Device::cpu)) return device;
   bool saw_empty = false;
   TracePlan(plan_, inputs, host, mx::default_stream(device), &saw_empty);
-  return mx::default_stream(saw_empty ? mx::Device(mx::Device::cpu) : device);
+  return saw_empty ? mx::Device(mx::Device::cpu) : device;
 }
 
 RunnerStats PartitionRunner::stats() const {
@@ -52,14 +60,28 @@ RunnerStats PartitionRunner::stats() const {
   return stats_;
 }
 
-std::vector<mx::array> PartitionRunner::Run(const std::vector<InputTensor>& inputs) {
+void PartitionRunner::Run(const std::vector<InputTensor>& inputs, const OutputSink& sink) {
   if (inputs.size() != plan_.input_names.size())
     throw std::invalid_argument("[MlxEp] partition " + plan_.name + " expects " +
                                 std::to_string(plan_.input_names.size()) + " inputs, got " +
                                 std::to_string(inputs.size()));
-  std::lock_guard<std::mutex> mlx_lock(MlxMutex());
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.runs;
+  RunOnMlxThread([&] { Execute(inputs, sink); });
+}
+
+std::vector<Tensor> PartitionRunner::Run(const std::vector<InputTensor>& inputs) {
+  std::vector<Tensor> outputs(plan_.output_names.size());
+  Run(inputs, [&](size_t k, const std::vector<int64_t>& shape, size_t bytes) -> void* {
+    outputs.at(k) = Tensor{plan_.output_types.at(k), shape, std::vector<uint8_t>(bytes)};
+    return outputs[k].bytes.data();
+  });
+  return outputs;
+}
+
+void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.runs;
+  }
 
   std::vector<mx::array> arrays;
   std::vector<std::shared_ptr<const Tensor>> host(inputs.size());
@@ -84,24 +106,32 @@ std::vector<mx::array> PartitionRunner::Run(const std::vector<InputTensor>& inpu
   for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
   std::vector<mx::array> outputs;
   if (!compile_) {
-    outputs = TracePlan(plan_, arrays, host_ptrs, ChooseStream(arrays, host_ptrs));
+    outputs = TracePlan(plan_, arrays, host_ptrs, mx::default_stream(ChooseDevice(arrays, host_ptrs)));
   } else {
     auto it = cache_.find(key.str());
-    if (it == cache_.end()) {
-      ++stats_.cache_misses;
-      const mx::Stream stream = ChooseStream(arrays, host_ptrs);
+    const bool hit = it != cache_.end();
+    if (!hit) {
+      const mx::Device device = ChooseDevice(arrays, host_ptrs);
       const Plan* plan = &plan_;
-      auto traced = [plan, host_ptrs, stream](const std::vector<mx::array>& in) {
-        return TracePlan(*plan, in, host_ptrs, stream);
+      auto traced = [plan, host_ptrs, device](const std::vector<mx::array>& in) {
+        return TracePlan(*plan, in, host_ptrs, mx::default_stream(device));
       };
       it = cache_.emplace(key.str(), CacheEntry{mx::compile(traced), host}).first;
-    } else {
-      ++stats_.cache_hits;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++(hit ? stats_.cache_hits : stats_.cache_misses);
     }
     outputs = it->second.fn(arrays);
   }
   mx::eval(outputs);
-  return outputs;  // `arrays` stays referenced until here, so no input buffer was donated
+  // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
+  // output, and an output that aliases an input (Identity) still points at live memory.
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const mx::array& a = outputs[k];
+    void* dst = sink(k, std::vector<int64_t>(a.shape().begin(), a.shape().end()), a.nbytes());
+    if (a.nbytes()) std::memcpy(dst, a.data<uint8_t>(), a.nbytes());
+  }
 }
 
 }  // namespace mlx_ep

@@ -1,5 +1,6 @@
 // Runs one fused partition: binds ORT's input memory to MLX arrays, looks up (or traces and
-// compiles) the MLX function for the input signature, evaluates it once.
+// compiles) the MLX function for the input signature, evaluates it once and copies the outputs
+// out. All MLX work happens on the MLX thread (runtime/mlx_thread.h).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,10 @@ struct InputTensor {
   const void* data = nullptr;
 };
 
+/** Gives the buffer for output `index` (`bytes` bytes, `shape`): ORT's output tensor. Called on
+ *  the MLX thread while the caller of Run waits. May return nullptr when `bytes` is 0. */
+using OutputSink = std::function<void*(size_t index, const std::vector<int64_t>& shape, size_t bytes)>;
+
 /** Counters reported by the diagnostics. */
 struct RunnerStats {
   uint64_t runs = 0;
@@ -28,15 +33,18 @@ struct RunnerStats {
   uint64_t cache_misses = 0;
 };
 
-/** Executes a Plan; thread-safe (MLX work is serialised process-wide). */
+/** Executes a Plan; thread-safe (every run is handed to the one MLX thread). */
 class PartitionRunner {
  public:
   /** `compile` false runs the traced graph eagerly (ONNXRUNTIME_EP_MLX_NO_COMPILE). */
   PartitionRunner(Plan plan, bool compile);
+  /** Releases the compiled functions and constants on the MLX thread. */
+  ~PartitionRunner();
 
-  /** Runs the partition. The returned arrays are evaluated and row-contiguous; they may alias
-   *  input memory, so copy them out before the inputs are released. */
-  std::vector<mx::array> Run(const std::vector<InputTensor>& inputs);
+  /** Runs the partition and writes every output into the buffer `sink` gives for it. */
+  void Run(const std::vector<InputTensor>& inputs, const OutputSink& sink);
+  /** Runs the partition and returns the outputs as host tensors (tests and tools). */
+  std::vector<Tensor> Run(const std::vector<InputTensor>& inputs);
 
   /** The plan. */
   const Plan& plan() const { return plan_; }
@@ -50,11 +58,13 @@ class PartitionRunner {
     std::vector<std::shared_ptr<const Tensor>> host_values;  // baked into fn, kept alive with it
   };
 
-  /** The stream a signature runs on: the runtime device's, except that graphs holding an empty
+  /** The device a signature runs on: the runtime device, except that graphs holding an empty
    *  tensor run on MLX's CPU device (MLX's CUDA backend divides by zero launching some kernels
    *  over zero elements, which kills the process with SIGFPE). Tracing without evaluation is
    *  cheap, so this costs one extra trace per new signature on GPUs only. */
-  mx::Stream ChooseStream(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) const;
+  mx::Device ChooseDevice(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) const;
+  /** The body of Run, on the MLX thread. */
+  void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);
 
   Plan plan_;
   bool compile_;
