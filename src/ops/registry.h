@@ -33,6 +33,6 @@ void RegisterReductionOps(OpRegistry& r);      // Reduce*, ArgMax ArgMin
 void RegisterMatmulOps(OpRegistry& r);         // MatMul Gemm
 void RegisterNormalizationOps(OpRegistry& r);  // Softmax LogSoftmax LayerNormalization
 void RegisterShapeOps(OpRegistry& r);   // Reshape Transpose Squeeze Unsqueeze Flatten Expand Shape Size Tile
-void RegisterTensorOps(OpRegistry& r);  // Concat Split Slice Gather Constant* Range Cast* Identity
+void RegisterTensorOps(OpRegistry& r);  // Concat Split Slice Gather GatherElements Constant* Range Cast* Identity
 
 }  // namespace mlx_ep

@@ -263,6 +263,7 @@ void RegisterTensorOps(OpRegistry& r) {
   r.Add({"", "Slice", 10, 25, ClaimSlice10, TranslateSlice10});
   r.Add({"", "Gather", 1, 25, ClaimGather, TranslateGather});
   RegisterTensorValueOps(r);
+  RegisterGatherElementsOps(r);
 }
 
 }  // namespace mlx_ep

@@ -8,4 +8,7 @@ namespace mlx_ep {
 /** Constant, ConstantOfShape, Range, Cast, CastLike (ops/tensor_const.cc). */
 void RegisterTensorValueOps(OpRegistry& r);
 
+/** GatherElements (ops/gather_elements.cc). */
+void RegisterGatherElementsOps(OpRegistry& r);
+
 }  // namespace mlx_ep
