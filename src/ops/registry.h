@@ -28,11 +28,12 @@ class OpRegistry {
 // One function per op family (ops/<family>.cc).
 void RegisterArithmeticOps(OpRegistry& r);     // Add Sub Mul Div Pow Mod Min Max Sum Mean
 void RegisterLogicalOps(OpRegistry& r);        // comparisons, And Or Xor Not, Where, IsNaN IsInf
-void RegisterUnaryOps(OpRegistry& r);          // math functions, activations, Clip
+void RegisterUnaryOps(OpRegistry& r);          // math, trig and hyperbolic functions, activations, Clip
 void RegisterReductionOps(OpRegistry& r);      // Reduce*, ArgMax ArgMin
 void RegisterMatmulOps(OpRegistry& r);         // MatMul Gemm
 void RegisterNormalizationOps(OpRegistry& r);  // Softmax LogSoftmax LayerNormalization
-void RegisterShapeOps(OpRegistry& r);   // Reshape Transpose Squeeze Unsqueeze Flatten Expand Shape Size Tile
-void RegisterTensorOps(OpRegistry& r);  // Concat Split Slice Gather GatherElements Constant* Range Cast* Identity
+void RegisterShapeOps(OpRegistry& r);  // Reshape Transpose Squeeze Unsqueeze Flatten Expand Shape Size Tile
+void RegisterTensorOps(
+    OpRegistry& r);  // Concat Split Slice Gather GatherElements Constant* Range Cast* Identity
 
 }  // namespace mlx_ep

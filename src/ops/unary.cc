@@ -67,16 +67,9 @@ using unary::ClaimElementwise;
 using unary::Out;
 using unary::Reg;
 using unary::Scalar;
+using unary::TranslateFloat;
 using unary::Types;
 using unary::Up;
-
-using MlxUnaryFn = mx::array (*)(const mx::array&, mx::StreamOrDevice);
-
-/** A float function computed in the compute dtype and rounded to the output dtype. */
-template <MlxUnaryFn F>
-std::vector<mx::array> TranslateFloat(const OpContext& c) {
-  return Out(c, F(Up(c), c.stream));
-}
 
 mx::array ExpFn(const mx::array& x, mx::StreamOrDevice s) { return unary::Exp(x, s); }
 mx::array ErfFn(const mx::array& x, mx::StreamOrDevice s) { return unary::Erf(x, s); }
@@ -180,6 +173,7 @@ void RegisterUnaryOps(OpRegistry& r) {
   Reg(r, "Clip", 6, 10, ClaimClipAttr, TranslateClipAttr);
   Reg(r, "Clip", 11, 13, ClaimClipInputs, TranslateClipInputs);
   RegisterUnaryActivationOps(r);
+  RegisterUnaryTrigOps(r);
 }
 
 }  // namespace mlx_ep

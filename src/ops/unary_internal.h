@@ -1,4 +1,4 @@
-// Helpers shared by the unary op family's files (unary.cc, unary_activation.cc).
+// Helpers shared by the unary op family's files (unary.cc, unary_activation.cc, unary_trig.cc).
 #pragma once
 
 #include <string>
@@ -87,8 +87,18 @@ inline void Reg(OpRegistry& r, const char* op, int since, int until, ClaimFn cla
   r.Add({"", op, since, until, claim, translate});
 }
 
+/** A unary MLX function pointer (mx::exp, mx::arccos, ...). */
+using MlxUnaryFn = mx::array (*)(const mx::array&, mx::StreamOrDevice);
+
+/** A float function computed in the compute dtype and rounded to the output dtype. */
+template <MlxUnaryFn F>
+std::vector<mx::array> TranslateFloat(const OpContext& c) {
+  return Out(c, F(Up(c), c.stream));
+}
+
 }  // namespace unary
 
 void RegisterUnaryActivationOps(OpRegistry& r);  // unary_activation.cc, called by RegisterUnaryOps
+void RegisterUnaryTrigOps(OpRegistry& r);        // unary_trig.cc, called by RegisterUnaryOps
 
 }  // namespace mlx_ep
