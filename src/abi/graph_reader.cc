@@ -30,7 +30,6 @@ ValueInfo ReadValueInfo(const Ort::ConstValueInfo& vi) {
     auto dims = tensor_info.GetShape();
     if (!dims.empty()) v.shape = dims;
   }
-  v.is_graph_output = vi.IsGraphOutput();
   v.is_constant_initializer = vi.IsConstantInitializer();
   return v;
 }
@@ -99,7 +98,6 @@ Graph ReadGraph(const OrtGraph* ort_graph, size_t max_constant_bytes) {
   Ort::ConstGraph graph{ort_graph};
   Graph g;
   g.name = graph.GetName();
-  for (const auto& opset : graph.GetOperatorSets()) g.opsets[opset.domain] = opset.version;
   for (const auto& vi : graph.GetInputs()) {
     Record(g, vi, max_constant_bytes);
     g.inputs.push_back(vi.GetName());

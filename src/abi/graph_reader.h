@@ -8,7 +8,7 @@
 
 namespace mlx_ep {
 
-/** Copies nodes, value infos, attributes and opsets of `graph`. Constant initializers with at
+/** Copies nodes, value infos, and attributes of `graph`. Constant initializers with at
  *  most `max_constant_bytes` bytes have their data copied too (all of them with SIZE_MAX). */
 Graph ReadGraph(const OrtGraph* graph, size_t max_constant_bytes);
 

@@ -25,8 +25,6 @@ struct Tensor {
   int64_t NumElements() const;
   /** The elements converted to int64 (integer, bool and floating types). */
   std::vector<int64_t> ToInt64() const;
-  /** The elements converted to double (integer, bool and floating types). */
-  std::vector<double> ToDouble() const;
 };
 
 /** One node attribute. Graph-valued attributes are recorded by kind only. */
@@ -52,7 +50,6 @@ struct ValueInfo {
   bool is_constant_initializer = false;
   /** Data of a constant initializer, when it was copied (small ones always; all of them at Compile). */
   std::shared_ptr<const Tensor> constant;
-  bool is_graph_output = false;
 };
 
 /** One node. Missing optional inputs/outputs are empty names. */
@@ -90,7 +87,6 @@ struct Graph {
   std::unordered_map<std::string, ValueInfo> values;
   std::vector<std::string> inputs;
   std::vector<std::string> outputs;
-  std::map<std::string, int64_t> opsets;  ///< domain -> version
 
   /** Value info by name, or nullptr (also for "", the absent optional value). */
   const ValueInfo* Value(const std::string& name) const;

@@ -11,10 +11,6 @@ namespace mlx_ep {
 /** Floating types: float, float16, bfloat16 and (CPU only, see DeviceSupports) double. */
 inline constexpr std::initializer_list<ElemType> kFloatTypes = {ElemType::kFloat, ElemType::kFloat16,
                                                                 ElemType::kBFloat16, ElemType::kDouble};
-/** Signed and unsigned integer types. */
-inline constexpr std::initializer_list<ElemType> kIntTypes = {
-    ElemType::kInt8,  ElemType::kInt16,  ElemType::kInt32,  ElemType::kInt64,
-    ElemType::kUInt8, ElemType::kUInt16, ElemType::kUInt32, ElemType::kUInt64};
 
 /** True when `t` is one of `allowed`. */
 inline bool IsOneOf(ElemType t, std::initializer_list<ElemType> allowed) {

@@ -43,7 +43,6 @@ class GraphBuilder {
   }
   GraphBuilder& Output(const std::string& name) {
     g_.outputs.push_back(name);
-    g_.values[name].is_graph_output = true;
     return *this;
   }
   Graph Build() {
