@@ -48,6 +48,10 @@ def _op_summary(nodes: list[dict[str, Any]]) -> str:
     return ", ".join(op if c == 1 else f"{op} x{c}" for op, c in counts.most_common())
 
 
+def _side(partition: int) -> str:
+    return "CPU" if partition < 0 else f"partition {partition}"
+
+
 def format_report(report: dict[str, Any]) -> str:
     """Human-readable rendering of the EP's claim report."""
     lines: list[str] = []
@@ -68,6 +72,11 @@ def format_report(report: dict[str, Any]) -> str:
             lines.append(
                 f"    {d.get('node', '?')} ({domain}::{d.get('op_type', '?')}): {d.get('reason', '')}"
             )
+        boundaries = g.get("boundaries", [])
+        lines.append(f"  Boundaries (values crossing between partitions or to CPU): {len(boundaries)}")
+        for b in boundaries:
+            lines.append(f"    {b.get('value', '?')!r} {_side(b.get('from_partition', -1))} -> "
+                         f"{_side(b.get('to_partition', -1))}: {b.get('reason', '')}")
     if not lines:
         lines.append("The EP reported no graphs.")
     return "\n".join(lines)

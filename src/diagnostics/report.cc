@@ -25,6 +25,9 @@ void SessionReport::AddGraph(const Graph& graph, const Partitioning& p) {
       const Node& n = graph.nodes[i];
       e.declined.push_back({n.Label(), n.op_type, n.domain, p.decisions[i].reason});
     }
+  for (const Boundary& b : p.boundaries)
+    e.boundaries.push_back({b.value, graph.nodes[b.producer].Label(), graph.nodes[b.consumer].Label(), b.reason,
+                            b.from, b.to});
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& g : graphs_)
     if (g.name == e.name) {
@@ -55,6 +58,14 @@ std::string SessionReport::ToJson() const {
     for (const auto& d : g.declined)
       jg["declined"].push_back(
           {{"node", d.node}, {"op_type", d.op_type}, {"domain", d.domain}, {"reason", d.reason}});
+    jg["boundaries"] = nlohmann::json::array();
+    for (const auto& b : g.boundaries)
+      jg["boundaries"].push_back({{"value", b.value},
+                                  {"producer", b.producer},
+                                  {"consumer", b.consumer},
+                                  {"from_partition", b.from},
+                                  {"to_partition", b.to},
+                                  {"reason", b.reason}});
     j["graphs"].push_back(jg);
   }
   nlohmann::json parts = nlohmann::json::array();
@@ -67,7 +78,9 @@ std::string SessionReport::ToJson() const {
                      {"op_types", ops},
                      {"runs", s.runs},
                      {"cache_hits", s.cache_hits},
-                     {"cache_misses", s.cache_misses}});
+                     {"cache_misses", s.cache_misses},
+                     {"traces", s.traces},
+                     {"folded_nodes", s.folded_nodes}});
   }
   j["runtime"] = {{"partitions", parts}};
   return j.dump(2);
@@ -82,7 +95,8 @@ std::string SessionReport::Summary() const {
   for (const auto& r : runners_) {
     RunnerStats s = r->stats();
     os << "partition " << r->plan().name << ": " << r->plan().nodes.size() << " nodes, " << s.runs
-       << " runs, compile cache " << s.cache_hits << " hits / " << s.cache_misses << " misses\n";
+       << " runs, compile cache " << s.cache_hits << " hits / " << s.cache_misses << " misses, "
+       << s.traces << " traces, " << s.folded_nodes << " nodes folded\n";
   }
   return os.str();
 }
@@ -101,6 +115,9 @@ void LogClaims(const Graph& graph, const Partitioning& p) {
     ++unclaimed_ops[n.QualifiedOp()];
     LogLine("declined " + n.Label() + " (" + n.QualifiedOp() + "): " + p.decisions[i].reason);
   }
+  auto side = [](int c) { return c < 0 ? std::string("CPU") : "partition " + std::to_string(c); };
+  for (const Boundary& b : p.boundaries)
+    LogLine("boundary '" + b.value + "' " + side(b.from) + " -> " + side(b.to) + ": " + b.reason);
   if (!unclaimed_ops.empty()) {
     std::string line = "unclaimed op types:";
     for (const auto& [op, count] : unclaimed_ops) line += " " + op + "(x" + std::to_string(count) + ")";

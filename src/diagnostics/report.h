@@ -30,12 +30,17 @@ class SessionReport {
   struct Declined {
     std::string node, op_type, domain, reason;
   };
+  struct BoundaryEntry {
+    std::string value, producer, consumer, reason;
+    int from = -1, to = -1;
+  };
   struct GraphEntry {
     std::string name;
     size_t nodes_total = 0;
     size_t nodes_claimed = 0;
     std::vector<std::vector<std::pair<std::string, std::string>>> clusters;  // (name, op_type)
     std::vector<Declined> declined;
+    std::vector<BoundaryEntry> boundaries;
   };
 
   mutable std::mutex mu_;

@@ -212,14 +212,14 @@ std::vector<mx::array> TranslateMean(const OpContext& c) {
 }  // namespace
 
 void RegisterArithmeticOps(OpRegistry& r) {
-  r.Add({"", "Add", 7, 14, ClaimNumericBinary, TranslateAdd});
-  r.Add({"", "Sub", 7, 14, ClaimNumericBinary, TranslateSub});
-  r.Add({"", "Mul", 7, 14, ClaimNumericBinary, TranslateMul});
-  r.Add({"", "Div", 7, 14, ClaimNumericBinary, TranslateDiv});
+  r.Add({"", "Add", 7, 14, ClaimNumericBinary, TranslateAdd, HostEval::kFromValues});
+  r.Add({"", "Sub", 7, 14, ClaimNumericBinary, TranslateSub, HostEval::kFromValues});
+  r.Add({"", "Mul", 7, 14, ClaimNumericBinary, TranslateMul, HostEval::kFromValues});
+  r.Add({"", "Div", 7, 14, ClaimNumericBinary, TranslateDiv, HostEval::kFromValues});
   r.Add({"", "Pow", 7, 15, ClaimPow, TranslatePow});
-  r.Add({"", "Mod", 10, 13, ClaimMod, TranslateMod});
-  r.Add({"", "Min", 6, 13, ClaimNumericVariadic, TranslateMin});
-  r.Add({"", "Max", 6, 13, ClaimNumericVariadic, TranslateMax});
+  r.Add({"", "Mod", 10, 13, ClaimMod, TranslateMod, HostEval::kFromValues});
+  r.Add({"", "Min", 6, 13, ClaimNumericVariadic, TranslateMin, HostEval::kFromValues});
+  r.Add({"", "Max", 6, 13, ClaimNumericVariadic, TranslateMax, HostEval::kFromValues});
   r.Add({"", "Sum", 6, 13, ClaimFloatVariadic, TranslateSum});
   r.Add({"", "Mean", 6, 13, ClaimFloatVariadic, TranslateMean});
 }

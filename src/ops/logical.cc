@@ -104,16 +104,16 @@ std::vector<mx::array> TranslateIsInf(const OpContext& c) {
 }  // namespace
 
 void RegisterLogicalOps(OpRegistry& r) {
-  r.Add({"", "Equal", 7, 19, ClaimEqual, TranslateEqual});
-  r.Add({"", "Less", 7, 13, ClaimCompare, TranslateLess});
-  r.Add({"", "LessOrEqual", 12, 16, ClaimCompare, TranslateLessOrEqual});
-  r.Add({"", "Greater", 7, 13, ClaimCompare, TranslateGreater});
-  r.Add({"", "GreaterOrEqual", 12, 16, ClaimCompare, TranslateGreaterOrEqual});
-  r.Add({"", "And", 7, 7, ClaimLogicBinary, TranslateAnd});
-  r.Add({"", "Or", 7, 7, ClaimLogicBinary, TranslateOr});
-  r.Add({"", "Xor", 7, 7, ClaimLogicBinary, TranslateXor});
-  r.Add({"", "Not", 1, 1, ClaimNot, TranslateNot});
-  r.Add({"", "Where", 9, 16, ClaimWhere, TranslateWhere});
+  r.Add({"", "Equal", 7, 19, ClaimEqual, TranslateEqual, HostEval::kFromValues});
+  r.Add({"", "Less", 7, 13, ClaimCompare, TranslateLess, HostEval::kFromValues});
+  r.Add({"", "LessOrEqual", 12, 16, ClaimCompare, TranslateLessOrEqual, HostEval::kFromValues});
+  r.Add({"", "Greater", 7, 13, ClaimCompare, TranslateGreater, HostEval::kFromValues});
+  r.Add({"", "GreaterOrEqual", 12, 16, ClaimCompare, TranslateGreaterOrEqual, HostEval::kFromValues});
+  r.Add({"", "And", 7, 7, ClaimLogicBinary, TranslateAnd, HostEval::kFromValues});
+  r.Add({"", "Or", 7, 7, ClaimLogicBinary, TranslateOr, HostEval::kFromValues});
+  r.Add({"", "Xor", 7, 7, ClaimLogicBinary, TranslateXor, HostEval::kFromValues});
+  r.Add({"", "Not", 1, 1, ClaimNot, TranslateNot, HostEval::kFromValues});
+  r.Add({"", "Where", 9, 16, ClaimWhere, TranslateWhere, HostEval::kFromValues});
   r.Add({"", "IsNaN", 9, 20, ClaimFloatPredicate, TranslateIsNaN});
   r.Add({"", "IsInf", 10, 20, ClaimIsInf, TranslateIsInf});
 }

@@ -19,8 +19,9 @@ namespace mx = mlx::core;
 struct Claim {
   bool ok = false;
   std::string reason;
-  /** Inputs read as host values when tracing (shapes, axes, ...). The partitioner keeps their
-   *  producers outside the node's cluster and the runtime specialises the compiled graph on them. */
+  /** Inputs read as host values when tracing (shapes, axes, ...). Inside a partition they come from
+   *  the trace's host lane (values folded from shapes and constants); a value that depends on
+   *  runtime data is read from ORT's tensor, and the compiled graph is specialised on it. */
   std::vector<size_t> host_inputs;
 
   /** A positive claim. */
@@ -108,6 +109,17 @@ using ClaimFn = Claim (*)(const NodeView&);
 /** Builds the node's outputs from its inputs; one array per output slot. Throws on misuse. */
 using TranslateFn = std::vector<mx::array> (*)(const OpContext&);
 
+/** Whether a node can be evaluated on the host while its partition is traced. A partition is
+ *  traced once per input signature (dtypes and shapes), so a value computed only from shapes and
+ *  constants is known then: folding it keeps shape arithmetic (Shape -> Gather -> Concat ->
+ *  Reshape) inside one partition and adds nothing to the compile-cache key. */
+enum class HostEval {
+  kNone,        ///< only ever an MLX computation
+  kFromValues,  ///< folded when every input has a host value: the op's own translation runs
+                ///< eagerly on MLX's CPU device (one semantics for both lanes)
+  kFromShapes,  ///< always folded: reads only the shapes of its inputs (Shape, Size)
+};
+
 /** One registry entry: an op of a domain over an inclusive range of opset versions. */
 struct OpSpec {
   std::string domain;  ///< "" for ai.onnx
@@ -116,6 +128,7 @@ struct OpSpec {
   int until;  ///< last opset version, inclusive
   ClaimFn claim;
   TranslateFn translate;
+  HostEval host_eval = HostEval::kNone;  ///< how the op folds at trace time
 };
 
 /** Maps an ONNX element type to an MLX dtype; nullopt when MLX has none. */

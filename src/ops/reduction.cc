@@ -365,18 +365,20 @@ std::vector<mx::array> TranslateArgReduce(const OpContext& c) {
 void RegisterReductionOps(OpRegistry& r) {
   // One range per op, from opset 1 to its newest schema: the translations read the version-
   // dependent parts (axes attribute or input, noop_with_empty_axes, select_last_index) themselves.
-#define MLX_EP_REDUCE(Op, Kind, Last) \
-  r.Add({"", Op, 1, Last, ClaimReduce<Reduce::Kind>, TranslateReduce<Reduce::Kind>})
-  MLX_EP_REDUCE("ReduceSum", kSum, 13);
-  MLX_EP_REDUCE("ReduceMean", kMean, 18);
-  MLX_EP_REDUCE("ReduceMax", kMax, 20);
-  MLX_EP_REDUCE("ReduceMin", kMin, 20);
-  MLX_EP_REDUCE("ReduceProd", kProd, 18);
-  MLX_EP_REDUCE("ReduceL1", kL1, 18);
-  MLX_EP_REDUCE("ReduceL2", kL2, 18);
-  MLX_EP_REDUCE("ReduceSumSquare", kSumSquare, 18);
-  MLX_EP_REDUCE("ReduceLogSumExp", kLogSumExp, 18);
-  MLX_EP_REDUCE("ReduceLogSum", kLogSum, 18);
+  // Sum, Max, Min and Prod also fold at trace time (shape arithmetic uses them).
+#define MLX_EP_REDUCE(Op, Kind, Last, Fold) \
+  r.Add({"", Op, 1, Last, ClaimReduce<Reduce::Kind>, TranslateReduce<Reduce::Kind>, Fold})
+  constexpr HostEval kFold = HostEval::kFromValues, kNoFold = HostEval::kNone;
+  MLX_EP_REDUCE("ReduceSum", kSum, 13, kFold);
+  MLX_EP_REDUCE("ReduceMean", kMean, 18, kNoFold);
+  MLX_EP_REDUCE("ReduceMax", kMax, 20, kFold);
+  MLX_EP_REDUCE("ReduceMin", kMin, 20, kFold);
+  MLX_EP_REDUCE("ReduceProd", kProd, 18, kFold);
+  MLX_EP_REDUCE("ReduceL1", kL1, 18, kNoFold);
+  MLX_EP_REDUCE("ReduceL2", kL2, 18, kNoFold);
+  MLX_EP_REDUCE("ReduceSumSquare", kSumSquare, 18, kNoFold);
+  MLX_EP_REDUCE("ReduceLogSumExp", kLogSumExp, 18, kNoFold);
+  MLX_EP_REDUCE("ReduceLogSum", kLogSum, 18, kNoFold);
 #undef MLX_EP_REDUCE
   r.Add({"", "ArgMax", 1, 13, ClaimArgReduce, TranslateArgReduce<true>});
   r.Add({"", "ArgMin", 1, 13, ClaimArgReduce, TranslateArgReduce<false>});

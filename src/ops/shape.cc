@@ -265,18 +265,18 @@ std::vector<mx::array> TranslateTile(const OpContext& c) {
 }  // namespace
 
 void RegisterShapeOps(OpRegistry& r) {
-  r.Add({"", "Reshape", 1, 4, ClaimReshape1, TranslateReshape1});
-  r.Add({"", "Reshape", 5, 25, ClaimReshape, TranslateReshape});
-  r.Add({"", "Transpose", 1, 25, ClaimAny, TranslateTranspose});
-  r.Add({"", "Squeeze", 1, 12, ClaimSqueezeAttr, TranslateSqueezeAttr});
-  r.Add({"", "Squeeze", 13, 25, ClaimSqueeze13, TranslateSqueeze13});
-  r.Add({"", "Unsqueeze", 1, 12, ClaimUnsqueezeAttr, TranslateUnsqueezeAttr});
-  r.Add({"", "Unsqueeze", 13, 25, ClaimUnsqueeze13, TranslateUnsqueeze13});
-  r.Add({"", "Flatten", 1, 25, ClaimAny, TranslateFlatten});
-  r.Add({"", "Expand", 8, 25, ClaimExpand, TranslateExpand});
-  r.Add({"", "Shape", 1, 25, ClaimAny, TranslateShape});
-  r.Add({"", "Size", 1, 25, ClaimAny, TranslateSize});
-  r.Add({"", "Tile", 6, 25, ClaimTile, TranslateTile});
+  r.Add({"", "Reshape", 1, 4, ClaimReshape1, TranslateReshape1, HostEval::kFromValues});
+  r.Add({"", "Reshape", 5, 25, ClaimReshape, TranslateReshape, HostEval::kFromValues});
+  r.Add({"", "Transpose", 1, 25, ClaimAny, TranslateTranspose, HostEval::kFromValues});
+  r.Add({"", "Squeeze", 1, 12, ClaimSqueezeAttr, TranslateSqueezeAttr, HostEval::kFromValues});
+  r.Add({"", "Squeeze", 13, 25, ClaimSqueeze13, TranslateSqueeze13, HostEval::kFromValues});
+  r.Add({"", "Unsqueeze", 1, 12, ClaimUnsqueezeAttr, TranslateUnsqueezeAttr, HostEval::kFromValues});
+  r.Add({"", "Unsqueeze", 13, 25, ClaimUnsqueeze13, TranslateUnsqueeze13, HostEval::kFromValues});
+  r.Add({"", "Flatten", 1, 25, ClaimAny, TranslateFlatten, HostEval::kFromValues});
+  r.Add({"", "Expand", 8, 25, ClaimExpand, TranslateExpand, HostEval::kFromValues});
+  r.Add({"", "Shape", 1, 25, ClaimAny, TranslateShape, HostEval::kFromShapes});
+  r.Add({"", "Size", 1, 25, ClaimAny, TranslateSize, HostEval::kFromShapes});
+  r.Add({"", "Tile", 6, 25, ClaimTile, TranslateTile, HostEval::kFromValues});
 }
 
 }  // namespace mlx_ep

@@ -256,12 +256,12 @@ std::vector<mx::array> TranslateGather(const OpContext& c) {
 }  // namespace
 
 void RegisterTensorOps(OpRegistry& r) {
-  r.Add({"", "Identity", 1, 25, ClaimAny, TranslateIdentity});
-  r.Add({"", "Concat", 4, 25, ClaimConcat, TranslateConcat});
-  r.Add({"", "Split", 2, 25, ClaimSplit, TranslateSplit});
-  r.Add({"", "Slice", 1, 9, ClaimSlice1, TranslateSlice1});
-  r.Add({"", "Slice", 10, 25, ClaimSlice10, TranslateSlice10});
-  r.Add({"", "Gather", 1, 25, ClaimGather, TranslateGather});
+  r.Add({"", "Identity", 1, 25, ClaimAny, TranslateIdentity, HostEval::kFromValues});
+  r.Add({"", "Concat", 4, 25, ClaimConcat, TranslateConcat, HostEval::kFromValues});
+  r.Add({"", "Split", 2, 25, ClaimSplit, TranslateSplit, HostEval::kFromValues});
+  r.Add({"", "Slice", 1, 9, ClaimSlice1, TranslateSlice1, HostEval::kFromValues});
+  r.Add({"", "Slice", 10, 25, ClaimSlice10, TranslateSlice10, HostEval::kFromValues});
+  r.Add({"", "Gather", 1, 25, ClaimGather, TranslateGather, HostEval::kFromValues});
   RegisterTensorValueOps(r);
   RegisterGatherElementsOps(r);
 }

@@ -161,11 +161,11 @@ std::vector<mx::array> TranslateCast(const OpContext& c) {
 }  // namespace
 
 void RegisterTensorValueOps(OpRegistry& r) {
-  r.Add({"", "Constant", 1, 25, ClaimConstant, TranslateConstant});
-  r.Add({"", "ConstantOfShape", 9, 25, ClaimConstantOfShape, TranslateConstantOfShape});
-  r.Add({"", "Range", 11, 25, ClaimRange, TranslateRange});
-  r.Add({"", "Cast", 6, 25, ClaimCast, TranslateCast});
-  r.Add({"", "CastLike", 15, 25, ClaimCast, TranslateCast});
+  r.Add({"", "Constant", 1, 25, ClaimConstant, TranslateConstant, HostEval::kFromValues});
+  r.Add({"", "ConstantOfShape", 9, 25, ClaimConstantOfShape, TranslateConstantOfShape, HostEval::kFromValues});
+  r.Add({"", "Range", 11, 25, ClaimRange, TranslateRange, HostEval::kFromValues});
+  r.Add({"", "Cast", 6, 25, ClaimCast, TranslateCast, HostEval::kFromValues});
+  r.Add({"", "CastLike", 15, 25, ClaimCast, TranslateCast, HostEval::kFromValues});
 }
 
 }  // namespace mlx_ep

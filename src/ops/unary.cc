@@ -153,11 +153,12 @@ Claim ClaimClipInputs(const NodeView& v) {
 void RegisterUnaryOps(OpRegistry& r) {
   constexpr auto kF = ClaimElementwise<Types::kFloat>;
   constexpr auto kF32 = ClaimElementwise<Types::kFloatNoDouble>;
-  Reg(r, "Abs", 6, 13, ClaimElementwise<Types::kNumeric>, TranslateAbs);
-  Reg(r, "Neg", 6, 13, ClaimElementwise<Types::kSignedFloat>, TranslateNeg);
+  constexpr auto kFold = HostEval::kFromValues;  // shape arithmetic uses these: they fold at trace time
+  Reg(r, "Abs", 6, 13, ClaimElementwise<Types::kNumeric>, TranslateAbs, kFold);
+  Reg(r, "Neg", 6, 13, ClaimElementwise<Types::kSignedFloat>, TranslateNeg, kFold);
   Reg(r, "Exp", 6, 13, kF, TranslateFloat<ExpFn>);
   Reg(r, "Log", 6, 13, kF, TranslateFloat<mx::log>);
-  Reg(r, "Sqrt", 6, 13, kF, TranslateFloat<mx::sqrt>);
+  Reg(r, "Sqrt", 6, 13, kF, TranslateFloat<mx::sqrt>, kFold);
   Reg(r, "Reciprocal", 6, 13, kF, TranslateFloat<mx::reciprocal>);
   // MLX's CPU sin/cos/erf are float32 approximations: no float64.
   Reg(r, "Sin", 7, 22, kF32, TranslateFloat<mx::sin>);
@@ -166,10 +167,10 @@ void RegisterUnaryOps(OpRegistry& r) {
   Reg(r, "Tanh", 6, 13, kF, TranslateFloat<mx::tanh>);
   Reg(r, "Sigmoid", 6, 13, kF, TranslateFloat<SigmoidFn>);
   Reg(r, "Erf", 9, 13, kF32, TranslateFloat<ErfFn>);
-  Reg(r, "Floor", 6, 13, kF, TranslateFloat<mx::floor>);
-  Reg(r, "Ceil", 6, 13, kF, TranslateFloat<mx::ceil>);
+  Reg(r, "Floor", 6, 13, kF, TranslateFloat<mx::floor>, kFold);
+  Reg(r, "Ceil", 6, 13, kF, TranslateFloat<mx::ceil>, kFold);
   Reg(r, "Round", 11, 22, kF, TranslateFloat<RoundHalfEven>);
-  Reg(r, "Sign", 9, 13, ClaimElementwise<Types::kNumeric>, TranslateSign);
+  Reg(r, "Sign", 9, 13, ClaimElementwise<Types::kNumeric>, TranslateSign, kFold);
   Reg(r, "Clip", 6, 10, ClaimClipAttr, TranslateClipAttr);
   Reg(r, "Clip", 11, 13, ClaimClipInputs, TranslateClipInputs);
   RegisterUnaryActivationOps(r);

@@ -83,8 +83,9 @@ mx::array Exp(const mx::array& x, mx::StreamOrDevice s);
 mx::array Erf(const mx::array& x, mx::StreamOrDevice s);
 
 /** Registers `op` over [since, until]. */
-inline void Reg(OpRegistry& r, const char* op, int since, int until, ClaimFn claim, TranslateFn translate) {
-  r.Add({"", op, since, until, claim, translate});
+inline void Reg(OpRegistry& r, const char* op, int since, int until, ClaimFn claim, TranslateFn translate,
+                HostEval host_eval = HostEval::kNone) {
+  r.Add({"", op, since, until, claim, translate, host_eval});
 }
 
 /** A unary MLX function pointer (mx::exp, mx::arccos, ...). */

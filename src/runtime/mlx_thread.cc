@@ -7,6 +7,8 @@
 #include <mutex>
 #include <thread>
 
+#include <mlx/mlx.h>
+
 namespace mlx_ep {
 namespace {
 
@@ -39,6 +41,13 @@ class MlxThread {
 
  private:
   void Loop() {
+    // MLX creates a thread's default stream on first use; a compiled function first called
+    // before that misses its own compile cache once and traces twice. Create it up front.
+    try {
+      (void)mlx::core::default_stream(mlx::core::default_device());
+    } catch (...) {
+      // No usable device: the first task reports it.
+    }
     for (;;) {
       std::packaged_task<void()> task;
       {

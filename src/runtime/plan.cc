@@ -1,5 +1,6 @@
 #include "runtime/plan.h"
 
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -30,6 +31,41 @@ void CheckOutput(const Plan& plan, const PlanNode& pn, size_t k, const mx::array
                            ", ORT expects a different static shape");
 }
 
+// Marks what must be known on the host: each node's host inputs and, behind a value produced by
+// a node of the plan, that node (it must fold) and, unless it folds from shapes alone, its
+// inputs in turn. Needed partition inputs are read from ORT's tensors at run time.
+void MarkHostValues(Plan& plan, const Graph& graph, const std::unordered_map<std::string, size_t>& input_index) {
+  std::unordered_map<std::string, size_t> producer;
+  for (size_t i = 0; i < plan.nodes.size(); ++i)
+    for (const auto& out : plan.nodes[i].node.outputs)
+      if (!out.empty()) producer[out] = i;
+  std::set<std::string> needed;
+  for (const PlanNode& pn : plan.nodes)
+    for (size_t k : pn.host_inputs) needed.insert(pn.node.inputs.at(k));
+  for (size_t i = plan.nodes.size(); i-- > 0;) {
+    PlanNode& pn = plan.nodes[i];
+    for (const auto& out : pn.node.outputs)
+      if (!out.empty() && needed.count(out)) pn.must_fold = true;
+    if (!pn.must_fold) continue;
+    if (pn.spec->host_eval == HostEval::kNone)
+      throw std::invalid_argument("[MlxEp] " + pn.node.Label() + " (" + pn.node.op_type +
+                                  ") computes a value needed on the host but cannot be folded");
+    if (pn.spec->host_eval == HostEval::kFromValues)
+      for (const auto& in : pn.node.inputs)
+        if (!in.empty()) needed.insert(in);
+  }
+  for (const auto& name : needed) {
+    if (producer.count(name)) continue;
+    if (auto it = input_index.find(name); it != input_index.end()) {
+      plan.input_is_host[it->second] = true;
+    } else if (const ValueInfo* v = graph.Value(name); v && v->constant) {
+      plan.host_constants[name] = v->constant;
+    } else {
+      throw std::invalid_argument("[MlxEp] value '" + name + "' must be known on the host but is not available");
+    }
+  }
+}
+
 }  // namespace
 
 Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::string> input_names,
@@ -50,17 +86,6 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
       throw std::invalid_argument("[MlxEp] " + node.Label() + " (" + node.op_type +
                                   ") can no longer be claimed: " + claim.reason);
     PlanNode pn{node, registry.Find(node.domain, node.op_type, node.since_version), claim.host_inputs};
-    for (size_t k : claim.host_inputs) {
-      const std::string& in = node.inputs.at(k);
-      if (auto it = input_index.find(in); it != input_index.end()) {
-        plan.input_is_host[it->second] = true;
-      } else if (const ValueInfo* v = graph.Value(in); v && v->constant) {
-        plan.host_constants[in] = v->constant;
-      } else {
-        throw std::invalid_argument("[MlxEp] " + node.Label() + ": input '" + in +
-                                    "' must be known on the host but is computed inside the partition");
-      }
-    }
     for (const auto& out : node.outputs) {
       const ValueInfo* v = graph.Value(out);
       if (!v) continue;
@@ -70,11 +95,13 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
     }
     for (const auto& in : node.inputs) {
       const ValueInfo* v = graph.Value(in);
-      if (v && v->constant && !input_index.count(in) && !plan.constants.count(in))
-        plan.constants.emplace(in, ToArray(*v->constant));
+      if (!v || !v->constant || input_index.count(in) || plan.constants.count(in)) continue;
+      plan.constants.emplace(in, ToArray(*v->constant));
+      if (v->constant->NumElements() <= kMaxFoldedElements) plan.host_constants[in] = v->constant;
     }
     plan.nodes.push_back(std::move(pn));
   }
+  MarkHostValues(plan, graph, input_index);
   for (const auto& out : plan.output_names) {
     const ValueInfo* v = graph.Value(out);
     if (!v) throw std::invalid_argument("[MlxEp] partition output '" + out + "' has no type");
@@ -83,56 +110,145 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
   return plan;
 }
 
-std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,
-                                 const std::vector<const Tensor*>& host_inputs, mx::Stream stream,
-                                 bool* saw_empty) {
-  auto note_size = [saw_empty](const mx::array& a) {
-    if (saw_empty && a.size() == 0) *saw_empty = true;
-  };
-  for (const auto& a : inputs) note_size(a);
-  std::unordered_map<std::string, mx::array> values;
-  std::unordered_map<std::string, const Tensor*> host_values;
-  for (const auto& [name, t] : plan.host_constants) host_values[name] = t.get();
-  for (size_t i = 0; i < plan.input_names.size(); ++i) {
-    values.insert_or_assign(plan.input_names[i], inputs.at(i));
-    if (host_inputs.at(i)) host_values[plan.input_names[i]] = host_inputs[i];
-  }
-  auto lookup = [&](const std::string& name) -> std::optional<mx::array> {
-    if (name.empty()) return std::nullopt;
-    if (auto it = values.find(name); it != values.end()) return it->second;
-    if (auto it = plan.constants.find(name); it != plan.constants.end()) return it->second;
-    throw std::logic_error("[MlxEp] value '" + name + "' is not available in partition " + plan.name);
-  };
+namespace {
 
-  for (const PlanNode& pn : plan.nodes) {
-    std::vector<std::optional<mx::array>> node_inputs;
-    std::vector<const Tensor*> node_host(pn.node.inputs.size(), nullptr);
-    for (const auto& in : pn.node.inputs) node_inputs.push_back(lookup(in));
-    for (size_t k : pn.host_inputs) node_host[k] = host_values.at(pn.node.inputs[k]);
+// A row-contiguous host copy of an array that does not depend on the traced inputs.
+std::shared_ptr<const Tensor> ToHostTensor(const mx::array& a, mx::Stream stream) {
+  mx::array c = mx::contiguous(a, false, stream);
+  mx::eval(c);
+  auto t = std::make_shared<Tensor>();
+  t->type = FromMlxDtype(c.dtype());
+  t->shape.assign(c.shape().begin(), c.shape().end());
+  const auto* p = c.data<uint8_t>();
+  t->bytes.assign(p, p + c.nbytes());
+  return t;
+}
+
+// One trace of a plan: every value has an MLX array and, where it is known while tracing, a host
+// value (the host lane). Nodes whose inputs are all on the host lane fold.
+class PlanTrace {
+ public:
+  PlanTrace(const Plan& plan, mx::Stream stream, TraceInfo* info)
+      : plan_(plan), stream_(stream), host_stream_(mx::default_stream(mx::Device::cpu)), info_(info) {
+    for (const auto& [name, t] : plan.host_constants) host_[name] = t;
+  }
+
+  void BindInputs(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) {
+    for (size_t i = 0; i < plan_.input_names.size(); ++i) {
+      Note(inputs.at(i));
+      values_.insert_or_assign(plan_.input_names[i], inputs[i]);
+      // Non-owning: the runner keeps host inputs alive as long as the traced function.
+      if (host.at(i)) host_[plan_.input_names[i]] = std::shared_ptr<const Tensor>(std::shared_ptr<void>(), host[i]);
+    }
+  }
+
+  void Run(const PlanNode& pn) {
+    bool fold = CanFold(pn);
+    if (pn.must_fold && !fold)
+      throw std::logic_error("[MlxEp] " + pn.node.Label() + ": an input has no host value, so the node cannot fold");
+    std::vector<mx::array> outs = pn.spec->translate(Context(pn, fold));
+    if (fold && !pn.must_fold && TooLargeToFold(outs)) {
+      // A large value nobody needs on the host stays an MLX computation (a broadcast full()
+      // is cheaper than a dense constant); nothing was evaluated yet.
+      fold = false;
+      outs = pn.spec->translate(Context(pn, false));
+    }
+    CheckOutputCount(pn, outs);
+    if (fold && info_) ++info_->folded;
+    for (size_t k = 0; k < pn.node.outputs.size() && k < outs.size(); ++k) {
+      const std::string& name = pn.node.outputs[k];
+      if (name.empty()) continue;
+      if (fold) {
+        auto host = ToHostTensor(outs[k], host_stream_);
+        outs[k] = ToArray(*host);  // a constant of the traced graph
+        host_[name] = std::move(host);
+      }
+      CheckOutput(plan_, pn, k, outs[k]);
+      Note(outs[k]);
+      values_.insert_or_assign(name, outs[k]);
+    }
+  }
+
+  std::vector<mx::array> Outputs() {
+    std::vector<mx::array> outputs;
+    for (const auto& name : plan_.output_names) outputs.push_back(mx::contiguous(*Array(name), false, stream_));
+    return outputs;
+  }
+
+ private:
+  bool CanFold(const PlanNode& pn) const {
+    if (pn.spec->host_eval == HostEval::kFromShapes) return true;
+    if (pn.spec->host_eval != HostEval::kFromValues) return false;
+    return std::all_of(pn.node.inputs.begin(), pn.node.inputs.end(),
+                       [&](const std::string& in) { return in.empty() || host_.count(in); });
+  }
+
+  // The node's context. A folding node reads host values (as CPU arrays) and runs on MLX's
+  // CPU device, so nothing of it is traced; Shape and Size read only their inputs' shapes.
+  OpContext Context(const PlanNode& pn, bool fold) {
+    const bool from_values = fold && pn.spec->host_eval == HostEval::kFromValues;
+    std::vector<std::optional<mx::array>> inputs;
+    std::vector<const Tensor*> host(pn.node.inputs.size(), nullptr);
+    for (size_t k = 0; k < pn.node.inputs.size(); ++k) {
+      const std::string& in = pn.node.inputs[k];
+      auto h = in.empty() ? host_.end() : host_.find(in);
+      if (h != host_.end()) host[k] = h->second.get();
+      inputs.push_back(from_values && h != host_.end() ? std::optional<mx::array>(ToArray(*h->second)) : Array(in));
+    }
+    for (size_t k : pn.host_inputs)
+      if (!host[k])
+        throw std::logic_error("[MlxEp] " + pn.node.Label() + ": input '" + pn.node.inputs[k] +
+                               "' has no host value in partition " + plan_.name);
     std::vector<ElemType> out_types;
     for (const auto& out : pn.node.outputs) {
-      auto t = plan.value_types.find(out);
-      out_types.push_back(t == plan.value_types.end() ? ElemType::kUndefined : t->second);
+      auto t = plan_.value_types.find(out);
+      out_types.push_back(t == plan_.value_types.end() ? ElemType::kUndefined : t->second);
     }
-    OpContext ctx(pn.node, std::move(node_inputs), std::move(node_host), std::move(out_types), stream);
-    std::vector<mx::array> outs = pn.spec->translate(ctx);
-    if (outs.size() < pn.node.outputs.size()) {
-      // Trailing optional outputs may be left out only when unused.
-      for (size_t k = outs.size(); k < pn.node.outputs.size(); ++k)
-        if (!pn.node.outputs[k].empty())
-          throw std::logic_error("[MlxEp][" + pn.node.op_type + "] " + pn.node.Label() +
-                                 ": translation produced no output " + std::to_string(k));
-    }
-    for (size_t k = 0; k < pn.node.outputs.size() && k < outs.size(); ++k) {
-      if (pn.node.outputs[k].empty()) continue;
-      CheckOutput(plan, pn, k, outs[k]);
-      note_size(outs[k]);
-      values.insert_or_assign(pn.node.outputs[k], outs[k]);
-    }
+    return OpContext(pn.node, std::move(inputs), std::move(host), std::move(out_types),
+                     fold ? host_stream_ : stream_);
   }
-  std::vector<mx::array> outputs;
-  for (const auto& name : plan.output_names) outputs.push_back(mx::contiguous(*lookup(name), false, stream));
-  return outputs;
+
+  std::optional<mx::array> Array(const std::string& name) const {
+    if (name.empty()) return std::nullopt;
+    if (auto it = values_.find(name); it != values_.end()) return it->second;
+    if (auto it = plan_.constants.find(name); it != plan_.constants.end()) return it->second;
+    throw std::logic_error("[MlxEp] value '" + name + "' is not available in partition " + plan_.name);
+  }
+
+  static bool TooLargeToFold(const std::vector<mx::array>& outs) {
+    return std::any_of(outs.begin(), outs.end(),
+                       [](const mx::array& a) { return static_cast<int64_t>(a.size()) > kMaxFoldedElements; });
+  }
+
+  void Note(const mx::array& a) {
+    if (info_ && a.size() == 0) info_->saw_empty = true;
+  }
+
+  static void CheckOutputCount(const PlanNode& pn, const std::vector<mx::array>& outs) {
+    // Trailing optional outputs may be left out only when unused.
+    for (size_t k = outs.size(); k < pn.node.outputs.size(); ++k)
+      if (!pn.node.outputs[k].empty())
+        throw std::logic_error("[MlxEp][" + pn.node.op_type + "] " + pn.node.Label() +
+                               ": translation produced no output " + std::to_string(k));
+  }
+
+  const Plan& plan_;
+  mx::Stream stream_;
+  mx::Stream host_stream_;
+  TraceInfo* info_;
+  std::unordered_map<std::string, mx::array> values_;
+  std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_;
+};
+
+}  // namespace
+
+std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,
+                                 const std::vector<const Tensor*>& host_inputs, mx::Stream stream,
+                                 TraceInfo* info) {
+  PlanTrace trace(plan, stream, info);
+  trace.BindInputs(inputs, host_inputs);
+  for (const PlanNode& pn : plan.nodes) trace.Run(pn);
+  return trace.Outputs();
 }
 
 }  // namespace mlx_ep

@@ -18,19 +18,22 @@ struct PlanNode {
   Node node;
   const OpSpec* spec = nullptr;
   std::vector<size_t> host_inputs;
+  /** Some consumer needs an output of this node as a host value: it must fold when traced. */
+  bool must_fold = false;
 };
 
 /** A fused cluster ready to be traced. */
 struct Plan {
   std::string name;                      ///< the fused node's name
   std::vector<std::string> input_names;  ///< in the fused node's input order
-  std::vector<bool> input_is_host;       ///< inputs some node reads as host values
+  std::vector<bool> input_is_host;       ///< inputs some node reads as host values (directly or by folding)
   std::vector<std::string> output_names;
   std::vector<ElemType> output_types;
   std::vector<PlanNode> nodes;  ///< topological
   /** Constant initializers as MLX arrays (owned copies). */
   std::unordered_map<std::string, mx::array> constants;
-  /** Constant initializers that some node reads on the host. */
+  /** Constant initializers with a host value in the trace: those some node reads on the host
+   *  (directly or through a folded node), and every small one (so shape arithmetic folds them). */
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_constants;
   /** Expected element type of every value the plan produces (checked after each node). */
   std::unordered_map<std::string, ElemType> value_types;
@@ -43,11 +46,22 @@ struct Plan {
 Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::string> input_names,
                std::vector<std::string> output_names, const OpRegistry& registry);
 
+/** What a trace did, for the runner's choices and counters. */
+struct TraceInfo {
+  bool saw_empty = false;  ///< some input or produced value has zero elements
+  size_t folded = 0;       ///< nodes evaluated on the host (shape arithmetic folded)
+};
+
+/** Values with at most this many elements keep their host value through a trace even when no
+ *  node needs it, so that the arithmetic built on them folds too. */
+inline constexpr int64_t kMaxFoldedElements = 1 << 16;
+
 /** Traces the plan: feeds `inputs` (one per input_names entry) through every node's translation
  *  and returns the outputs, row-contiguous. `host_inputs[i]` is set for inputs read on the host.
- *  When `saw_empty` is given, it is set if any input or produced value has zero elements. */
+ *  Nodes whose inputs all have host values fold: they are evaluated on MLX's CPU device while
+ *  tracing and their outputs become constants of the traced graph. */
 std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,
                                  const std::vector<const Tensor*>& host_inputs, mx::Stream stream,
-                                 bool* saw_empty = nullptr);
+                                 TraceInfo* info = nullptr);
 
 }  // namespace mlx_ep

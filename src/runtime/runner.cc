@@ -50,9 +50,19 @@ mx::Device PartitionRunner::ChooseDevice(const std::vector<mx::array>& inputs,
                                          const std::vector<const Tensor*>& host) const {
   const mx::Device device = RuntimeDevice();
   if (device == mx::Device(mx::Device::cpu)) return device;
-  bool saw_empty = false;
-  TracePlan(plan_, inputs, host, mx::default_stream(device), &saw_empty);
-  return saw_empty ? mx::Device(mx::Device::cpu) : device;
+  TraceInfo info;
+  TracePlan(plan_, inputs, host, mx::default_stream(device), &info);
+  return info.saw_empty ? mx::Device(mx::Device::cpu) : device;
+}
+
+std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inputs,
+                                              const std::vector<const Tensor*>& host, mx::Device device) {
+  TraceInfo info;
+  std::vector<mx::array> outputs = TracePlan(plan_, inputs, host, mx::default_stream(device), &info);
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.traces;
+  stats_.folded_nodes += info.folded;
+  return outputs;
 }
 
 RunnerStats PartitionRunner::stats() const {
@@ -106,15 +116,14 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
   std::vector<mx::array> outputs;
   if (!compile_) {
-    outputs = TracePlan(plan_, arrays, host_ptrs, mx::default_stream(ChooseDevice(arrays, host_ptrs)));
+    outputs = Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs));
   } else {
     auto it = cache_.find(key.str());
     const bool hit = it != cache_.end();
     if (!hit) {
       const mx::Device device = ChooseDevice(arrays, host_ptrs);
-      const Plan* plan = &plan_;
-      auto traced = [plan, host_ptrs, device](const std::vector<mx::array>& in) {
-        return TracePlan(*plan, in, host_ptrs, mx::default_stream(device));
+      auto traced = [this, host_ptrs, device](const std::vector<mx::array>& in) {
+        return Trace(in, host_ptrs, device);
       };
       it = cache_.emplace(key.str(), CacheEntry{mx::compile(traced), host}).first;
     }

@@ -31,6 +31,8 @@ struct RunnerStats {
   uint64_t runs = 0;
   uint64_t cache_hits = 0;
   uint64_t cache_misses = 0;
+  uint64_t traces = 0;        ///< traces of the plan into an MLX graph (one per new signature)
+  uint64_t folded_nodes = 0;  ///< nodes evaluated on the host while tracing, summed over traces
 };
 
 /** Executes a Plan; thread-safe (every run is handed to the one MLX thread). */
@@ -63,6 +65,9 @@ class PartitionRunner {
    *  over zero elements, which kills the process with SIGFPE). Tracing without evaluation is
    *  cheap, so this costs one extra trace per new signature on GPUs only. */
   mx::Device ChooseDevice(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) const;
+  /** Traces the plan for `device` and counts the trace. */
+  std::vector<mx::array> Trace(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host,
+                               mx::Device device);
   /** The body of Run, on the MLX thread. */
   void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);
 

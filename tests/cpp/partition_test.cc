@@ -18,6 +18,10 @@ const OpRegistry& FakeRegistry() {
     reg.Add({"", "Yes", 1, 100, [](const NodeView&) { return Claim::Yes(); }, PassThrough});
     reg.Add({"", "No", 1, 100, [](const NodeView&) { return Claim::No("fake decline"); }, PassThrough});
     reg.Add({"", "NeedsHost", 1, 100, [](const NodeView&) { return Claim::Yes({1}); }, PassThrough});
+    reg.Add({"", "ShapeOf", 1, 100, [](const NodeView&) { return Claim::Yes(); }, PassThrough,
+             HostEval::kFromShapes});
+    reg.Add({"", "Fold", 1, 100, [](const NodeView&) { return Claim::Yes(); }, PassThrough,
+             HostEval::kFromValues});
     reg.Add({"", "Throws", 1, 100, [](const NodeView&) -> Claim { throw std::runtime_error("boom"); },
              PassThrough});
     return reg;
@@ -72,6 +76,76 @@ TEST(Partition, HostInputProducerStaysOutsideCluster) {
                 .Build();
   Partitioning p = PartitionGraph(g, FakeRegistry());
   EXPECT_EQ(p.clusters.size(), 2u);
+}
+
+// Shape arithmetic (Shape -> folded ops -> a host input) is known while tracing: the whole chain
+// and its consumer stay in one cluster.
+TEST(Partition, FoldableShapeChainStaysInCluster) {
+  Graph g = GraphBuilder()
+                .Input("x")
+                .AddNode("Yes", {"x"}, {"a"})
+                .AddNode("ShapeOf", {"a"}, {"s"})
+                .AddNode("Fold", {"s"}, {"t"})
+                .AddNode("NeedsHost", {"a", "t"}, {"y"})
+                .Output("y")
+                .Build();
+  Partitioning p = PartitionGraph(g, FakeRegistry());
+  ASSERT_EQ(p.clusters.size(), 1u);
+  EXPECT_EQ(p.clusters[0].size(), 4u);
+}
+
+// A folding op fed by runtime data (a graph input) does not fold: its consumer's host input is
+// read from ORT's tensor, across a partition boundary.
+TEST(Partition, FoldOfRuntimeDataIsCut) {
+  Graph g = GraphBuilder()
+                .Input("x")
+                .Input("shape", ElemType::kInt64)
+                .AddNode("Fold", {"shape"}, {"t"}, ElemType::kInt64)
+                .AddNode("NeedsHost", {"x", "t"}, {"y"})
+                .Output("y")
+                .Build();
+  Partitioning p = PartitionGraph(g, FakeRegistry());
+  EXPECT_EQ(p.clusters.size(), 2u);
+}
+
+// Independent claimed chains (here two branches that both start at a graph input) share a
+// cluster: every partition boundary costs a host round trip.
+TEST(Partition, IndependentChainsShareACluster) {
+  Graph g = GraphBuilder()
+                .Input("x")
+                .Input("z")
+                .AddNode("Yes", {"x"}, {"a"})
+                .AddNode("Yes", {"z"}, {"b"})
+                .AddNode("Yes", {"a", "b"}, {"c"})
+                .Output("c")
+                .Build();
+  Partitioning p = PartitionGraph(g, FakeRegistry());
+  EXPECT_EQ(p.clusters.size(), 1u);
+}
+
+// Every value crossing sides is listed once per consumer, with the reason.
+TEST(Partition, EveryBoundaryIsExplained) {
+  Graph g = GraphBuilder()
+                .Input("x")
+                .AddNode("Yes", {"x"}, {"a"})
+                .AddNode("No", {"a"}, {"b"})
+                .AddNode("Yes", {"b"}, {"shape"})
+                .AddNode("NeedsHost", {"b", "shape"}, {"y"})
+                .Output("y")
+                .Build();
+  Partitioning p = PartitionGraph(g, FakeRegistry());
+  ASSERT_EQ(p.clusters.size(), 3u);
+  ASSERT_EQ(p.boundaries.size(), 4u);
+  EXPECT_EQ(p.boundaries[0].value, "a");  // MLX -> CPU
+  EXPECT_EQ(p.boundaries[0].to, -1);
+  EXPECT_NE(p.boundaries[0].reason.find("consumer No_1 (No) runs on CPU: fake decline"), std::string::npos);
+  EXPECT_EQ(p.boundaries[1].value, "b");  // CPU -> MLX
+  EXPECT_EQ(p.boundaries[1].from, -1);
+  EXPECT_NE(p.boundaries[1].reason.find("producer No_1 (No) runs on CPU"), std::string::npos);
+  EXPECT_EQ(p.boundaries[3].value, "shape");  // a host input from runtime data
+  EXPECT_NE(p.boundaries[3].reason.find("reads it on the host (input 1) and it depends on runtime tensor data"),
+            std::string::npos)
+      << p.boundaries[3].reason;
 }
 
 TEST(Partition, UnknownOpAndThrowingClaimAreDeclined) {

@@ -43,6 +43,7 @@ TEST(Runner, CompiledRunMatchesAndCaches) {
   std::vector<float> x2 = {1, 2}, y2 = {3, 4};
   runner.Run({Float(x2, {2}), Float(y2, {2})});  // new shape: new trace
   RunnerStats s = runner.stats();
+  EXPECT_EQ(s.traces, 2u);
   EXPECT_EQ(s.runs, 3u);
   EXPECT_EQ(s.cache_misses, 2u);
   EXPECT_EQ(s.cache_hits, 1u);
@@ -95,6 +96,60 @@ TEST(Runner, RunsFromManyThreads) {
   EXPECT_EQ(wrong, std::vector<int>(4, 0));
   EXPECT_EQ(runner.stats().runs, 80u);
   EXPECT_EQ(runner.stats().cache_misses, 3u);  // one trace per shape, whichever thread came first
+}
+
+// x [n, 6] -> Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [3], [-1])): the shape chain
+// folds while tracing (nothing of it is read from ORT or added to the cache key); Shape(x) is
+// also a partition output.
+Plan ShapeChainPlan() {
+  using testing::Int64Tensor;
+  Graph g = GraphBuilder()
+                .Input("x")
+                .Constant("zero", Int64Tensor({}, {0}))
+                .Constant("axes", Int64Tensor({1}, {0}))
+                .Constant("three", Int64Tensor({1}, {3}))
+                .Constant("rest", Int64Tensor({1}, {-1}))
+                .AddNode("Shape", {"x"}, {"s"}, ElemType::kInt64)
+                .AddNode("Gather", {"s", "zero"}, {"n"}, ElemType::kInt64)
+                .AddNode("Unsqueeze", {"n", "axes"}, {"n1"}, ElemType::kInt64)
+                .AddNode("Concat", {"n1", "three", "rest"}, {"shape"}, ElemType::kInt64)
+                .AddNode("Reshape", {"x", "shape"}, {"y"})
+                .Output("y")
+                .Output("s")
+                .Build();
+  g.nodes[3].attributes["axis"] = Attribute{Attribute::Kind::kInt, 0};
+  return BuildPlan(g, "p", {"x"}, {"y", "s"}, OpRegistry::Get());
+}
+
+TEST(Runner, ShapeArithmeticFoldsWhileTracing) {
+  Plan plan = ShapeChainPlan();
+  EXPECT_EQ(plan.input_is_host, std::vector<bool>{false});
+  PartitionRunner runner(std::move(plan), true);
+  std::vector<float> x(12);
+  for (int i = 0; i < 12; ++i) x[i] = float(i);
+  auto out = runner.Run({Float(x, {2, 6})});
+  EXPECT_EQ(out[0].shape, (std::vector<int64_t>{2, 3, 2}));
+  EXPECT_EQ(ToVector(out[0]), x);
+  EXPECT_EQ(out[1].ToInt64(), (std::vector<int64_t>{2, 6}));
+  runner.Run({Float(x, {2, 6})});
+
+  std::vector<float> x4(24, 1.f);
+  out = runner.Run({Float(x4, {4, 6})});
+  EXPECT_EQ(out[0].shape, (std::vector<int64_t>{4, 3, 2}));
+  EXPECT_EQ(out[1].ToInt64(), (std::vector<int64_t>{4, 6}));
+  RunnerStats s = runner.stats();
+  EXPECT_EQ(s.cache_misses, 2u);  // one per input shape: folding adds nothing to the key
+  EXPECT_EQ(s.cache_hits, 1u);
+  EXPECT_EQ(s.traces, 2u);        // and causes no extra trace
+  EXPECT_EQ(s.folded_nodes, 8u);  // Shape, Gather, Unsqueeze, Concat in each trace
+}
+
+TEST(Runner, ShapeArithmeticFoldsInEagerMode) {
+  PartitionRunner runner(ShapeChainPlan(), false);
+  std::vector<float> x(18, 2.f);
+  auto out = runner.Run({Float(x, {3, 6})});
+  EXPECT_EQ(out[0].shape, (std::vector<int64_t>{3, 3, 2}));
+  EXPECT_EQ(runner.stats().folded_nodes, 4u);
 }
 
 TEST(Plan, MissingTranslationIsRejected) {
