@@ -1,0 +1,97 @@
+"""Whole models as torch's exporters write them (tests/models/torch/, made by
+tools/gpu/export_torch_models.py from transformers' BERT, GPT-2 and Llama, torchvision's
+MobileNetV3, and YOLO- and CRNN-shaped modules; TorchScript and dynamo exporters, symbolic
+batch/sequence dims). Each must run as one MLX partition with no node left on CPU, under ORT's
+default graph optimizations (what a user gets), and match ORT's CPU EP."""
+import gc
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+import onnxruntime_ep_mlx as mlx_ep
+from harness import assert_close, run_cpu
+
+MODELS = Path(__file__).resolve().parents[1] / "models" / "torch"
+EP = "MLXExecutionProvider"
+
+
+def text_feeds(batch, seq, seed):
+    """Token ids and an attention mask whose second row is padded (the mask path is exercised)."""
+    rng = np.random.default_rng(seed)
+    mask = np.ones((batch, seq), np.int64)
+    mask[1:, seq - 3:] = 0
+    return {"input_ids": rng.integers(0, 96, (batch, seq)).astype(np.int64), "attention_mask": mask}
+
+
+def image_feeds(shape, seed):
+    return {"image": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
+
+
+# model file stem -> feeds for two runs of different shapes (where the export has symbolic dims).
+CASES = {
+    "bert_torchscript": [text_feeds(2, 9, 0), text_feeds(3, 16, 1)],
+    "bert_dynamo": [text_feeds(2, 9, 0), text_feeds(3, 16, 1)],
+    "gpt2_torchscript": [text_feeds(2, 9, 0), text_feeds(3, 16, 1)],
+    "gpt2_dynamo": [text_feeds(2, 9, 0), text_feeds(3, 16, 1)],
+    "llama_torchscript": [text_feeds(2, 9, 0), text_feeds(3, 16, 1)],
+    "llama_dynamo": [text_feeds(2, 9, 0), text_feeds(3, 16, 1)],
+    "mobilenetv3_torchscript": [image_feeds((2, 3, 64, 64), 0), image_feeds((1, 3, 64, 64), 1)],
+    "mobilenetv3_dynamo": [image_feeds((2, 3, 64, 64), 0), image_feeds((1, 3, 64, 64), 1)],
+    "yolo_torchscript": [image_feeds((1, 3, 64, 64), 0), image_feeds((2, 3, 96, 64), 1)],
+    "yolo_dynamo": [image_feeds((1, 3, 64, 64), 0), image_feeds((2, 3, 64, 64), 1)],
+    "crnn_torchscript": [image_feeds((2, 1, 16, 40), 0), image_feeds((1, 1, 16, 64), 1)],
+    "crnn_dynamo": [image_feeds((2, 1, 16, 40), 0), image_feeds((3, 1, 16, 40), 1)],
+}
+
+
+def run_mlx_session(path, feeds_list):
+    """Outputs of each run, the EP's report, and the providers of the last run's nodes (ORT's
+    profile); the session may not fall back to CPU."""
+    mlx_ep.register_execution_provider_library()
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    with tempfile.TemporaryDirectory() as tmp:
+        report_path = os.path.join(tmp, "report.json")
+        so.profile_file_prefix = os.path.join(tmp, "profile")
+        os.environ["ONNXRUNTIME_EP_MLX_REPORT"] = report_path
+        try:
+            sess = ort.InferenceSession(str(path), so, providers=[EP, "CPUExecutionProvider"])
+            assert sess.get_providers()[0] == EP, sess.get_providers()
+            outs = [sess.run(None, f) for f in feeds_list]
+            with open(sess.end_profiling()) as f:
+                nodes = [e for e in json.load(f) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+            del sess
+            gc.collect()
+        finally:
+            del os.environ["ONNXRUNTIME_EP_MLX_REPORT"]
+        with open(report_path) as f:
+            report = json.load(f)
+    last = nodes[len(nodes) - len(nodes) // len(feeds_list):]
+    return outs, report, [e["args"].get("provider") for e in last]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_exported_model_is_one_mlx_partition(name):
+    path = MODELS / f"{name}.onnx"
+    feeds_list = CASES[name]
+    outs, report, providers = run_mlx_session(path, feeds_list)
+    (graph,) = report["graphs"]
+    assert graph["declined"] == [], [(d["op_type"], d["reason"]) for d in graph["declined"]]
+    assert len(graph["partitions"]) == 1, graph["boundaries"]
+    assert providers == [EP], providers  # the one fused node; nothing ran on CPU
+    for feeds, got in zip(feeds_list, outs):
+        ref = run_cpu_session(path, feeds)
+        for g, r in zip(got, ref):
+            # fp32 through a few layers: ORT and MLX sum in different orders, so compare at
+            # the fp32 tolerance relative to the output's scale.
+            assert_close(g, r, rtol=1e-5, atol=1e-5 * float(np.abs(r).max()), what=name)
+
+
+def run_cpu_session(path, feeds):
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
