@@ -34,6 +34,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterNormalizationOps(r);
     RegisterShapeOps(r);
     RegisterTensorOps(r);
+    RegisterIndexingOps(r);
     return r;
   }();
   return registry;
