@@ -35,6 +35,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterShapeOps(r);
     RegisterTensorOps(r);
     RegisterIndexingOps(r);
+    RegisterEinsumOps(r);
     return r;
   }();
   return registry;

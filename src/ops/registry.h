@@ -36,5 +36,6 @@ void RegisterShapeOps(OpRegistry& r);  // Reshape Transpose Squeeze Unsqueeze Fl
 void RegisterTensorOps(
     OpRegistry& r);  // Concat Split Slice Gather GatherElements Constant* Range Cast* Identity
 void RegisterIndexingOps(OpRegistry& r);  // GatherND ScatterND ScatterElements Scatter OneHot
+void RegisterEinsumOps(OpRegistry& r);    // Einsum
 
 }  // namespace mlx_ep
