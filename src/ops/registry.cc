@@ -34,6 +34,8 @@ const OpRegistry& OpRegistry::Get() {
     RegisterNormalizationOps(r);
     RegisterShapeOps(r);
     RegisterTensorOps(r);
+    RegisterIndexingOps(r);
+    RegisterEinsumOps(r);
     return r;
   }();
   return registry;

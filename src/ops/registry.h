@@ -35,5 +35,7 @@ void RegisterNormalizationOps(OpRegistry& r);  // Softmax LogSoftmax LayerNormal
 void RegisterShapeOps(OpRegistry& r);  // Reshape Transpose Squeeze Unsqueeze Flatten Expand Shape Size Tile
 void RegisterTensorOps(
     OpRegistry& r);  // Concat Split Slice Gather GatherElements Constant* Range Cast* Identity
+void RegisterIndexingOps(OpRegistry& r);  // GatherND ScatterND ScatterElements Scatter OneHot
+void RegisterEinsumOps(OpRegistry& r);    // Einsum
 
 }  // namespace mlx_ep
