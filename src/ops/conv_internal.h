@@ -51,6 +51,9 @@ mx::array ConvChannelsLast(const mx::array& x, const mx::array& w, const std::ve
  *  float32 and rounds once). */
 mx::Dtype ComputeDtype(const OpContext& c, mx::Dtype dt);
 
+/** The bias (input 2) as a vector of `m` values of dtype `dt`; fails unless B is (m,). */
+mx::array Bias(const OpContext& c, int m, mx::Dtype dt);
+
 /** The channels-last result `y` (N, *S, M) plus the bias (input 2, if any), cast to `dt` and
  *  transposed to channels-first. */
 mx::array FinishOutput(const OpContext& c, mx::array y, mx::Dtype dt);

@@ -66,7 +66,10 @@ CONV_CASES = [
     ((2, 5, 7, 9), (5, 1, 3, 3), {"group": 5, "pads": [1, 1, 1, 1]}),  # depthwise
     ((1, 5, 9, 8), (5, 1, 3, 3), {"group": 5, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ((1, 3, 7, 9), (6, 1, 3, 2), {"group": 3, "strides": [1, 2]}),  # depthwise, channel multiplier 2
-    ((2, 8, 6, 5), (4, 8, 1, 1), {}),  # pointwise
+    ((2, 8, 6, 5), (4, 8, 1, 1), {}),  # pointwise: a matrix product
+    ((2, 6, 7, 9), (4, 6, 1, 1), {"strides": [2, 3], "kernel_shape": [1, 1]}),
+    ((1, 4, 5, 5), (6, 2, 1, 1), {"group": 2}),
+    ((1, 4, 5, 5), (6, 4, 1, 1), {"pads": [0, 1, 0, 0]}),
     ((1, 3, 5, 5), (2, 3, 5, 5), {}),  # kernel = input
     ((1, 1, 1, 1), (2, 1, 1, 1), {"pads": [1, 0, 0, 2]}),
     # auto_pad: SAME's odd pixel at the end (UPPER) or the beginning (LOWER)
@@ -81,11 +84,13 @@ CONV_CASES = [
     ((1, 4, 9, 9), (4, 2, 3, 3), {"auto_pad": "SAME_UPPER", "group": 2, "strides": [2, 2]}),
     # 1-D
     ((2, 3, 11), (4, 3, 3), {}),
+    ((2, 3, 11), (5, 3, 1), {"strides": [2]}),
     ((2, 3, 11), (4, 3, 4), {"strides": [3], "pads": [2, 1], "dilations": [2]}),
     ((1, 4, 10), (6, 2, 3), {"group": 2, "auto_pad": "SAME_LOWER", "strides": [2]}),
     ((1, 4, 10), (4, 1, 5), {"group": 4, "auto_pad": "SAME_UPPER"}),
     # 3-D (groups: one convolution per group)
     ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), {}),
+    ((1, 4, 3, 4, 5), (6, 4, 1, 1, 1), {"strides": [1, 2, 2]}),
     ((1, 2, 5, 6, 7), (3, 2, 3, 2, 3), {"strides": [2, 1, 2], "pads": [1, 0, 1, 0, 2, 1], "dilations": [1, 2, 1]}),
     ((2, 4, 4, 5, 6), (6, 2, 3, 3, 3), {"group": 2, "pads": [1, 1, 1, 1, 1, 1]}),
     ((1, 3, 5, 5, 5), (3, 1, 3, 3, 3), {"group": 3, "auto_pad": "SAME_UPPER", "strides": [2, 2, 2]}),
@@ -146,12 +151,13 @@ def test_conv_transpose(case):
 
 @pytest.mark.parametrize("w_const", [True, False], ids=["w_initializer", "w_input"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
-@pytest.mark.parametrize("op", ["Conv", "ConvTranspose"])
-def test_weights_and_bias(op, bias, w_const):
+@pytest.mark.parametrize("op,kernel", [("Conv", 3), ("Conv", 1), ("ConvTranspose", 3)])
+def test_weights_and_bias(op, kernel, bias, w_const):
     rng = np.random.default_rng(5)
-    x, w = ints((2, 4, 6, 7), rng), ints((4, 4, 3, 3), rng)
+    x, w = ints((2, 4, 6, 7), rng), ints((4, 4, kernel, kernel), rng)
     b = ints((4,), rng) if bias else None
-    check(op, x, w, b, {"strides": [2, 1], "pads": [1, 1, 0, 1]}, w_const=w_const)
+    pads = [1, 1, 0, 1] if kernel == 3 else [0, 0, 0, 0]
+    check(op, x, w, b, {"strides": [2, 1], "pads": pads}, w_const=w_const)
 
 
 @pytest.mark.parametrize("opset", [1, 11, 22])
@@ -176,6 +182,7 @@ LOW_CASES = [
     ("Conv", (2, 4, 7, 9), (6, 2, 3, 2), {"group": 2, "strides": [2, 1], "pads": [1, 0, 2, 1]}),
     ("Conv", (1, 5, 7, 9), (5, 1, 3, 3), {"group": 5, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
     ("Conv", (1, 2, 4, 5, 6), (4, 1, 2, 3, 2), {"group": 2}),
+    ("Conv", (2, 16, 7, 9), (8, 16, 1, 1), {"strides": [2, 2]}),
     ("ConvTranspose", (1, 4, 3, 5), (4, 3, 3, 2), {"group": 2, "strides": [2, 3], "pads": [1, 0, 0, 1]}),
     ("ConvTranspose", (1, 2, 4), (2, 3, 3), {"strides": [2], "output_shape": [8]}),
 ]
