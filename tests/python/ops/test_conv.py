@@ -136,7 +136,8 @@ CONV_TRANSPOSE_CASES = [
     ((1, 2, 5), (2, 2, 3), {"strides": [2], "auto_pad": "SAME_UPPER"}),
     # 3-D (groups: one convolution per group)
     ((1, 2, 3, 4, 3), (2, 3, 3, 2, 2), {"strides": [2, 1, 2]}),
-    ((1, 2, 3, 3, 4), (2, 2, 2, 3, 2), {"strides": [2, 2, 1], "pads": [1, 0, 0, 0, 1, 1], "output_padding": [1, 0, 0]}),
+    ((1, 2, 3, 3, 4), (2, 2, 2, 3, 2),
+     {"strides": [2, 2, 1], "pads": [1, 0, 0, 0, 1, 1], "output_padding": [1, 0, 0]}),
     ((1, 4, 3, 3, 3), (4, 2, 3, 3, 3), {"group": 2, "strides": [2, 2, 2], "dilations": [1, 2, 1]}),
 ]
 
