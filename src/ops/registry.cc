@@ -31,6 +31,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterUnaryOps(r);
     RegisterReductionOps(r);
     RegisterMatmulOps(r);
+    RegisterConvOps(r);
     RegisterNormalizationOps(r);
     RegisterShapeOps(r);
     RegisterTensorOps(r);

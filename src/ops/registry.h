@@ -31,6 +31,7 @@ void RegisterLogicalOps(OpRegistry& r);        // comparisons, And Or Xor Not, W
 void RegisterUnaryOps(OpRegistry& r);          // math, trig and hyperbolic functions, activations, Clip
 void RegisterReductionOps(OpRegistry& r);      // Reduce*, ArgMax ArgMin
 void RegisterMatmulOps(OpRegistry& r);         // MatMul Gemm
+void RegisterConvOps(OpRegistry& r);           // Conv ConvTranspose
 void RegisterNormalizationOps(OpRegistry& r);  // Softmax LogSoftmax LayerNormalization
 void RegisterShapeOps(OpRegistry& r);  // Reshape Transpose Squeeze Unsqueeze Flatten Expand Shape Size Tile
 void RegisterTensorOps(

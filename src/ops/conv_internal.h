@@ -1,0 +1,72 @@
+// Helpers shared by Conv (ops/conv.cc) and ConvTranspose (ops/conv_transpose.cc): attribute
+// checks for the claims, the channels-first <-> channels-last transposes and the grouped
+// channels-last convolution both translations end in.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ops/op.h"
+#include "ops/registry.h"
+
+namespace mlx_ep {
+namespace conv_util {
+
+/** ONNX's auto_pad modes. */
+enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
+
+/** The auto_pad attribute; nullopt for a value ONNX does not define. */
+std::optional<AutoPad> ReadAutoPad(const Node& n);
+
+/** Why a Conv / ConvTranspose node (`transpose`) cannot be claimed, or "" when it can: types,
+ *  ranks (1-3 spatial dims) and the attributes ORT's CPU kernels accept. */
+std::string ClaimReason(const NodeView& v, bool transpose);
+
+/** The resolved attributes of a node for `nd` spatial dims and weights `w` (translation time):
+ *  every list has nd entries (pads: 2*nd), defaults filled in; fails on inconsistent ones. */
+struct ConvAttrs {
+  AutoPad auto_pad = AutoPad::kNotSet;
+  int group = 1;
+  std::vector<int64_t> kernel, strides, dilations, pads;
+  std::vector<int64_t> output_padding;  ///< ConvTranspose only
+  std::vector<int64_t> output_shape;    ///< ConvTranspose only; empty when absent
+};
+ConvAttrs ReadAttrs(const OpContext& c, const mx::array& x, const mx::array& w, bool transpose);
+
+/** (N, C, *S) -> (N, *S, C). */
+mx::array ToChannelsLast(const mx::array& a, mx::Stream s);
+/** (N, *S, C) -> (N, C, *S). */
+mx::array ToChannelsFirst(const mx::array& a, mx::Stream s);
+
+/** mx::conv_general on channels-last input (N, *S, C) and weights (O, *K, C/groups), also for
+ *  grouped 3-D convolutions (which conv_general lacks: one convolution per group, concatenated). */
+mx::array ConvChannelsLast(const mx::array& x, const mx::array& w, const std::vector<int>& strides,
+                           const std::vector<int>& lo, const std::vector<int>& hi,
+                           const std::vector<int>& kernel_dilation, const std::vector<int>& input_dilation,
+                           int groups, bool flip, mx::Stream s);
+
+/** The dtype a node computes in: float32 for float16/bfloat16 nodes with a bias (conv + bias then
+ *  round once, as ORT's float kernels do), else the input dtype (MLX's convolution accumulates in
+ *  float32 and rounds once). */
+mx::Dtype ComputeDtype(const OpContext& c, mx::Dtype dt);
+
+/** The bias (input 2) as a vector of `m` values of dtype `dt`; fails unless B is (m,). */
+mx::array Bias(const OpContext& c, int m, mx::Dtype dt);
+
+/** The channels-last result `y` (N, *S, M) plus the bias (input 2, if any), cast to `dt` and
+ *  transposed to channels-first. */
+mx::array FinishOutput(const OpContext& c, mx::array y, mx::Dtype dt);
+
+/** The output of a node with no terms to sum (an empty batch, no input channels, ...): zeros, or
+ *  the bias broadcast, of channels-first `shape`. */
+mx::array EmptyConvOutput(const OpContext& c, const mx::Shape& shape, mx::Dtype dt);
+
+/** Registers ConvTranspose (ops/conv_transpose.cc); called by RegisterConvOps. */
+void AddConvTranspose(OpRegistry& r);
+
+/** int64 -> int for MLX, failing on values out of int range. */
+int ToInt(const OpContext& c, int64_t v, const char* what);
+
+}  // namespace conv_util
+}  // namespace mlx_ep
