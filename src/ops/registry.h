@@ -36,4 +36,6 @@ void RegisterShapeOps(OpRegistry& r);  // Reshape Transpose Squeeze Unsqueeze Fl
 void RegisterTensorOps(
     OpRegistry& r);  // Concat Split Slice Gather GatherElements Constant* Range Cast* Identity
 
+void RegisterImageNormalizationOps(OpRegistry& r);  // BatchNorm InstanceNorm GroupNorm LpNorm LRN MVN
+
 }  // namespace mlx_ep
