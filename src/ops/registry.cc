@@ -33,6 +33,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterMatmulOps(r);
     RegisterNormalizationOps(r);
     RegisterImageNormalizationOps(r);
+    RegisterExtraActivationOps(r);
     RegisterShapeOps(r);
     RegisterTensorOps(r);
     return r;

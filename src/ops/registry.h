@@ -37,5 +37,6 @@ void RegisterTensorOps(
     OpRegistry& r);  // Concat Split Slice Gather GatherElements Constant* Range Cast* Identity
 
 void RegisterImageNormalizationOps(OpRegistry& r);  // BatchNorm InstanceNorm GroupNorm LpNorm LRN MVN
+void RegisterExtraActivationOps(OpRegistry& r);     // PRelu ThresholdedRelu Celu Mish Shrink Hardmax Dropout
 
 }  // namespace mlx_ep
