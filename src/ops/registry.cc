@@ -33,6 +33,8 @@ const OpRegistry& OpRegistry::Get() {
     RegisterMatmulOps(r);
     RegisterConvOps(r);
     RegisterNormalizationOps(r);
+    RegisterImageNormalizationOps(r);
+    RegisterExtraActivationOps(r);
     RegisterShapeOps(r);
     RegisterTensorOps(r);
     RegisterIndexingOps(r);

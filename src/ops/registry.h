@@ -39,4 +39,7 @@ void RegisterTensorOps(
 void RegisterIndexingOps(OpRegistry& r);  // GatherND ScatterND ScatterElements Scatter OneHot
 void RegisterEinsumOps(OpRegistry& r);    // Einsum
 
+void RegisterImageNormalizationOps(OpRegistry& r);  // BatchNorm InstanceNorm GroupNorm LpNorm LRN MVN
+void RegisterExtraActivationOps(OpRegistry& r);     // PRelu ThresholdedRelu Celu Mish Shrink Hardmax Dropout
+
 }  // namespace mlx_ep
