@@ -28,7 +28,7 @@ def built(name):
 
 @functools.lru_cache(maxsize=None)
 def mlx_run(name):
-    path, model, feeds = built(name)
+    _, model, feeds = built(name)
     return run_mlx_nodes(model, feeds)
 
 
