@@ -117,7 +117,10 @@ Plan ShapeChainPlan() {
                 .Output("y")
                 .Output("s")
                 .Build();
-  g.nodes[3].attributes["axis"] = Attribute{Attribute::Kind::kInt, 0};
+  Attribute axis;
+  axis.kind = Attribute::Kind::kInt;
+  axis.i = 0;
+  g.nodes[3].attributes["axis"] = axis;
   return BuildPlan(g, "p", {"x"}, {"y", "s"}, OpRegistry::Get());
 }
 
