@@ -139,6 +139,20 @@ mx::array OfDirection(const mx::array& a, int d, mx::Stream s) {
   return mx::squeeze(mx::slice(a, start, stop, s), 0, s);
 }
 
+/** a[t] for each t of a's first axis. One slice per step rather than one mx::split: a split's
+ *  outputs each list all their siblings, which costs O(S^2) when tracing and evaluating. */
+std::vector<mx::array> SplitSteps(const mx::array& a, mx::Stream s) {
+  mx::Shape start(a.ndim(), 0), stop = a.shape();
+  const mx::Shape step_shape(a.shape().begin() + 1, a.shape().end());
+  std::vector<mx::array> steps;
+  for (int t = 0; t < a.shape(0); ++t) {
+    start[0] = t;
+    stop[0] = t + 1;
+    steps.push_back(mx::reshape(mx::slice(a, start, stop, s), step_shape, s));
+  }
+  return steps;
+}
+
 void ExpectShape(const OpContext& c, const char* what, const mx::array& a, const mx::Shape& expected) {
   if (a.shape() == expected) return;
   auto str = [](const mx::Shape& sh) {
@@ -260,9 +274,7 @@ std::vector<mx::array> InputProjections(const Inputs& in, int d, const std::opti
   if (folded) xw = mx::add(xw, *folded, s);
   std::vector<mx::array> steps;
   if (S == 0) return steps;
-  for (const mx::array& part : mx::split(mx::reshape(xw, {S, B, GH}, s), S, 0, s))
-    steps.push_back(mx::reshape(part, {B, GH}, s));
-  return steps;
+  return SplitSteps(mx::reshape(xw, {S, B, GH}, s), s);
 }
 
 mx::array Activate(const Activation& a, const mx::array& x, mx::Stream s) {
@@ -302,16 +314,25 @@ State InitialState(const Config& cfg, const Inputs& in, int d, mx::Stream s) {
   return state;
 }
 
+/** Per time index, which batch entries are within their length ([B, 1] bools each). They come out
+ *  of one comparison, split by step, so that no fused kernel holds a step's index as a constant
+ *  (MLX compiles a fused kernel per distinct constant: one per step otherwise). */
+std::vector<mx::array> StepMasks(const Inputs& in, mx::Stream s) {
+  const mx::array steps = mx::reshape(mx::arange(in.seq, mx::int32, s), {in.seq, 1, 1}, s);
+  const mx::array valid = mx::less(steps, mx::expand_dims(*in.lens, 0, s), s);  // [S, B, 1]
+  return SplitSteps(valid, s);
+}
+
 DirectionResult RunDirection(const Inputs& in, bool reverse, State state, const StepFn& step, mx::Stream s) {
   DirectionResult res;
   const mx::array zero(0.f, mx::float32);
+  const std::vector<mx::array> masks = in.lens && in.seq > 0 ? StepMasks(in, s) : std::vector<mx::array>{};
   for (int k = 0; k < in.seq; ++k) {
     const int t = reverse ? in.seq - 1 - k : k;
     State next = step(t, state);
     if (in.lens) {
-      const mx::array valid = mx::less(mx::array(t, mx::int32), *in.lens, s);  // [B, 1]
-      res.ys.push_back(mx::where(valid, next[0], zero, s));
-      for (size_t j = 0; j < next.size(); ++j) next[j] = mx::where(valid, next[j], state[j], s);
+      res.ys.push_back(mx::where(masks[t], next[0], zero, s));
+      for (size_t j = 0; j < next.size(); ++j) next[j] = mx::where(masks[t], next[j], state[j], s);
     } else {
       res.ys.push_back(next[0]);
     }
