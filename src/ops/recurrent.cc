@@ -131,14 +131,6 @@ bool ParseActivations(const Node& n, Config* cfg, std::string* reason) {
   return true;
 }
 
-/** Direction d of a [D, ...] array, as [...]. */
-mx::array OfDirection(const mx::array& a, int d, mx::Stream s) {
-  mx::Shape start(a.ndim(), 0), stop = a.shape();
-  start[0] = d;
-  stop[0] = d + 1;
-  return mx::squeeze(mx::slice(a, start, stop, s), 0, s);
-}
-
 /** a[t] for each t of a's first axis. One slice per step rather than one mx::split: a split's
  *  outputs each list all their siblings, which costs O(S^2) when tracing and evaluating. */
 std::vector<mx::array> SplitSteps(const mx::array& a, mx::Stream s) {
@@ -210,14 +202,8 @@ Inputs ReadInputs(const OpContext& c, const Config& cfg) {
   auto f32 = [&](const mx::array& a) { return mx::astype(a, mx::float32, s); };
   const mx::array& x_in = c.input(0);
   if (x_in.ndim() != 3) c.Fail("X must have rank 3, got rank " + std::to_string(x_in.ndim()));
-  Inputs in{f32(cfg.batch_major ? mx::transpose(x_in, {1, 0, 2}, s) : x_in),
-            f32(c.input(1)),
-            f32(c.input(2)),
-            std::nullopt,
-            std::nullopt,
-            std::nullopt,
-            std::nullopt,
-            std::nullopt};
+  Inputs in(f32(cfg.batch_major ? mx::transpose(x_in, {1, 0, 2}, s) : x_in), f32(c.input(1)),
+            f32(c.input(2)));
   in.seq = in.x.shape(0);
   in.batch = in.x.shape(1);
   in.input_size = in.x.shape(2);
@@ -250,6 +236,13 @@ Inputs ReadInputs(const OpContext& c, const Config& cfg) {
   return in;
 }
 
+mx::array OfDirection(const mx::array& a, int d, mx::Stream s) {
+  mx::Shape start(a.ndim(), 0), stop = a.shape();
+  start[0] = d;
+  stop[0] = d + 1;
+  return mx::squeeze(mx::slice(a, start, stop, s), 0, s);
+}
+
 mx::array MatmulOrZeros(const mx::array& a, const mx::array& b, mx::Stream s) {
   if (a.shape(0) == 0 || b.shape(1) == 0 || a.shape(1) == 0)
     return mx::zeros({a.shape(0), b.shape(1)}, mx::float32, s);
@@ -272,8 +265,6 @@ std::vector<mx::array> InputProjections(const Inputs& in, int d, const std::opti
   const int GH = w.shape(1);
   mx::array xw = MatmulOrZeros(mx::reshape(in.x, {S * B, in.input_size}, s), w, s);
   if (folded) xw = mx::add(xw, *folded, s);
-  std::vector<mx::array> steps;
-  if (S == 0) return steps;
   return SplitSteps(mx::reshape(xw, {S, B, GH}, s), s);
 }
 

@@ -35,8 +35,7 @@ recurrent::DirectionResult LstmDirection(const Config& cfg, const Inputs& in, in
   const mx::array r = recurrent::Weights(in.r, d, s);  // [H, 4H]
   std::optional<mx::array> p_i, p_o, p_f;
   if (in.peepholes) {
-    std::vector<mx::array> p = mx::split(
-        mx::squeeze(mx::slice(*in.peepholes, {d, 0}, {d + 1, 3 * cfg.hidden_size}, s), 0, s), 3, 0, s);
+    const std::vector<mx::array> p = mx::split(recurrent::OfDirection(*in.peepholes, d, s), 3, 0, s);
     p_i = p[0];
     p_o = p[1];
     p_f = p[2];

@@ -42,6 +42,7 @@ std::optional<Config> ParseConfig(const Node& node, Cell cell, std::string* reas
 
 /** The inputs in time-major layout ([seq, batch, ...]), converted to float32. */
 struct Inputs {
+  Inputs(mx::array x, mx::array w, mx::array r) : x(std::move(x)), w(std::move(w)), r(std::move(r)) {}
   mx::array x;                         ///< [S, B, I]
   mx::array w;                         ///< [D, G*H, I]
   mx::array r;                         ///< [D, G*H, H]
@@ -62,7 +63,10 @@ mx::array Activate(const Activation& a, const mx::array& x, mx::Stream s);
 /** x clipped to [-clip, clip] when the node has a clip attribute. */
 mx::array Clip(const Config& cfg, const mx::array& x, mx::Stream s);
 
-/** a @ b for 2-D operands, also when a dimension is 0 (MLX's matmul needs non-empty operands). */
+/** Direction d of a [D, ...] array (W, R, B, P, initial states), as [...]. */
+mx::array OfDirection(const mx::array& a, int d, mx::Stream s);
+
+/** a @ b for 2-D operands; zeros, without mx::matmul, when a dimension is 0 (K = 0 included). */
 mx::array MatmulOrZeros(const mx::array& a, const mx::array& b, mx::Stream s);
 
 /** Direction d of W or R ([D, G*H, K]), transposed: [K, G*H]. */
