@@ -35,6 +35,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterNormalizationOps(r);
     RegisterImageNormalizationOps(r);
     RegisterExtraActivationOps(r);
+    RegisterRecurrentOps(r);
     RegisterShapeOps(r);
     RegisterTensorOps(r);
     RegisterIndexingOps(r);
