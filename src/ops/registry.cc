@@ -34,6 +34,9 @@ const OpRegistry& OpRegistry::Get() {
     RegisterNormalizationOps(r);
     RegisterShapeOps(r);
     RegisterTensorOps(r);
+    RegisterResizeOps(r);
+    RegisterPadOps(r);
+    RegisterTensorMiscOps(r);
     return r;
   }();
   return registry;

@@ -35,5 +35,9 @@ void RegisterNormalizationOps(OpRegistry& r);  // Softmax LogSoftmax LayerNormal
 void RegisterShapeOps(OpRegistry& r);  // Reshape Transpose Squeeze Unsqueeze Flatten Expand Shape Size Tile
 void RegisterTensorOps(
     OpRegistry& r);  // Concat Split Slice Gather GatherElements Constant* Range Cast* Identity
+void RegisterResizeOps(OpRegistry& r);  // Resize Upsample
+void RegisterPadOps(OpRegistry& r);     // Pad
+void RegisterTensorMiscOps(
+    OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum TopK CenterCropPad EyeLike
 
 }  // namespace mlx_ep
