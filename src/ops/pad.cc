@@ -4,6 +4,7 @@
 //    reflect mirrors it without repeating the border, wrap repeats it periodically);
 //  - reflect needs an axis of at least 2 elements and pads no larger than that axis minus 1;
 //  - edge/reflect/wrap cannot pad an axis that is empty (after cropping); ORT fails there, so does this.
+//  - wrap is ONNX's from opset 19, but ORT's kernel takes it at every opset, and so does this.
 #include <algorithm>
 #include <string>
 
@@ -38,7 +39,6 @@ Claim ClaimPad(const NodeView& v) {
   PadMode mode;
   const std::string mode_name = v.node().AttrString("mode", "constant");
   if (!ParseMode(mode_name, mode)) return Claim::No("unknown mode '" + mode_name + "'");
-  if (mode == PadMode::kWrap && ver < 19) return Claim::No("mode 'wrap' needs opset 19");
   if (ver < 11) {
     if (!v.node().AttrInts("pads")) return Claim::No("attribute pads is missing");
     return Claim::Yes();
