@@ -55,6 +55,7 @@ bool KnownNchw(const NodeView& v, const Attrs& a) {
   if (const Tensor* t = v.has_input(scales_at) ? v.constant_input(scales_at) : nullptr;
       t && t->NumElements() > 0) {
     const std::vector<float> s = TensorFloats(*t);
+    if (!a.axes.empty() && s.size() != a.axes.size()) return false;
     for (size_t i = 0; i < s.size(); ++i)
       if (outer(i) && s[i] != 1.0f) return false;
     return !s.empty();
@@ -62,6 +63,7 @@ bool KnownNchw(const NodeView& v, const Attrs& a) {
   if (const Tensor* t = ver >= 11 && v.has_input(3) ? v.constant_input(3) : nullptr;
       t && a.policy == Policy::kStretch) {
     const std::vector<int64_t> sizes = t->ToInt64();
+    if (!a.axes.empty() && sizes.size() != a.axes.size()) return false;
     for (size_t i = 0; i < sizes.size(); ++i) {
       const size_t axis = a.axes.empty() ? i : a.axes[i];
       if (outer(i) && (axis >= 4 || (*shape)[axis] < 0 || sizes[i] != (*shape)[axis])) return false;
