@@ -6,6 +6,7 @@
 //  - edge/reflect/wrap cannot pad an axis that is empty (after cropping); ORT fails there, so does this.
 //  - wrap is ONNX's from opset 19, but ORT's kernel takes it at every opset, and so does this.
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "ops/claim_util.h"
@@ -130,7 +131,11 @@ std::vector<mx::array> TranslatePad(const OpContext& c) {
     const int64_t kept = dims[d] + std::min<int64_t>(0, begin[d]) + std::min<int64_t>(0, end[d]);
     if (kept < 0) c.Fail("negative pads remove more than axis " + std::to_string(d) + " holds");
     stop[d] = start[d] + static_cast<int32_t>(kept);
-    out_shape[d] = static_cast<int32_t>(dims[d] + begin[d] + end[d]);
+    const int64_t padded = dims[d] + begin[d] + end[d];
+    if (std::max(begin[d], end[d]) > std::numeric_limits<int32_t>::max() ||
+        padded > std::numeric_limits<int32_t>::max())
+      c.Fail("padded axis " + std::to_string(d) + " is too large");
+    out_shape[d] = static_cast<int32_t>(padded);
   }
   mx::array y = mx::slice(x, start, stop, c.stream);
 
