@@ -1,10 +1,9 @@
 """Parity tests of Pad (2-10, 11-12, 13-17, 18, 19+; src/ops/pad.cc) against ORT's CPU kernel, and
 against numpy's pad for types ORT's kernel lacks."""
-import ml_dtypes
 import numpy as np
 import pytest
 
-from harness import BF16, assert_mlx_error, check_parity, ids, make_model, node_model, random_array, run_mlx
+from harness import BF16, assert_mlx_error, check_parity, ids, make_model, node_model, random_array
 from harness_bf16 import check_parity_or_numpy, check_parity_via_float32
 
 DTYPES = [np.float32, np.float16, BF16, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8,

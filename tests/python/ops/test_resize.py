@@ -1,10 +1,9 @@
 """Parity tests of the resize family: Resize (10, 11-12, 13-17, 18, 19+) and Upsample (7-8, 9)
 (src/ops/resize.cc, src/ops/resize_sampling.cc) against ORT's CPU kernel."""
-import ml_dtypes
 import numpy as np
 import pytest
 
-from harness import (BF16, assert_close, assert_declined, assert_mlx_error, check_parity, ids, node_model,
+from harness import (BF16, assert_declined, assert_mlx_error, check_parity, ids, node_model,
                      random_array, run_cpu, run_mlx)
 from harness_bf16 import check_bf16
 

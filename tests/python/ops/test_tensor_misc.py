@@ -1,12 +1,10 @@
 """Parity tests of DepthToSpace, SpaceToDepth, Trilu, CumSum, TopK, CenterCropPad and EyeLike
 (src/ops/tensor_misc.cc) against ORT's CPU EP, and against numpy where ORT's kernel lacks a type."""
-import ml_dtypes
 import numpy as np
 import pytest
-from onnx import TensorProto
 
 from harness import (BF16, assert_declined, assert_mlx_error, check_parity, ids, make_model, node_model, onnx_type,
-                     random_array, run_cpu, run_mlx)
+                     random_array, run_mlx)
 from harness_bf16 import check_bf16, check_parity_or_numpy, check_parity_via_float32 as parity
 
 ALL_TYPES = [np.float32, np.float16, BF16, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8,
