@@ -40,6 +40,9 @@ const OpRegistry& OpRegistry::Get() {
     RegisterTensorOps(r);
     RegisterIndexingOps(r);
     RegisterEinsumOps(r);
+    RegisterResizeOps(r);
+    RegisterPadOps(r);
+    RegisterTensorMiscOps(r);
     return r;
   }();
   return registry;

@@ -42,5 +42,9 @@ void RegisterEinsumOps(OpRegistry& r);    // Einsum
 
 void RegisterImageNormalizationOps(OpRegistry& r);  // BatchNorm InstanceNorm GroupNorm LpNorm LRN MVN
 void RegisterExtraActivationOps(OpRegistry& r);     // PRelu ThresholdedRelu Celu Mish Shrink Hardmax Dropout
+void RegisterResizeOps(OpRegistry& r);  // Resize Upsample
+void RegisterPadOps(OpRegistry& r);     // Pad
+void RegisterTensorMiscOps(
+    OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum TopK CenterCropPad EyeLike
 
 }  // namespace mlx_ep
