@@ -253,7 +253,7 @@ void RegisterTensorMiscOps(OpRegistry& r) {
   r.Add({"", "DepthToSpace", 13, 25, ClaimSpaceDepth, TranslateDepthToSpace});
   r.Add({"", "SpaceToDepth", 1, 12, ClaimSpaceDepth, TranslateSpaceToDepth});
   r.Add({"", "SpaceToDepth", 13, 25, ClaimSpaceDepth, TranslateSpaceToDepth});
-  r.Add({"", "Trilu", 14, 25, ClaimTrilu, TranslateTrilu});
+  r.Add({"", "Trilu", 14, 25, ClaimTrilu, TranslateTrilu, HostEval::kFromValues});  // causal masks fold
   // CumSum: 14 adds float16/bfloat16.
   r.Add({"", "CumSum", 11, 13, ClaimCumSum, TranslateCumSum});
   r.Add({"", "CumSum", 14, 25, ClaimCumSum, TranslateCumSum});
