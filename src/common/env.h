@@ -35,6 +35,7 @@ constexpr const char* kClaimDebug = "ONNXRUNTIME_EP_MLX_CLAIM_DEBUG";  // declin
 constexpr const char* kNoCompile = "ONNXRUNTIME_EP_MLX_NO_COMPILE";    // run traced graphs eagerly
 constexpr const char* kReportPath = "ONNXRUNTIME_EP_MLX_REPORT";       // write the claim report JSON here
 constexpr const char* kDevice = "ONNXRUNTIME_EP_MLX_DEVICE";           // "cpu" or "gpu" (default: gpu if any)
+constexpr const char* kDeclineOps = "ONNXRUNTIME_EP_MLX_DECLINE_OPS";  // comma-separated op types left to ORT
 }  // namespace env
 
 }  // namespace mlx_ep

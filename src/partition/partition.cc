@@ -1,5 +1,7 @@
 #include "partition/partition.h"
 
+#include "common/env.h"
+
 #include <algorithm>
 #include <exception>
 #include <set>
@@ -53,6 +55,10 @@ std::vector<bool> FoldableNodes(const Graph& graph, const std::vector<Claim>& cl
 }  // namespace
 
 Claim ClaimNode(const Node& node, const Graph& graph, const OpRegistry& registry) {
+  // A user's deny-list, for bisecting a numerical difference or working around a bad translation.
+  static const std::string declined = "," + EnvString(env::kDeclineOps) + ",";
+  if (declined.find("," + node.op_type + ",") != std::string::npos)
+    return Claim::No(std::string("declined by ") + env::kDeclineOps);
   const OpSpec* spec = registry.Find(node.domain, node.op_type, node.since_version);
   if (!spec)
     return Claim::No("no MLX translation for " + node.QualifiedOp() + " (opset " +
