@@ -92,22 +92,30 @@ def main():
     device = mlx_ep.get_ep_devices()[0].ep_metadata.get("mlx_device", "?")
     print(f"MLX device: {device}; onnxruntime {ort.__version__}; {os.cpu_count()} CPUs; "
           f"median of {args.iters} runs after {args.warmup} warm-up runs\n")
-    print("| model | input | nodes claimed/total | MLX partitions | ORT CPU ms | MLX EP ms | CPU/MLX |")
-    print("|---|---|---|---|---|---|---|")
+    cuda = "CUDAExecutionProvider" in ort.get_available_providers()  # onnxruntime-gpu: a third peer
+    print("| model | input | nodes claimed/total | MLX partitions | ORT CPU ms | MLX EP ms | CPU/MLX |"
+          + (" ORT CUDA ms | CUDA/MLX |" if cuda else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|" if cuda else ""))
     rows = []
     for name, path, feeds in cases([o for o in args.only.split(",") if o]):
         so = ort.SessionOptions()
         so.intra_op_num_threads = args.threads
         cpu = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        cpu_ms, mlx_ms = median_ms([cpu, mlx_session(path)], feeds, args.warmup, args.iters)
+        sessions = [cpu, mlx_session(path)]
+        if cuda:
+            sessions.append(ort.InferenceSession(path, so, providers=["CUDAExecutionProvider", "CPUExecutionProvider"]))
+        cpu_ms, mlx_ms, *cuda_ms = median_ms(sessions, feeds, args.warmup, args.iters)
         report = collect_report(path)
         graph = report["graphs"][0] if report["graphs"] else {"nodes_claimed": 0, "nodes_total": 0, "partitions": []}
         shape = " ".join("x".join(map(str, v.shape)) for v in feeds.values())
         row = dict(model=name, input=shape, claimed=graph["nodes_claimed"], total=graph["nodes_total"],
                    partitions=len(graph["partitions"]), cpu_ms=cpu_ms, mlx_ms=mlx_ms, ratio=cpu_ms / mlx_ms)
+        if cuda_ms:
+            row.update(cuda_ms=cuda_ms[0], cuda_ratio=cuda_ms[0] / mlx_ms)
         rows.append(row)
         print(f"| {name} | {shape} | {row['claimed']}/{row['total']} | {row['partitions']} | "
-              f"{cpu_ms:.2f} | {mlx_ms:.2f} | {row['ratio']:.2f}x |", flush=True)
+              f"{cpu_ms:.2f} | {mlx_ms:.2f} | {row['ratio']:.2f}x |"
+              + (f" {row['cuda_ms']:.2f} | {row['cuda_ratio']:.2f}x |" if cuda_ms else ""), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"mlx_device": device, "onnxruntime": ort.__version__, "rows": rows}, f, indent=2)

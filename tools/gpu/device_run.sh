@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run on the GPU machine, call 2 of 2: installs the carried mlx-cuda-13 and onnxruntime wheels,
+# Run on the GPU machine, last call: installs the carried mlx-cuda-13 and onnxruntime-gpu wheels,
 # builds the EP against MLX's CUDA backend, and runs the smoke test, the conformance suite and the
 # benchmark with MLX on the GPU. Logs and reports go to $OUT (or ./gpu-out).
 set -uo pipefail
@@ -8,7 +8,7 @@ mkdir -p "$OUT" /tmp/mlx-ep-gpu
 export PYTHONUNBUFFERED=1
 log() { echo "[gpu] $*" | tee -a "$OUT/run.log"; }
 
-cp .gpu/p2/part_* /tmp/mlx-ep-gpu/ 2>/dev/null
+cp .gpu/p*/part_* /tmp/mlx-ep-gpu/ 2>/dev/null
 cat /tmp/mlx-ep-gpu/part_* > /tmp/mlx-ep-gpu/bundle.tar || { log "missing wheel parts"; exit 1; }
 mkdir -p /tmp/mlx-ep-gpu/wheels && tar -xf /tmp/mlx-ep-gpu/bundle.tar -C /tmp/mlx-ep-gpu/wheels
 PY=python3
@@ -32,9 +32,13 @@ log "built $ONNXRUNTIME_EP_MLX_LIBRARY"
 export PYTHONPATH="$PWD/python"
 R="$OUT/reports" && mkdir -p "$R"
 $PY -m onnxruntime_ep_mlx info 2>&1 | tee -a "$OUT/run.log"
-# STEPS selects what runs (default: all): demo conformance pytest bench
-STEPS="${STEPS:-demo conformance pytest bench}"
+# STEPS selects what runs (default: all): demo models conformance pytest bench
+STEPS="${STEPS:-demo models conformance pytest bench}"
 case " $STEPS " in *" demo "*) $PY examples/demo.py 2>&1 | tee "$R/demo.log";; esac
+case " $STEPS " in *" models "*)
+  # Whole models: the EP against ORT's CUDA EP and ORT's CPU EP, in one process per table.
+  timeout 240 $PY bench/bench_torch_models.py --large --json "$R/bench_torch_models.json" 2>&1 | tee "$R/bench_torch_models.log"
+  timeout 240 $PY bench/bench_whole_models.py 2>&1 | tee "$R/bench_whole_models.log";; esac
 case " $STEPS " in *" conformance "*)
   timeout 300 $PY tests/conformance/run_conformance.py --jobs 8 --out-dir "$R" --list-failures > "$R/conformance.log" 2>&1
   tail -4 "$R/conformance.log";; esac
