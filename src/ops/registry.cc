@@ -32,6 +32,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterReductionOps(r);
     RegisterMatmulOps(r);
     RegisterNormalizationOps(r);
+    RegisterPoolOps(r);
     RegisterShapeOps(r);
     RegisterTensorOps(r);
     return r;

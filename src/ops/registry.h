@@ -32,6 +32,7 @@ void RegisterUnaryOps(OpRegistry& r);          // math, trig and hyperbolic func
 void RegisterReductionOps(OpRegistry& r);      // Reduce*, ArgMax ArgMin
 void RegisterMatmulOps(OpRegistry& r);         // MatMul Gemm
 void RegisterNormalizationOps(OpRegistry& r);  // Softmax LogSoftmax LayerNormalization
+void RegisterPoolOps(OpRegistry& r);           // MaxPool AveragePool LpPool Global*Pool MaxUnpool
 void RegisterShapeOps(OpRegistry& r);  // Reshape Transpose Squeeze Unsqueeze Flatten Expand Shape Size Tile
 void RegisterTensorOps(
     OpRegistry& r);  // Concat Split Slice Gather GatherElements Constant* Range Cast* Identity
