@@ -36,6 +36,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterImageNormalizationOps(r);
     RegisterExtraActivationOps(r);
     RegisterRecurrentOps(r);
+    RegisterPoolOps(r);
     RegisterShapeOps(r);
     RegisterTensorOps(r);
     RegisterIndexingOps(r);

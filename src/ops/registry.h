@@ -34,6 +34,7 @@ void RegisterMatmulOps(OpRegistry& r);         // MatMul Gemm
 void RegisterConvOps(OpRegistry& r);           // Conv ConvTranspose
 void RegisterNormalizationOps(OpRegistry& r);  // Softmax LogSoftmax LayerNormalization
 void RegisterRecurrentOps(OpRegistry& r);     // RNN GRU LSTM
+void RegisterPoolOps(OpRegistry& r);           // MaxPool AveragePool LpPool Global*Pool MaxUnpool
 void RegisterShapeOps(OpRegistry& r);  // Reshape Transpose Squeeze Unsqueeze Flatten Expand Shape Size Tile
 void RegisterTensorOps(
     OpRegistry& r);  // Concat Split Slice Gather GatherElements Constant* Range Cast* Identity
