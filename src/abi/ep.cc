@@ -20,7 +20,8 @@ constexpr size_t kClaimConstantBytes = 1 << 16;
 
 }  // namespace
 
-MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger) : OrtEp{}, factory_(factory), logger_(logger) {
+MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger)
+    : OrtEp{}, factory_(factory), logger_(logger), report_path_(EnvString(env::kReportPath)) {
   ort_version_supported = kOrtApiVersion;
   GetName = GetNameImpl;
   GetCapability = GetCapabilityImpl;
@@ -31,9 +32,7 @@ MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger) : OrtEp{}, factory_
 MlxEp::~MlxEp() {
   try {
     if (EnvFlag(env::kVerbose)) LogLine("session summary:\n" + report_.Summary());
-    if (std::string path = EnvString(env::kReportPath); !path.empty()) {
-      std::ofstream(path) << report_.ToJson() << '\n';
-    }
+    if (!report_path_.empty()) std::ofstream(report_path_) << report_.ToJson() << '\n';
   } catch (...) {
     // Diagnostics must never take the host down while a session closes.
   }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "abi/ort.h"
 #include "diagnostics/report.h"
@@ -34,6 +35,9 @@ class MlxEp : public OrtEp {
   MlxEpFactory& factory_;
   const OrtLogger& logger_;
   SessionReport report_;
+  /** ONNXRUNTIME_EP_MLX_REPORT as it was when the session was created: a session released
+   *  later (by a garbage collector, say) still writes its own report where it was asked to. */
+  std::string report_path_;
 };
 
 }  // namespace mlx_ep

@@ -84,6 +84,20 @@ def test_claim_debug_names_declined_nodes(tmp_path):
     assert "unclaimed op types: ai.onnx::Det(x1)" in proc.stderr
 
 
+def test_claim_debug_explains_boundaries_and_decline_list(tmp_path):
+    """ONNXRUNTIME_EP_MLX_DECLINE_OPS leaves the named op types to ORT; every value crossing
+    between MLX and CPU is then logged with its reason, and the result does not change."""
+    proc = run_script(mixed_model(str(tmp_path / "m.onnx")), ONNXRUNTIME_EP_MLX_CLAIM_DEBUG="1",
+                      ONNXRUNTIME_EP_MLX_DECLINE_OPS="Pow,Add")
+    assert "RESULT 16.0" in proc.stdout
+    assert "declined first_add (ai.onnx::Add): declined by ONNXRUNTIME_EP_MLX_DECLINE_OPS" in proc.stderr
+    assert "unclaimed op types: ai.onnx::Add(x2) ai.onnx::Det(x1)" in proc.stderr, proc.stderr
+    proc = run_script(mixed_model(str(tmp_path / "m.onnx")), ONNXRUNTIME_EP_MLX_CLAIM_DEBUG="1")
+    assert "boundary 's' partition 0 -> CPU: its consumer the_det (Det) runs on CPU: no MLX translation" \
+        in proc.stderr, proc.stderr
+    assert "boundary 'd' CPU -> partition 1: its producer the_det (Det) runs on CPU" in proc.stderr
+
+
 def test_no_compile_kill_switch(tmp_path):
     proc = run_script(mixed_model(str(tmp_path / "m.onnx")), ONNXRUNTIME_EP_MLX_NO_COMPILE="1",
                       ONNXRUNTIME_EP_MLX_VERBOSE="1")
