@@ -8,7 +8,7 @@ OpenBLAS (under MLX) on 1 and on 2 threads. For each setting, in a fresh process
 and, as the reference, ORT's CPU session in a process where the EP was never loaded.
 Medians in ms of the demo encoder (4,128,256) on both, and of a 512x256x1024 MatMul on MLX.
 
-    .venv/bin/python bench/bench_threads.py [--threads 1,2] [--ort-threads N] [--json FILE]
+    .venv/bin/python bench/bench_threads.py [--threads 1,2] [--ort-threads N] [--no-spin] [--json FILE]
 """
 import argparse
 import json
@@ -41,10 +41,15 @@ def median_of(fn, n, warmup=3):
     return statistics.median(timed(fn) for _ in range(n))
 
 
+NO_SPIN = "--no-spin" in sys.argv
+
+
 def ort_options(ort_threads):
     so = ort.SessionOptions()
     if ort_threads:
         so.intra_op_num_threads = ort_threads
+    if NO_SPIN:  # ORT's intra-op pool then sleeps when idle instead of spinning
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return so
 
 
@@ -100,6 +105,8 @@ def child(args, env_threads):
     if env_threads is not None:
         env["ONNXRUNTIME_EP_MLX_BLAS_THREADS"] = str(env_threads)
     cmd = [sys.executable, __file__, "--child", "--n", str(args.n), "--ort-threads", str(args.ort_threads)]
+    if args.no_spin:
+        cmd.append("--no-spin")
     if env_threads is None:
         cmd.append("--no-ep")
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
@@ -111,6 +118,7 @@ def main():
     ap.add_argument("--threads", default="1,2", help="OpenBLAS thread counts to compare")
     ap.add_argument("--ort-threads", type=int, default=0, help="ORT intra-op threads (0: ORT's default)")
     ap.add_argument("--n", type=int, default=30, help="timed runs per scenario")
+    ap.add_argument("--no-spin", action="store_true", help="session.intra_op.allow_spinning=0 for ORT")
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-ep", action="store_true", help=argparse.SUPPRESS)
@@ -118,7 +126,8 @@ def main():
     if args.child:
         print(json.dumps(measure(not args.no_ep, args.ort_threads, args.n)))
         return
-    print(f"load average {os.getloadavg()[0]:.1f}; ORT intra-op threads: {args.ort_threads or 'default'}; "
+    print(f"load average {os.getloadavg()[0]:.1f}; ORT intra-op threads: {args.ort_threads or 'default'}"
+          f"{', spinning off' if args.no_spin else ''}; "
           f"medians of {args.n} runs, ms")
     ref = child(args, None)["ort_alone_no_ep"]
     print(f"ORT CPU encoder, EP never loaded: {ref:.2f}")
