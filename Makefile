@@ -36,7 +36,7 @@ bench: build
 	$(PY) bench/bench_models.py
 
 format:
-	clang-format -i src/*/*.cc src/*/*.h tests/cpp/*.cc tests/cpp/*.h tools/list_ops/*.cc
+	clang-format -i src/*/*.cc src/*/*.h src/blas/*.c tests/cpp/*.cc tests/cpp/*.h tools/list_ops/*.cc
 
 clean:
 	rm -rf $(BUILD)

@@ -37,6 +37,14 @@ def _cmd_info(_args: argparse.Namespace) -> int:
     print(f"library            {path}")
     devices = get_ep_devices()
     print(f"EP devices         {len(devices)}")
+    if devices:
+        md = devices[0].ep_metadata
+        blas = md.get("blas", "?")
+        where = md.get("blas_library") or md.get("blas_sgemm_library", "")
+        threads = f", {md['blas_threads']} thread(s)" if "blas_threads" in md else ""
+        print(f"BLAS               {blas} {where}{threads}")
+        if md.get("blas_note"):
+            print(f"                   {md['blas_note']}")
     for i, d in enumerate(devices):
         hw = d.device
         print(f"  [{i}] {hw.type} vendor={hw.vendor!r} vendor_id={hw.vendor_id} device_id={hw.device_id}")

@@ -1,7 +1,9 @@
 // The library's only exported symbols: ORT's plugin entry points.
 #include "abi/factory.h"
 #include "abi/status.h"
+#include "blas/blas.h"
 #include "common/env.h"
+#include "common/log.h"
 
 extern "C" {
 
@@ -23,6 +25,9 @@ MLX_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   // themselves (read once by MLX, at its first GEMM, so this must happen before any MLX work).
   mlx_ep::SetEnvDefault("MLX_ENABLE_TF32", "0");
   MLX_EP_API_BEGIN
+  mlx_ep::ConfigureBlasThreads();
+  if (mlx_ep::EnvFlag(mlx_ep::env::kVerbose))
+    mlx_ep::LogLine(mlx_ep::DescribeBlasBinding(mlx_ep::InspectBlasBinding()));
   if (max_factories < 1) return mlx_ep::MakeStatus("CreateEpFactories", "no room for a factory");
   factories[0] = new mlx_ep::MlxEpFactory(registered_name, *default_logger);
   *num_factories = 1;

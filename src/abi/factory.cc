@@ -4,6 +4,7 @@
 
 #include "abi/ep.h"
 #include "abi/status.h"
+#include "blas/blas.h"
 #include "ops/op.h"
 
 namespace mlx_ep {
@@ -64,6 +65,16 @@ OrtStatus* ORT_API_CALL MlxEpFactory::GetSupportedDevicesImpl(OrtEpFactory* this
   Ort::KeyValuePairs metadata;
   metadata.Add("mlx_device", mlx_gpu ? "gpu" : "cpu");
   metadata.Add("mlx_version", mx::version());
+  // Which library libmlx's cblas_sgemm runs in ("python -m onnxruntime_ep_mlx info" shows it;
+  // the tests assert it is OpenBLAS on Linux).
+  const BlasBinding blas = InspectBlasBinding();
+  metadata.Add("blas", blas.kind.c_str());
+  if (!blas.sgemm_library.empty()) metadata.Add("blas_sgemm_library", blas.sgemm_library.c_str());
+  if (blas.kind == "openblas") {
+    metadata.Add("blas_library", blas.backend.c_str());
+    metadata.Add("blas_threads", std::to_string(blas.threads).c_str());
+  }
+  if (!blas.note.empty()) metadata.Add("blas_note", blas.note.c_str());
   OrtEpDevice* ep_device = nullptr;
   Ort::ThrowOnError(Ort::GetEpApi().CreateEpDevice(this_ptr, chosen, metadata, nullptr, &ep_device));
   ep_devices[0] = ep_device;

@@ -15,6 +15,9 @@
 //  - Pointwise convolutions (1x1, no padding, one group) are matrix products in ONNX's layout.
 //  - Grouped 3-D convolutions (conv_general takes groups for 1-D and 2-D only) run one convolution
 //    per group, concatenated along the channels.
+//  - On MLX's CPU device no conv_general: im2col + matmul (BLAS), or a sum over kernel positions for
+//    depthwise ones, in ONNX's layout (ops/conv_cpu.cc); as precise as ORT's CPU EP and 2-50x
+//    faster than conv_general there. float16/bfloat16 then always compute in float32.
 #include <algorithm>
 #include <limits>
 #include <tuple>
@@ -179,6 +182,13 @@ mx::array FinishOutput(const OpContext& c, mx::array y, mx::Dtype dt) {
   return ToChannelsFirst(mx::astype(y, dt, c.stream), c.stream);
 }
 
+mx::array AddBiasChannelsFirst(const OpContext& c, const mx::array& y) {
+  if (!c.has_input(2)) return y;
+  mx::Shape b_shape(y.ndim(), 1);
+  b_shape[1] = y.shape(1);
+  return mx::add(y, mx::reshape(Bias(c, y.shape(1), y.dtype()), b_shape, c.stream), c.stream);
+}
+
 mx::array EmptyConvOutput(const OpContext& c, const mx::Shape& shape, mx::Dtype dt) {
   mx::array y = mx::zeros(shape, dt, c.stream);
   if (!c.has_input(2)) return y;
@@ -249,6 +259,14 @@ mx::array PointwiseConv(const OpContext& c, mx::array x, const mx::array& w, con
   return mx::reshape(mx::astype(y, c.output_dtype(0), s), out_shape, s);
 }
 
+/** The CPU path (ConvCpu) in compute dtype `ct`, plus the bias, rounded once to the node's type. */
+mx::array CpuConv(const OpContext& c, const mx::array& x, const mx::array& w, const ConvAttrs& a,
+                  const ConvGeometry& g, mx::Dtype ct) {
+  const mx::Stream s = c.stream;
+  const mx::array y = ConvCpu(mx::astype(x, ct, s), mx::astype(w, ct, s), a.group, g, s);
+  return mx::astype(AddBiasChannelsFirst(c, y), c.output_dtype(0), s);
+}
+
 std::vector<mx::array> TranslateConv(const OpContext& c) {
   const mx::Stream s = c.stream;
   const mx::array& x = c.input(0);
@@ -261,10 +279,12 @@ std::vector<mx::array> TranslateConv(const OpContext& c) {
            " x group " + std::to_string(a.group));
   if (m % a.group != 0) c.Fail("W's output channels are not divisible by group");
 
-  std::vector<int> strides, dilations, lo, hi;
+  std::vector<int> kernel, strides, dilations, lo, hi, out;
   mx::Shape out_shape = {x.shape(0), m};
   for (int i = 0; i < nd; ++i) {
     const ConvDim dim = ConvDimOf(c, a, i, x.shape(2 + i));
+    kernel.push_back(w.shape(2 + i));
+    out.push_back(ToInt(c, dim.out, "output size"));
     strides.push_back(ToInt(c, a.strides[i], "stride"));
     dilations.push_back(ToInt(c, a.dilations[i], "dilation"));
     lo.push_back(ToInt(c, dim.head, "pad"));
@@ -274,8 +294,11 @@ std::vector<mx::array> TranslateConv(const OpContext& c) {
   const mx::Dtype dt = x.dtype();
   if (x.size() == 0 || w.size() == 0) return {EmptyConvOutput(c, out_shape, dt)};
 
-  const mx::Dtype ct = ComputeDtype(c, dt);
+  const bool cpu = RuntimeDevice() == mx::Device(mx::Device::cpu);
+  // The CPU path sums in float32 for float16/bfloat16 (matmul and the depthwise sum), rounding once.
+  const mx::Dtype ct = cpu && dt != mx::float32 ? mx::float32 : ComputeDtype(c, dt);
   if (IsPointwise(a, lo, hi)) return {PointwiseConv(c, x, w, strides, out_shape, ct)};
+  if (cpu) return {CpuConv(c, x, w, a, {kernel, strides, dilations, lo, hi, out}, ct)};
   const mx::array xl = ToChannelsLast(mx::astype(x, ct, s), s);
   const mx::array wl = ToChannelsLast(mx::astype(w, ct, s), s);  // (M, *K, C/group)
   const mx::array y = ConvChannelsLast(xl, wl, strides, lo, hi, dilations, std::vector<int>(nd, 1), a.group,

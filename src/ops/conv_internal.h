@@ -46,6 +46,17 @@ mx::array ConvChannelsLast(const mx::array& x, const mx::array& w, const std::ve
                            const std::vector<int>& kernel_dilation, const std::vector<int>& input_dilation,
                            int groups, bool flip, mx::Stream s);
 
+/** The resolved geometry of a convolution, per spatial dim: paddings (negative ones crop) and
+ *  output sizes. */
+struct ConvGeometry {
+  std::vector<int> kernel, strides, dilations, lo, hi, out;
+};
+
+/** Convolution on MLX's CPU device (ops/conv_cpu.cc) in ONNX's layout: X (N, C, *S) and
+ *  W (M, C/groups, *K) to (N, M, *O), without bias; im2col + matmul (BLAS), or for depthwise
+ *  convolutions a sum over kernel positions, instead of mx::conv_general. */
+mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g, mx::Stream s);
+
 /** The dtype a node computes in: float32 for float16/bfloat16 nodes with a bias (conv + bias then
  *  round once, as ORT's float kernels do), else the input dtype (MLX's convolution accumulates in
  *  float32 and rounds once). */
@@ -57,6 +68,9 @@ mx::array Bias(const OpContext& c, int m, mx::Dtype dt);
 /** The channels-last result `y` (N, *S, M) plus the bias (input 2, if any), cast to `dt` and
  *  transposed to channels-first. */
 mx::array FinishOutput(const OpContext& c, mx::array y, mx::Dtype dt);
+
+/** Channels-first `y` (N, M, *S) plus the bias (input 2, if any) in y's dtype. */
+mx::array AddBiasChannelsFirst(const OpContext& c, const mx::array& y);
 
 /** The output of a node with no terms to sum (an empty batch, no input channels, ...): zeros, or
  *  the bias broadcast, of channels-first `shape`. */

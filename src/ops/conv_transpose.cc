@@ -10,6 +10,8 @@
 //    max(0, full - target), split with the odd pixel at the beginning except for SAME_UPPER; an
 //    output_shape larger than the full output adds zeros (plus bias) at the end; output_padding
 //    adds output at the end. Explicit pads (NOTSET, VALID) crop the full output.
+//  - On MLX's CPU device the same convolution runs through ConvCpu (ops/conv_cpu.cc) in ONNX's
+//    layout: X dilated with zeros, W regrouped to (M, C/group, *K) and flipped.
 //  - output_padding >= stride is declined (ORT's CPU EP rejects it); an output_shape that does not
 //    map back to X's size fails, as in ORT.
 #include <algorithm>
@@ -68,6 +70,58 @@ mx::array RegroupWeights(const mx::array& w, int groups, mx::Stream s) {
   return mx::reshape(mx::transpose(mx::reshape(w, split, s), perm, s), out, s);
 }
 
+/** W (C, M/group, *K) -> (M, C/group, *K) with the kernel flipped: the channels-first weights of
+ *  the equivalent convolution (ConvCpu). */
+mx::array FlippedWeights(const mx::array& w, int groups, mx::Stream s) {
+  const int c = w.shape(0), m_per_group = w.shape(1), nd = static_cast<int>(w.ndim()) - 2;
+  mx::Shape split = {groups, c / groups, m_per_group};
+  split.insert(split.end(), w.shape().begin() + 2, w.shape().end());
+  std::vector<int> perm = {0, 2, 1};
+  for (int i = 0; i < nd; ++i) perm.push_back(3 + i);  // (group, M/group, C/group, *K)
+  mx::Shape out = {groups * m_per_group, c / groups};
+  out.insert(out.end(), w.shape().begin() + 2, w.shape().end());
+  mx::array r = mx::reshape(mx::transpose(mx::reshape(w, split, s), perm, s), out, s);
+  for (int i = 0; i < nd; ++i) {
+    const int k = r.shape(2 + i);
+    if (k > 1) r = mx::take(r, mx::arange(k - 1, -1, -1, mx::int32, s), 2 + i, s);
+  }
+  return r;
+}
+
+/** X (N, C, *S) with stride - 1 zeros between neighbours along each spatial dim. */
+mx::array DilateInput(mx::array x, const std::vector<int>& strides, mx::Stream s) {
+  for (int i = 0; i < static_cast<int>(strides.size()); ++i) {
+    if (strides[i] == 1) continue;
+    const int axis = 2 + i, size = x.shape(axis);
+    x = mx::pad(mx::expand_dims(x, axis + 1, s), {axis + 1}, {0}, {strides[i] - 1}, mx::array(0, x.dtype()),
+                "constant", s);
+    mx::Shape merged = x.shape();
+    merged.erase(merged.begin() + axis + 1);
+    merged[axis] = size * strides[i];
+    x = mx::reshape(x, merged, s);
+    mx::Shape stop = x.shape();
+    stop[axis] = (size - 1) * strides[i] + 1;
+    x = mx::slice(x, mx::Shape(x.ndim(), 0), stop, s);
+  }
+  return x;
+}
+
+/** On MLX's CPU device: the equivalent stride-1 convolution over the dilated input through
+ *  ConvCpu (im2col + matmul), in channels-first layout; returns (N, M, *full). */
+mx::array ConvTransposeCpu(const mx::array& x, const mx::array& w, const ConvAttrs& a,
+                           const std::vector<int>& strides, const std::vector<int>& dilations,
+                           const std::vector<int>& lo, const std::vector<int>& hi, mx::Stream s) {
+  const mx::array xd = DilateInput(x, strides, s);
+  const mx::array wf = FlippedWeights(w, a.group, s);
+  const int nd = static_cast<int>(strides.size());
+  ConvGeometry g{{}, std::vector<int>(nd, 1), dilations, lo, hi, {}};
+  for (int i = 0; i < nd; ++i) {
+    g.kernel.push_back(wf.shape(2 + i));
+    g.out.push_back(xd.shape(2 + i) + lo[i] + hi[i] - dilations[i] * (g.kernel[i] - 1));
+  }
+  return ConvCpu(xd, wf, a.group, g, s);
+}
+
 std::vector<mx::array> TranslateConvTranspose(const OpContext& c) {
   const mx::Stream s = c.stream;
   const mx::array& x = c.input(0);
@@ -97,20 +151,26 @@ std::vector<mx::array> TranslateConvTranspose(const OpContext& c) {
   const mx::Dtype dt = x.dtype();
   if (x.size() == 0 || w.size() == 0) return {EmptyConvOutput(c, out_shape, dt)};
 
-  const mx::Dtype ct = ComputeDtype(c, dt);
-  const mx::array xl = ToChannelsLast(mx::astype(x, ct, s), s);
-  const mx::array wl = RegroupWeights(mx::astype(w, ct, s), a.group, s);
-  mx::array y = ConvChannelsLast(xl, wl, std::vector<int>(nd, 1), lo, hi, dilations, strides, a.group,
-                                 /*flip=*/true, s);
+  // The CPU path sums in float32 for float16/bfloat16 (matmul, depthwise sum), rounding once.
+  const bool cpu = RuntimeDevice() == mx::Device(mx::Device::cpu);
+  const mx::Dtype ct = cpu && dt != mx::float32 ? mx::float32 : ComputeDtype(c, dt);
+  // The spatial axes start at 1 channels-last (conv_general), at 2 channels-first (CPU path).
+  const int first = cpu ? 2 : 1;
+  mx::array y =
+      cpu ? ConvTransposeCpu(mx::astype(x, ct, s), mx::astype(w, ct, s), a, strides, dilations, lo, hi, s)
+          : ConvChannelsLast(ToChannelsLast(mx::astype(x, ct, s), s),
+                             RegroupWeights(mx::astype(w, ct, s), a.group, s), std::vector<int>(nd, 1), lo,
+                             hi, dilations, strides, a.group, /*flip=*/true, s);
   bool crop = false;
   mx::Shape start(y.ndim(), 0), stop = y.shape();
   for (int i = 0; i < nd; ++i) {
-    start[1 + i] = crop_start[i];
-    stop[1 + i] = crop_start[i] + out_shape[2 + i];
-    crop = crop || start[1 + i] != 0 || stop[1 + i] != y.shape(1 + i);
+    start[first + i] = crop_start[i];
+    stop[first + i] = crop_start[i] + out_shape[2 + i];
+    crop = crop || start[first + i] != 0 || stop[first + i] != y.shape(first + i);
   }
   if (crop) y = mx::slice(y, start, stop, s);
-  return {FinishOutput(c, y, dt)};
+  if (!cpu) return {FinishOutput(c, y, dt)};
+  return {mx::astype(AddBiasChannelsFirst(c, y), dt, s)};
 }
 
 }  // namespace

@@ -78,8 +78,8 @@ inline std::vector<mx::array> Out(const OpContext& c, const mx::array& y) {
  *  exp is a float32 approximation that overflows from x > 88 and loses float64 precision). */
 mx::array Exp(const mx::array& x, mx::StreamOrDevice s);
 
-/** erf(x) for a float32 array with a small relative error everywhere (MLX's erf has an
- *  absolute error of ~1e-7, which is a large relative error for small x). */
+/** erf(x) for a float32 array, without exp: 1.3e-7 relative error on MLX's CPU backend, 4.5e-7
+ *  on GPUs (MLX's erf has an absolute error of ~1e-7, a large relative error for small x). */
 mx::array Erf(const mx::array& x, mx::StreamOrDevice s);
 
 /** Registers `op` over [since, until]. */

@@ -112,6 +112,27 @@ TEST(HostTest, LoadsPluginAndOffersOneDevice) {
   EXPECT_STREQ(devices[0].EpVendor(), "onnxruntime-ep-mlx");
 }
 
+// libmlx.so's cblas_sgemm must land in OpenBLAS (through the EP's shim, src/blas/blas_shim.c),
+// not in the reference BLAS bundled with the mlx-cpu wheel. The EP reads libmlx's GOT slot and
+// publishes what it found in its device metadata.
+TEST(HostTest, MlxSgemmResolvesToOpenBlas) {
+#if !defined(MLX_EP_EXPECT_OPENBLAS)
+  GTEST_SKIP() << "built without scipy-openblas32 (or not on Linux)";
+#else
+  auto devices = OrtHost::Get().MlxDevices();
+  ASSERT_EQ(devices.size(), 1u);
+  Ort::ConstKeyValuePairs metadata = devices[0].EpMetadata();
+  auto value = [&](const char* key) {
+    const char* v = metadata.GetValue(key);
+    return std::string(v ? v : "");
+  };
+  auto basename = [](const std::string& path) { return path.substr(path.find_last_of('/') + 1); };
+  EXPECT_EQ(value("blas"), "openblas") << value("blas_sgemm_library") << ": " << value("blas_note");
+  EXPECT_EQ(basename(value("blas_sgemm_library")), "libonnxruntime_ep_mlx_blas.so");
+  EXPECT_EQ(basename(value("blas_library")).rfind("libscipy_openblas", 0), 0u) << value("blas_library");
+#endif
+}
+
 TEST(HostTest, RunsWholeModelOnMlx) {
   std::vector<float> a = {1, -2, 3, -4, 5, -6}, b = {0.5f, 1.5f, -2.5f};
   std::vector<Ort::Value> inputs;

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import onnx
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 import onnxruntime_ep_mlx as mlx_ep
@@ -123,3 +124,68 @@ def test_report_cli(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "2/3 nodes claimed" in out.stdout
     assert "the_det (ai.onnx::Det): no MLX translation" in out.stdout
+
+
+# ---- The BLAS under MLX (Linux: libmlx's cblas_sgemm must reach OpenBLAS through the EP's shim) ----
+
+LINUX_ONLY = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the OpenBLAS shim is Linux-only")
+
+DEVICE_METADATA = """
+import ctypes, json, os, sys
+import mlx
+sys.path.insert(0, {python!r})
+import onnxruntime_ep_mlx as m
+if {mlx_first!r}:  # what `import mlx.core` does: libmlx.so loaded (and bound) before the EP
+    ctypes.CDLL(os.path.join(list(mlx.__path__)[0], "lib", "libmlx.so"))
+print("METADATA", json.dumps(dict(m.get_ep_devices()[0].ep_metadata)))
+"""
+
+
+def device_metadata(mlx_first=False, **env):
+    """The EP device metadata and the stderr of a fresh process."""
+    code = DEVICE_METADATA.format(python=os.path.join(ROOT, "python"), mlx_first=mlx_first)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    line = next(l for l in proc.stdout.splitlines() if l.startswith("METADATA "))
+    return json.loads(line[len("METADATA "):]), proc.stderr
+
+
+@LINUX_ONLY
+def test_libmlx_sgemm_resolves_to_openblas_in_this_process():
+    metadata = mlx_ep.get_ep_devices()[0].ep_metadata
+    assert metadata["blas"] == "openblas", dict(metadata)
+    assert os.path.basename(metadata["blas_sgemm_library"]) == "libonnxruntime_ep_mlx_blas.so"
+    assert os.path.basename(metadata["blas_library"]).startswith("libscipy_openblas")
+    assert metadata["blas_threads"] == "1"  # the default policy
+
+
+@LINUX_ONLY
+def test_libmlx_loaded_first_is_detected_with_its_remedy():
+    metadata, stderr = device_metadata(mlx_first=True, ONNXRUNTIME_EP_MLX_VERBOSE="1")
+    assert metadata["blas"] == "bundled", metadata
+    assert "mlx_cpu.libs/libblas" in metadata["blas_sgemm_library"]
+    assert "LD_PRELOAD=" in stderr and "libonnxruntime_ep_mlx_blas.so" in stderr, stderr
+    # the remedy it prints works
+    shim = os.path.join(os.path.dirname(mlx_ep.library_path()), "libonnxruntime_ep_mlx_blas.so")
+    metadata, _ = device_metadata(mlx_first=True, LD_PRELOAD=shim)
+    assert metadata["blas"] == "openblas", metadata
+
+
+@LINUX_ONLY
+def test_blas_threads_variable():
+    metadata, stderr = device_metadata(ONNXRUNTIME_EP_MLX_BLAS_THREADS="2", ONNXRUNTIME_EP_MLX_VERBOSE="1")
+    assert metadata["blas_threads"] == "2"
+    assert "OpenBLAS" in stderr and "2 threads" in stderr, stderr
+    metadata, stderr = device_metadata(ONNXRUNTIME_EP_MLX_BLAS_THREADS="lots")
+    assert metadata["blas_threads"] == "1"
+    assert "ONNXRUNTIME_EP_MLX_BLAS_THREADS=lots is not a thread count" in stderr
+
+
+@LINUX_ONLY
+def test_info_cli_names_the_blas():
+    env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "python")}
+    out = subprocess.run([sys.executable, "-m", "onnxruntime_ep_mlx", "info"],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "BLAS               openblas" in out.stdout, out.stdout

@@ -158,6 +158,17 @@ def test_erf_small_arguments():
     check_parity(model, {"x": x})
 
 
+def test_erf_whole_range_against_float64():
+    # The rational approximation on x clamped to [-4, 4] (1.2e-7 relative where MLX evaluates it
+    # in float64, 3.6e-7 in float32), the clamp's edges and arguments far beyond it.
+    edges = [3.999, 4.0, 4.001, 10.0, 1e30, np.finfo(np.float32).max]
+    x = np.concatenate([np.linspace(-6, 6, 24001), edges, np.negative(edges)]).astype(np.float32)
+    model = unary_model("Erf", np.float32, x.shape, 13)
+    got = run_mlx(model, {"x": x})[0][0]
+    np.testing.assert_allclose(got.astype(np.float64), _erf(x.astype(np.float64)), rtol=1e-6, atol=0)
+    check_parity(model, {"x": x})
+
+
 @pytest.mark.parametrize("approximate", ["none", "tanh"])
 def test_gelu_wide_range(approximate):
     x = np.linspace(-12, 12, 2001, dtype=np.float32)

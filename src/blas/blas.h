@@ -1,0 +1,40 @@
+// The BLAS under MLX's CPU backend: which library libmlx's cblas_sgemm calls land in, and the
+// BLAS thread policy. On Linux the EP ships libonnxruntime_ep_mlx_blas (blas_shim.c), which
+// routes libmlx's cblas_*gemm to OpenBLAS (PyPI's scipy-openblas32) when it is loaded before
+// libmlx; on macOS MLX uses Accelerate and there is nothing to do.
+#pragma once
+
+#include <string>
+
+namespace mlx_ep {
+
+/** Where libmlx.so's calls to cblas_sgemm go in this process. */
+struct BlasBinding {
+  /** "openblas" (through the EP's shim), "bundled" (the reference BLAS of the mlx-cpu wheel),
+   *  "other" (another library, e.g. one the user preloaded), or "unknown" (not an ELF platform,
+   *  or libmlx's import could not be read). */
+  std::string kind;
+  std::string sgemm_library;  ///< the file that libmlx's cblas_sgemm is bound to ("" if unknown)
+  std::string backend;        ///< for "openblas": the OpenBLAS library the shim forwards to
+  std::string corename;       ///< for "openblas": the CPU kernel set OpenBLAS picked
+  int threads = 0;            ///< for "openblas": OpenBLAS's thread count
+  std::string note;           ///< what to do when kind is not "openblas" (empty otherwise)
+};
+
+/** Applies the BLAS thread policy once per process: ONNXRUNTIME_EP_MLX_BLAS_THREADS, else
+ *  kDefaultBlasThreads. No-op without the shim. */
+void ConfigureBlasThreads();
+
+/** OpenBLAS threads unless ONNXRUNTIME_EP_MLX_BLAS_THREADS says otherwise. One, measured on a
+ *  2-core machine (docs/performance.md): a second BLAS thread gains little on the EP's matrix
+ *  sizes and its spinning slows an ORT CPU session running in the same process. */
+constexpr int kDefaultBlasThreads = 1;
+
+/** Reads libmlx's binding of cblas_sgemm (its GOT slot); when the slot is still unresolved
+ *  (lazy binding), first runs a 2x2 matmul on MLX's CPU stream to resolve it. */
+BlasBinding InspectBlasBinding();
+
+/** One line for the verbose log. */
+std::string DescribeBlasBinding(const BlasBinding& b);
+
+}  // namespace mlx_ep

@@ -1,0 +1,61 @@
+/* libonnxruntime_ep_mlx_blas (Linux): gives libmlx.so a real BLAS.
+ *
+ * The mlx-cpu wheel's libmlx.so imports cblas_sgemm, cblas_dgemm and cblas_cgemm by name and NEEDs
+ * the netlib reference BLAS that the wheel bundles (single-threaded, unblocked: ~3 GFLOP/s).
+ * PyPI's scipy-openblas32 exports only scipy_-prefixed names, so it cannot stand in for it by
+ * itself. This library defines the three unprefixed names and forwards them to OpenBLAS. The EP
+ * library lists it in its NEEDED entries before libmlx.so, so that when the EP loads libmlx.so
+ * the dynamic linker, searching the EP's dependencies breadth-first, finds these definitions
+ * before the bundled BLAS (which is a dependency of libmlx, one level further down).
+ *
+ * libmlx's LAPACK imports (sgetrf_, ssyevd_, ... used only by mlx::linalg, which no op of the EP
+ * uses) are left to the wheel's liblapack.
+ *
+ * The other functions are the EP's controls and diagnostics; they are not part of any BLAS ABI. */
+#define _GNU_SOURCE /* dladdr */
+#include <dlfcn.h>
+
+#include "cblas.h" /* scipy-openblas32's: declares scipy_cblas_* with blasint == int */
+
+#define SHIM_EXPORT __attribute__((visibility("default")))
+
+SHIM_EXPORT void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE trans_a,
+                             const enum CBLAS_TRANSPOSE trans_b, const blasint m, const blasint n,
+                             const blasint k, const float alpha, const float* a, const blasint lda,
+                             const float* b, const blasint ldb, const float beta, float* c,
+                             const blasint ldc) {
+  scipy_cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+SHIM_EXPORT void cblas_dgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE trans_a,
+                             const enum CBLAS_TRANSPOSE trans_b, const blasint m, const blasint n,
+                             const blasint k, const double alpha, const double* a, const blasint lda,
+                             const double* b, const blasint ldb, const double beta, double* c,
+                             const blasint ldc) {
+  scipy_cblas_dgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+SHIM_EXPORT void cblas_cgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE trans_a,
+                             const enum CBLAS_TRANSPOSE trans_b, const blasint m, const blasint n,
+                             const blasint k, const void* alpha, const void* a, const blasint lda,
+                             const void* b, const blasint ldb, const void* beta, void* c, const blasint ldc) {
+  scipy_cblas_cgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* Sets OpenBLAS's thread count (process-wide). */
+SHIM_EXPORT void onnxruntime_ep_mlx_blas_set_num_threads(int num_threads) {
+  scipy_openblas_set_num_threads(num_threads);
+}
+
+SHIM_EXPORT int onnxruntime_ep_mlx_blas_num_threads(void) { return scipy_openblas_get_num_threads(); }
+
+/* OpenBLAS's build configuration and the CPU kernel it picked, e.g. "OpenBLAS 0.3.34 ... Haswell". */
+SHIM_EXPORT const char* onnxruntime_ep_mlx_blas_config(void) { return scipy_openblas_get_config(); }
+SHIM_EXPORT const char* onnxruntime_ep_mlx_blas_corename(void) { return scipy_openblas_get_corename(); }
+
+/* The file that this library's calls land in (libscipy_openblas.so), or "" if unknown. */
+SHIM_EXPORT const char* onnxruntime_ep_mlx_blas_target(void) {
+  Dl_info info;
+  if (dladdr((void*)&scipy_cblas_sgemm, &info) && info.dli_fname) return info.dli_fname;
+  return "";
+}
