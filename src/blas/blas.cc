@@ -222,7 +222,7 @@ std::string DescribeBlasBinding(const BlasBinding& b) {
        << env::kBlasThreads << " sets it)";
   } else if (b.kind == "bundled") {
     os << "libmlx.so's cblas_sgemm -> " << b.sgemm_library
-       << ", the single-threaded reference BLAS bundled with the MLX wheel (MatMul is ~30x slower "
+       << ", the single-threaded reference BLAS bundled with the MLX wheel (MatMul is ~15x slower "
           "than with OpenBLAS): "
        << b.note;
   } else if (b.kind == "other") {

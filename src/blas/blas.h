@@ -26,8 +26,9 @@ struct BlasBinding {
 void ConfigureBlasThreads();
 
 /** OpenBLAS threads unless ONNXRUNTIME_EP_MLX_BLAS_THREADS says otherwise. One, measured on a
- *  2-core machine (docs/performance.md): a second BLAS thread gains little on the EP's matrix
- *  sizes and its spinning slows an ORT CPU session running in the same process. */
+ *  2-core machine (docs/performance.md): a second thread makes MLX's GEMMs up to 2x faster, but
+ *  it spins after each GEMM and doubles the time of ORT CPU EP work that runs next in the same
+ *  process (the nodes of a model that the EP leaves to ORT). */
 constexpr int kDefaultBlasThreads = 1;
 
 /** Reads libmlx's binding of cblas_sgemm (its GOT slot); when the slot is still unresolved
