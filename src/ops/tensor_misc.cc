@@ -2,7 +2,8 @@
 // and EyeLike only move (or make) data, so every type MLX holds is exact. CumSum and TopK:
 //  - CumSum adds in the input type along the axis in order (MLX's scan, like ORT's loop); exclusive
 //    shifts in a 0, reverse runs from the end.
-//  - CumProd (26) multiplies the same way (exclusive shifts in a 1), in the input type.
+//  - CumProd (26) multiplies the same way (exclusive shifts in a 1), in the input type except for
+//    float16/bfloat16, which multiply in float32 and round each output once (as ORT's float16).
 //  - TopK orders by value, ties by the lower index first, as ORT's comparator does. MLX's sorts are
 //    stable, so a stable ascending argsort of the values (smallest) or of their bitwise inverse
 //    (largest; ~x reverses the order of every integer type without overflow) gives exactly that
@@ -141,7 +142,12 @@ std::vector<mx::array> TranslateCumProd(const OpContext& c) {
   if (x.size() == 0) return {x};
   const bool reverse = c.node.AttrInt("reverse", 0) != 0;
   const bool exclusive = c.node.AttrInt("exclusive", 0) != 0;
-  return {mx::cumprod(x, axis, reverse, !exclusive, c.stream)};
+  // ORT multiplies float16 in float32 and rounds each output once (rounding every partial product
+  // to float16 drifts by several ulps along a row); bfloat16 (no ORT kernel) is done the same way.
+  const bool half = x.dtype() == mx::float16 || x.dtype() == mx::bfloat16;
+  const mx::array y =
+      mx::cumprod(half ? mx::astype(x, mx::float32, c.stream) : x, axis, reverse, !exclusive, c.stream);
+  return {half ? mx::astype(y, x.dtype(), c.stream) : y};
 }
 
 // ---------------------------------------------------------------------------------------------

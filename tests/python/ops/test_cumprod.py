@@ -62,6 +62,16 @@ def test_long_float32_scan():
     check_parity(*cumprod_model(x, 1, {"reverse": 1}))
 
 
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 1)])
+def test_float16_multiplies_in_float32(exclusive, reverse):
+    """ORT multiplies float16 in float32 and rounds every output once: long rows show it (products
+    rounded to float16 at each step drift by several ulps)."""
+    x = values((4, 60), np.float16, seed=1)
+    got = check_parity(*cumprod_model(x, 1, {"exclusive": exclusive, "reverse": reverse}))
+    expected = reference(x.astype(np.float32), 1, exclusive, reverse).astype(np.float16)
+    np.testing.assert_array_equal(got[0], expected)
+
+
 def test_int_overflow_wraps():
     x = np.full((2, 40), 3, np.int32)
     got = check_parity(*cumprod_model(x, 1))
