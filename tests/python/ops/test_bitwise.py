@@ -47,3 +47,28 @@ def test_constant_operand():
     mask = np.array([0xFF, -1, 0, 0x7F00, 1, -256], np.int64)
     check_parity(*node_model("BitwiseAnd", [("a", a)], opset=18, host=[("m", mask)]))
 
+
+
+def test_folded_in_shape_arithmetic():
+    """Bitwise ops on shapes fold at trace time (HostEval::kFromValues): the Reshape target built
+    from Shape(x) with BitwiseAnd/Or/Not keeps the graph in one MLX partition."""
+    from onnx import TensorProto, helper
+    from test_folding import check_one_partition, const, model_of
+
+    n = helper.make_node
+    nodes = [
+        n("Shape", ["x"], ["shape"]),
+        n("BitwiseAnd", ["shape", "all_ones"], ["same"]),    # & -1: unchanged
+        n("BitwiseNot", ["same"], ["inverted"]),
+        n("BitwiseNot", ["inverted"], ["again"]),
+        n("BitwiseOr", ["again", "zero"], ["target"]),       # | 0: unchanged
+        n("Reshape", ["x", "target"], ["r"]),
+        n("Add", ["r", "x"], ["y"]),
+    ]
+    model = model_of(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "S", 8])],
+                     [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "S", 8])],
+                     [const("all_ones", [-1, -1, -1]), const("zero", [0])], opset=18)
+    rng = np.random.default_rng(7)
+    feeds = [{"x": rng.standard_normal((2, 5, 8)).astype(np.float32)},
+             {"x": rng.standard_normal((3, 1, 8)).astype(np.float32)}]
+    check_one_partition(model, feeds, folded_per_trace=5)
