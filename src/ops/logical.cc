@@ -1,10 +1,13 @@
 // Op family: comparisons (Equal Less LessOrEqual Greater GreaterOrEqual), boolean logic (And Or
-// Xor Not), Where, IsNaN and IsInf, all with ONNX (numpy) broadcasting.
+// Xor Not), Where, IsNaN and IsInf, bitwise logic (BitwiseAnd BitwiseOr BitwiseXor BitwiseNot), all
+// with ONNX (numpy) broadcasting.
 //
 // ORT semantics mirrored here (checked against ORT's CPU EP):
 //  - comparisons are IEEE ones: NaN compares unequal/unordered to everything, -0 == +0; float16
 //    and bfloat16 compare exactly in their own type.
 //  - IsInf honours detect_negative / detect_positive (both default 1; both 0 gives all false).
+//  - Bitwise* (18) take the eight integer types, both inputs of one type (the result's); they are
+//    exact in every type, so they fold at trace time like the comparisons.
 //  - opset-1 comparisons and And/Or/Xor (legacy `broadcast`/`axis` attributes) are not
 //    registered: ORT's CPU EP does not run them either.
 #include "ops/claim_util.h"
@@ -40,6 +43,25 @@ Claim ClaimLogicBinary(const NodeView& v) { return ClaimBoolBinary(v, {ElemType:
 Claim ClaimNot(const NodeView& v) {
   if (!v.has_input(0) || v.input_type(0) != ElemType::kBool) return Claim::No(TypeReason(v, 0));
   if (v.output_type(0) != ElemType::kBool) return Claim::No("output is not bool");
+  return Claim::Yes();
+}
+
+constexpr std::initializer_list<ElemType> kIntegerTypes = {
+    ElemType::kInt8,  ElemType::kInt16,  ElemType::kInt32,  ElemType::kInt64,
+    ElemType::kUInt8, ElemType::kUInt16, ElemType::kUInt32, ElemType::kUInt64};
+
+Claim ClaimBitwiseBinary(const NodeView& v) {
+  if (v.num_inputs() != 2 || !v.has_input(0) || !v.has_input(1)) return Claim::No("expects 2 inputs");
+  const ElemType t = v.input_type(0);
+  if (!IsOneOf(t, kIntegerTypes)) return Claim::No(TypeReason(v, 0));
+  if (v.input_type(1) != t) return Claim::No("inputs have different types");
+  if (v.output_type(0) != t) return Claim::No("output type differs from the input type");
+  return Claim::Yes();
+}
+
+Claim ClaimBitwiseNot(const NodeView& v) {
+  if (!v.has_input(0) || !IsOneOf(v.input_type(0), kIntegerTypes)) return Claim::No(TypeReason(v, 0));
+  if (v.output_type(0) != v.input_type(0)) return Claim::No("output type differs from the input type");
   return Claim::Yes();
 }
 
@@ -81,9 +103,16 @@ MLX_EP_BINARY(GreaterOrEqual, greater_equal)
 MLX_EP_BINARY(And, logical_and)
 MLX_EP_BINARY(Or, logical_or)
 MLX_EP_BINARY(Xor, not_equal)
+MLX_EP_BINARY(BitwiseAnd, bitwise_and)
+MLX_EP_BINARY(BitwiseOr, bitwise_or)
+MLX_EP_BINARY(BitwiseXor, bitwise_xor)
 #undef MLX_EP_BINARY
 
 std::vector<mx::array> TranslateNot(const OpContext& c) { return {mx::logical_not(c.input(0), c.stream)}; }
+
+std::vector<mx::array> TranslateBitwiseNot(const OpContext& c) {
+  return {mx::bitwise_invert(c.input(0), c.stream)};
+}
 
 std::vector<mx::array> TranslateWhere(const OpContext& c) {
   return {mx::where(c.input(0), c.input(1), c.input(2), c.stream)};
@@ -113,6 +142,10 @@ void RegisterLogicalOps(OpRegistry& r) {
   r.Add({"", "Or", 7, 7, ClaimLogicBinary, TranslateOr, HostEval::kFromValues});
   r.Add({"", "Xor", 7, 7, ClaimLogicBinary, TranslateXor, HostEval::kFromValues});
   r.Add({"", "Not", 1, 1, ClaimNot, TranslateNot, HostEval::kFromValues});
+  r.Add({"", "BitwiseAnd", 18, 18, ClaimBitwiseBinary, TranslateBitwiseAnd, HostEval::kFromValues});
+  r.Add({"", "BitwiseOr", 18, 18, ClaimBitwiseBinary, TranslateBitwiseOr, HostEval::kFromValues});
+  r.Add({"", "BitwiseXor", 18, 18, ClaimBitwiseBinary, TranslateBitwiseXor, HostEval::kFromValues});
+  r.Add({"", "BitwiseNot", 18, 18, ClaimBitwiseNot, TranslateBitwiseNot, HostEval::kFromValues});
   r.Add({"", "Where", 9, 16, ClaimWhere, TranslateWhere, HostEval::kFromValues});
   r.Add({"", "IsNaN", 9, 20, ClaimFloatPredicate, TranslateIsNaN});
   r.Add({"", "IsInf", 10, 20, ClaimIsInf, TranslateIsInf});

@@ -1,4 +1,4 @@
-// Op family: Softmax, LogSoftmax, LayerNormalization.
+// Op family: Softmax, LogSoftmax, LayerNormalization, RMSNormalization.
 //
 //  - Softmax/LogSoftmax before opset 13 coerce the input to 2-D at `axis` (default 1) and
 //    normalize over the flattened trailing part; from 13 they normalize over one axis (default -1).
@@ -11,6 +11,10 @@
 //  - LayerNormalization (17): normalizes over dims [axis, rank); Scale/B must hold exactly
 //    prod(shape[axis:]) values (ORT's rule; they are read flat). Composed in float32 (float64 for
 //    float64 X) with accurate sums; Mean and InvStdDev come from the same computation.
+//  - RMSNormalization (23): Y = X / sqrt(mean(X^2 over [axis, rank)) + epsilon) * Scale, in float32
+//    (float64 for float64 X) and rounded once, like ORT's kernel (LayerNorm's simplified path:
+//    divide, then multiply). Scale broadcasts against X (numpy rules, as ORT accepts it: [C],
+//    [1, C], X.shape[axis:], ...); a Scale that would widen Y is an error.
 #include <cmath>
 #include <numeric>
 
@@ -188,12 +192,63 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
   return outs;
 }
 
+// ---- RMSNormalization --------------------------------------------------------------------------
+
+/** True when `from` broadcasts (numpy rules) to exactly `to`. */
+bool BroadcastsTo(const mx::Shape& from, const mx::Shape& to) {
+  if (from.size() > to.size()) return false;
+  const size_t lead = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[lead + i]) return false;
+  return true;
+}
+
+Claim ClaimRmsNorm(const NodeView& v) {
+  const ElemType t = v.input_type(0);
+  if (!IsFloating(t)) return Claim::No(TypeReason(v, 0));
+  if (!v.has_input(1) || v.input_type(1) != t) return Claim::No("Scale type differs from X");
+  if (v.output_type(0) != t) return Claim::No("output type differs from the input type");
+  const int64_t stash = v.node().AttrInt("stash_type", 1);
+  if (stash != 1) return Claim::No("attribute stash_type=" + std::to_string(stash) + " not supported");
+  return Claim::Yes();
+}
+
+std::vector<mx::array> TranslateRmsNorm(const OpContext& c) {
+  const mx::Stream s = c.stream;
+  const mx::array& x = c.input(0);
+  const mx::array& scale = c.input(1);
+  const int rank = static_cast<int>(x.ndim());
+  int64_t axis = c.node.AttrInt("axis", -1);
+  if (axis < -rank || axis >= rank)
+    c.Fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  if (axis < 0) axis += rank;
+  if (!BroadcastsTo(scale.shape(), x.shape())) c.Fail("Scale is not broadcastable to X's shape");
+  std::vector<int> axes;
+  for (int i = static_cast<int>(axis); i < rank; ++i) axes.push_back(i);
+  int64_t norm_size = 1;
+  for (int i : axes) norm_size *= x.shape(i);
+  if (norm_size == 0) c.Fail("X.shape[axis:] holds no values");  // ORT's error too
+  const mx::Dtype dt = x.dtype();
+  if (x.size() == 0) return {mx::astype(x, dt, s)};
+  // mx::fast::rms_norm is not used: it covers only the last axis with a 1-D weight, and its CPU
+  // kernel sums in one float32 chain.
+  const mx::Dtype acc = dt == mx::float64 ? mx::float64 : mx::float32;
+  const mx::array xc = mx::astype(x, acc, s);
+  const mx::array mean_sq = mx::multiply(AccurateSum(mx::multiply(xc, xc, s), axes, true, s),
+                                         mx::array(1.0 / static_cast<double>(norm_size), acc), s);
+  const float eps = c.node.AttrFloat("epsilon", 1e-5f);
+  const mx::array rms = mx::sqrt(mx::add(mean_sq, mx::array(eps, acc), s), s);
+  const mx::array y = mx::multiply(mx::divide(xc, rms, s), mx::astype(scale, acc, s), s);
+  return {mx::astype(y, dt, s)};
+}
+
 }  // namespace
 
 void RegisterNormalizationOps(OpRegistry& r) {
   r.Add({"", "Softmax", 1, 13, ClaimSoftmax, TranslateSoftmax<false>});
   r.Add({"", "LogSoftmax", 1, 13, ClaimSoftmax, TranslateSoftmax<true>});
   r.Add({"", "LayerNormalization", 17, 17, ClaimLayerNorm, TranslateLayerNorm});
+  r.Add({"", "RMSNormalization", 23, 23, ClaimRmsNorm, TranslateRmsNorm});
 }
 
 }  // namespace mlx_ep

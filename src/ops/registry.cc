@@ -43,6 +43,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterEinsumOps(r);
     RegisterResizeOps(r);
     RegisterPadOps(r);
+    RegisterRotaryEmbeddingOps(r);
     RegisterTensorMiscOps(r);
     return r;
   }();

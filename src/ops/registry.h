@@ -27,12 +27,12 @@ class OpRegistry {
 
 // One function per op family (ops/<family>.cc).
 void RegisterArithmeticOps(OpRegistry& r);     // Add Sub Mul Div Pow Mod Min Max Sum Mean
-void RegisterLogicalOps(OpRegistry& r);        // comparisons, And Or Xor Not, Where, IsNaN IsInf
+void RegisterLogicalOps(OpRegistry& r);        // comparisons, And Or Xor Not, Bitwise*, Where, IsNaN IsInf
 void RegisterUnaryOps(OpRegistry& r);          // math, trig and hyperbolic functions, activations, Clip
 void RegisterReductionOps(OpRegistry& r);      // Reduce*, ArgMax ArgMin
 void RegisterMatmulOps(OpRegistry& r);         // MatMul Gemm
 void RegisterConvOps(OpRegistry& r);           // Conv ConvTranspose
-void RegisterNormalizationOps(OpRegistry& r);  // Softmax LogSoftmax LayerNormalization
+void RegisterNormalizationOps(OpRegistry& r);  // Softmax LogSoftmax LayerNormalization RMSNormalization
 void RegisterRecurrentOps(OpRegistry& r);     // RNN GRU LSTM
 void RegisterPoolOps(OpRegistry& r);           // MaxPool AveragePool LpPool Global*Pool MaxUnpool
 void RegisterShapeOps(OpRegistry& r);  // Reshape Transpose Squeeze Unsqueeze Flatten Expand Shape Size Tile
@@ -45,7 +45,8 @@ void RegisterImageNormalizationOps(OpRegistry& r);  // BatchNorm InstanceNorm Gr
 void RegisterExtraActivationOps(OpRegistry& r);     // PRelu ThresholdedRelu Celu Mish Shrink Hardmax Dropout
 void RegisterResizeOps(OpRegistry& r);  // Resize Upsample
 void RegisterPadOps(OpRegistry& r);     // Pad
+void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
 void RegisterTensorMiscOps(
-    OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum TopK CenterCropPad EyeLike
+    OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum CumProd TopK CenterCropPad EyeLike
 
 }  // namespace mlx_ep

@@ -1,7 +1,8 @@
 // Op family: tensor rearrangement and selection. DepthToSpace, SpaceToDepth, Trilu, CenterCropPad
 // and EyeLike only move (or make) data, so every type MLX holds is exact. CumSum and TopK:
 //  - CumSum adds in the input type along the axis in order (MLX's scan, like ORT's loop); exclusive
-//    shifts in a 0, reverse runs from the end.
+//    shifts in a 0, reverse runs from the end. CumProd (26) multiplies the same way (exclusive
+//    shifts in a 1). float16/bfloat16 scan in float32 and round each output once, as ORT does.
 //  - TopK orders by value, ties by the lower index first, as ORT's comparator does. MLX's sorts are
 //    stable, so a stable ascending argsort of the values (smallest) or of their bitwise inverse
 //    (largest; ~x reverses the order of every integer type without overflow) gives exactly that
@@ -106,16 +107,42 @@ Claim ClaimCumSum(const NodeView& v) {
   return Claim::Yes({1});
 }
 
-std::vector<mx::array> TranslateCumSum(const OpContext& c) {
+/** CumSum or CumProd of input 0 along the host-value axis (input 1). float16/bfloat16 scan in
+ *  float32 and round each output once, as ORT's float16 kernels do: rounding every partial result to
+ *  float16 drifts by several ulps along a row. bfloat16 (no ORT kernel) is done the same way. */
+std::vector<mx::array> TranslateScan(const OpContext& c, bool product) {
   const mx::array& x = c.input(0);
-  if (x.ndim() == 0) c.Fail("cannot apply CumSum to a scalar");
+  if (x.ndim() == 0) c.Fail("cannot apply " + c.node.op_type + " to a scalar");
   if (c.host(1).shape.size() > 1) c.Fail("axis must be a scalar or a 1-D tensor");
   const int axis = NormAxis(c, HostScalar(c, 1, "axis"), x.ndim());
   if (x.size() == 0) return {x};
   const bool reverse = c.node.AttrInt("reverse", 0) != 0;
-  const bool exclusive = c.node.AttrInt("exclusive", 0) != 0;
-  return {mx::cumsum(x, axis, reverse, !exclusive, c.stream)};
+  const bool inclusive = c.node.AttrInt("exclusive", 0) == 0;
+  const bool half = x.dtype() == mx::float16 || x.dtype() == mx::bfloat16;
+  const mx::array in = half ? mx::astype(x, mx::float32, c.stream) : x;
+  const mx::array y = product ? mx::cumprod(in, axis, reverse, inclusive, c.stream)
+                              : mx::cumsum(in, axis, reverse, inclusive, c.stream);
+  return {half ? mx::astype(y, x.dtype(), c.stream) : y};
 }
+
+std::vector<mx::array> TranslateCumSum(const OpContext& c) { return TranslateScan(c, false); }
+
+// ---------------------------------------------------------------------------------------------
+// CumProd
+
+Claim ClaimCumProd(const NodeView& v) {
+  const ElemType t = v.input_type(0);
+  if (!IsOneOf(t, {ElemType::kFloat, ElemType::kFloat16, ElemType::kBFloat16, ElemType::kDouble,
+                   ElemType::kInt32, ElemType::kInt64, ElemType::kUInt32, ElemType::kUInt64}))
+    return Claim::No(TypeReason(v, 0));
+  if (!DeviceSupports(t)) return Claim::No(TypeReason(v, 0, "not supported on the MLX device"));
+  if (!v.has_input(1)) return Claim::No("input axis is missing");
+  if (!IsOneOf(v.input_type(1), {ElemType::kInt32, ElemType::kInt64}))
+    return Claim::No(TypeReason(v, 1, "axis must be int32 or int64"));
+  return Claim::Yes({1});
+}
+
+std::vector<mx::array> TranslateCumProd(const OpContext& c) { return TranslateScan(c, true); }
 
 // ---------------------------------------------------------------------------------------------
 // TopK
@@ -257,6 +284,7 @@ void RegisterTensorMiscOps(OpRegistry& r) {
   // CumSum: 14 adds float16/bfloat16.
   r.Add({"", "CumSum", 11, 13, ClaimCumSum, TranslateCumSum});
   r.Add({"", "CumSum", 14, 25, ClaimCumSum, TranslateCumSum});
+  r.Add({"", "CumProd", 26, 26, ClaimCumProd, TranslateCumProd});
   // TopK: 1-9 k attribute; 10 K input; 11 largest/sorted and negative axis; 24 bfloat16.
   r.Add({"", "TopK", 1, 9, ClaimTopK, TranslateTopK});
   r.Add({"", "TopK", 10, 10, ClaimTopK, TranslateTopK});

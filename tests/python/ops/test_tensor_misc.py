@@ -149,6 +149,17 @@ def test_cumsum_integers_wrap_and_long_rows():
     check_parity(*node_model("CumSum", [("x", y)], {"reverse": 1}, 14, host=[("axis", np.array(-1, np.int64))]))
 
 
+@pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 1)])
+def test_cumsum_float16_adds_in_float32(exclusive, reverse):
+    """ORT adds float16 in float32 and rounds every output once: long rows show it (sums rounded to
+    float16 at each step drift by several ulps)."""
+    x = random_array((4, 200), np.float16, low=0.5, high=1.6)
+    model, feeds = node_model("CumSum", [("x", x)], {"exclusive": exclusive, "reverse": reverse}, 14,
+                              host=[("axis", np.array(1, np.int64))])
+    got = check_parity(model, feeds)
+    np.testing.assert_array_equal(got[0], numpy_cumsum(x.astype(np.float32), 1, exclusive, reverse).astype(np.float16))
+
+
 def test_cumsum_runtime_axis():
     x = random_array((3, 4), np.int64)
     model, feeds = node_model("CumSum", [("x", x)], {}, 14, host=[("axis", np.array(0, np.int64))],
