@@ -172,39 +172,59 @@ mx::array GroupedMatmul(const mx::array& a, const mx::array& b, int groups, mx::
   return mx::reshape(y, {B, H, y.shape(3), y.shape(4)}, s);
 }
 
-std::vector<mx::array> TranslateAttention(const OpContext& c) {
+/** Q, K, V as [B, heads, S, D], past_key/past_value prepended to K and V (present_*). */
+struct HeadInputs {
+  mx::array q, k, v;
+  int past_len;
+};
+
+HeadInputs ToHeads(const OpContext& c) {
   const Node& n = c.node;
   const mx::Stream s = c.stream;
   mx::array q = c.input(0), k = c.input(1), v = c.input(2);
-  const bool three_d = q.ndim() == 3;
-  if (three_d) {
+  if (q.ndim() == 3) {
     q = SplitHeads(c, q, static_cast<int>(n.AttrInt("q_num_heads", 0)), "Q");
     k = SplitHeads(c, k, static_cast<int>(n.AttrInt("kv_num_heads", 0)), "K");
     v = SplitHeads(c, v, static_cast<int>(n.AttrInt("kv_num_heads", 0)), "V");
   }
-  const mx::Dtype t = q.dtype();
-  const int batch = q.shape(0), heads = q.shape(1), q_len = q.shape(2), head_size = q.shape(3);
-  const int kv_heads = k.shape(1);
-  if (k.shape(0) != batch || v.shape(0) != batch || v.shape(1) != kv_heads || k.shape(3) != head_size)
+  const int batch = q.shape(0), heads = q.shape(1), kv_heads = k.shape(1);
+  if (k.shape(0) != batch || v.shape(0) != batch || v.shape(1) != kv_heads || k.shape(3) != q.shape(3))
     c.Fail("Q, K, V shapes do not agree");
   if (kv_heads == 0 || heads % kv_heads != 0) c.Fail("q heads are not a multiple of kv heads");
   const int past_len = c.has_input(4) ? c.input(4).shape(2) : 0;
   if (c.has_input(4)) {
-    k = mx::concatenate({c.input(4), k}, 2, s);
-    v = mx::concatenate({c.input(5), v}, 2, s);
+    const mx::array &pk = c.input(4), &pv = c.input(5);
+    if (pk.ndim() != 4 || pv.ndim() != 4) c.Fail("past_key/past_value must be 4-D");
+    k = mx::concatenate({pk, k}, 2, s);
+    v = mx::concatenate({pv, v}, 2, s);
   }
   if (k.shape(2) != v.shape(2)) c.Fail("K and V sequence lengths differ");
-  const int kv_len = k.shape(2);
-  const int groups = heads / kv_heads;
+  if (k.shape(2) == 0) c.Fail("the total kv sequence length is 0 (softmax over no keys)");
+  return {q, k, v, past_len};
+}
 
-  // sqrt(scale) rounded to T, applied to Q and K (as ONNX's pattern and reference do).
-  const float scale_attr = n.AttrFloat("scale", NAN);
+/** (Q * sqrt(scale)) @ (K * sqrt(scale))^T, sqrt(scale) rounded to T (ONNX's pattern and
+ *  reference): [B, H, S, L]. */
+mx::array ScaledScores(const OpContext& c, const mx::array& q, const mx::array& k, int groups) {
+  const mx::Stream s = c.stream;
+  const float scale_attr = c.node.AttrFloat("scale", NAN);
   const double sqrt_scale = std::isnan(scale_attr)
-                                ? std::sqrt(1.0 / std::sqrt(static_cast<double>(head_size)))
+                                ? std::sqrt(1.0 / std::sqrt(static_cast<double>(q.shape(3))))
                                 : static_cast<double>(std::sqrt(scale_attr));
-  const mx::array sq = mx::astype(mx::array(static_cast<float>(sqrt_scale)), t, s);
+  const mx::array sq = mx::astype(mx::array(static_cast<float>(sqrt_scale)), q.dtype(), s);
   const mx::array kt = mx::swapaxes(mx::multiply(k, sq, s), 2, 3, s);
-  mx::array qk = GroupedMatmul(mx::multiply(q, sq, s), kt, groups, s);  // [B, H, S, L]
+  return GroupedMatmul(mx::multiply(q, sq, s), kt, groups, s);
+}
+
+std::vector<mx::array> TranslateAttention(const OpContext& c) {
+  const Node& n = c.node;
+  const mx::Stream s = c.stream;
+  const auto [q, k, v, past_len] = ToHeads(c);
+  const mx::Dtype t = q.dtype();
+  const int batch = q.shape(0), heads = q.shape(1), q_len = q.shape(2), kv_len = k.shape(2);
+  const int groups = heads / k.shape(1);
+
+  mx::array qk = ScaledScores(c, q, k, groups);
   const mx::array raw_qk = qk;
   const float softcap = n.AttrFloat("softcap", 0.f);
   if (softcap > 0.f) {
@@ -227,7 +247,7 @@ std::vector<mx::array> TranslateAttention(const OpContext& c) {
   }
   probs = mx::astype(probs, t, s);
   mx::array y = GroupedMatmul(probs, v, groups, s);  // [B, H, S, Dv]
-  if (three_d) y = mx::reshape(mx::transpose(y, {0, 2, 1, 3}, s), {batch, q_len, -1}, s);
+  if (c.input(0).ndim() == 3) y = mx::reshape(mx::transpose(y, {0, 2, 1, 3}, s), {batch, q_len, -1}, s);
 
   std::vector<mx::array> outs = {y};
   if (c.num_outputs() > 1) outs.push_back(k);

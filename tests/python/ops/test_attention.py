@@ -6,7 +6,7 @@ from onnx import helper
 
 from onnx.reference import ReferenceEvaluator
 
-from harness import assert_declined, check_parity, make_graph_model, random_array
+from harness import assert_declined, assert_mlx_error, check_parity, make_graph_model, random_array
 from harness_bf16 import check_bf16
 
 
@@ -142,3 +142,42 @@ def test_bfloat16(attrs):
     q, k, v = qkv(2, 4, 2, 5, 6, 8, ml_dtypes.bfloat16, seed=10)
     model, feeds = attention_model(q, k, v, mask=bool_mask((5, 6)), attrs=attrs)
     check_bf16(model, feeds, ReferenceEvaluator(model).run(None, feeds))
+
+
+def reference(model, feeds):
+    return ReferenceEvaluator(model).run(None, feeds)
+
+
+@pytest.mark.parametrize("mode", [None, 3])
+def test_fully_masked_rows(mode):
+    """ONNX: a row with no attendable key is 0 (ORT's CPU kernel gives a uniform row): the reference."""
+    q, k, v = qkv(2, 2, 2, 4, 5, 8, np.float32, seed=11)
+    mask = bool_mask((2, 1, 4, 5))
+    mask[0, 0, 1] = False
+    mask[1, 0, 3] = False
+    attrs = {} if mode is None else {"qk_matmul_output_mode": mode}
+    model, feeds = attention_model(q, k, v, mask=mask, attrs=attrs, qk_out=mode is not None)
+    got = check_parity(model, feeds, expected=reference(model, feeds))
+    assert not got[0][0, :, 1].any() and not got[0][1, :, 3].any()
+
+
+def test_nonpad_shorter_than_query():
+    """nonpad_kv_seqlen < q_len with is_causal: the leading rows see no key (zeros, per ONNX)."""
+    q, k, v = qkv(2, 2, 2, 4, 6, 8, np.float32, seed=12)
+    model, feeds = attention_model(q, k, v, nonpad=np.array([2, 6], np.int64), attrs={"is_causal": 1}, opset=24)
+    check_parity(model, feeds, expected=reference(model, feeds))
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_mask_shorter_than_kv(kind):
+    """A mask shorter than the total kv length is padded with -inf (ONNX; ORT rejects it)."""
+    q, k, v = qkv(2, 3, 3, 4, 7, 8, np.float32, seed=13)
+    mask = bool_mask((4, 5)) if kind == "bool" else random_array((4, 5), np.float32, low=-1, high=1)
+    model, feeds = attention_model(q, k, v, mask=mask)
+    check_parity(model, feeds, expected=reference(model, feeds))
+
+
+def test_bad_head_count():
+    """3-D hidden size not divisible by q_num_heads: both EPs fail."""
+    q, k, v = qkv(1, 1, 1, 3, 3, 10, np.float32, three_d=True)
+    assert_mlx_error(*attention_model(q, k, v, attrs={"q_num_heads": 3, "kv_num_heads": 1}))
