@@ -20,6 +20,8 @@
 //    3 the softmax. Mode 0 with softcap is declined: the ONNX reference then returns the
 //    softcapped scores while ORT returns the raw ones.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "ops/claim_util.h"
 #include "ops/registry.h"
@@ -203,15 +205,30 @@ HeadInputs ToHeads(const OpContext& c) {
   return {q, k, v, past_len};
 }
 
+/** A float whose rounding to `t` equals x's: x itself rounded for float32, and for float16/
+ *  bfloat16 x rounded to odd (which keeps the later rounding from being a double rounding). */
+float ToFloatForRounding(double x, mx::Dtype t) {
+  float f = static_cast<float>(x);
+  if (t == mx::float32 || static_cast<double>(f) == x) return f;
+  if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.f);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  bits |= 1u;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 /** (Q * sqrt(scale)) @ (K * sqrt(scale))^T, sqrt(scale) rounded to T (ONNX's pattern and
  *  reference): [B, H, S, L]. */
 mx::array ScaledScores(const OpContext& c, const mx::array& q, const mx::array& k, int groups) {
   const mx::Stream s = c.stream;
   const float scale_attr = c.node.AttrFloat("scale", NAN);
-  const double sqrt_scale = std::isnan(scale_attr)
-                                ? std::sqrt(1.0 / std::sqrt(static_cast<double>(q.shape(3))))
-                                : static_cast<double>(std::sqrt(scale_attr));
-  const mx::array sq = mx::astype(mx::array(static_cast<float>(sqrt_scale)), q.dtype(), s);
+  // The reference: the default scale in double rounded once to T, an attribute's sqrt in float32.
+  const float sqrt_scale =
+      std::isnan(scale_attr)
+          ? ToFloatForRounding(std::sqrt(1.0 / std::sqrt(static_cast<double>(q.shape(3)))), q.dtype())
+          : std::sqrt(scale_attr);
+  const mx::array sq = mx::astype(mx::array(sqrt_scale), q.dtype(), s);
   const mx::array kt = mx::swapaxes(mx::multiply(k, sq, s), 2, 3, s);
   return GroupedMatmul(mx::multiply(q, sq, s), kt, groups, s);
 }

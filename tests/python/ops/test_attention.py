@@ -181,3 +181,11 @@ def test_bad_head_count():
     """3-D hidden size not divisible by q_num_heads: both EPs fail."""
     q, k, v = qkv(1, 1, 1, 3, 3, 10, np.float32, three_d=True)
     assert_mlx_error(*attention_model(q, k, v, attrs={"q_num_heads": 3, "kv_num_heads": 1}))
+
+
+def test_float16_default_scale_rounded_once():
+    """head_size 29001: 1/sqrt(sqrt(29001)) rounds differently to float16 via float32; the reference
+    rounds the double once."""
+    q, k, v = qkv(1, 1, 1, 2, 3, 29001, np.float16, v_head_size=4, seed=14)
+    model, feeds = attention_model(q, k, v, qk_out=True)
+    check(model, feeds)
