@@ -196,7 +196,10 @@ HeadInputs ToHeads(const OpContext& c) {
   const int past_len = c.has_input(4) ? c.input(4).shape(2) : 0;
   if (c.has_input(4)) {
     const mx::array &pk = c.input(4), &pv = c.input(5);
-    if (pk.ndim() != 4 || pv.ndim() != 4) c.Fail("past_key/past_value must be 4-D");
+    if (pk.ndim() != 4 || pv.ndim() != 4 || pk.shape(0) != batch || pv.shape(0) != batch ||
+        pk.shape(1) != kv_heads || pv.shape(1) != kv_heads || pk.shape(3) != k.shape(3) ||
+        pv.shape(3) != v.shape(3) || pk.shape(2) != pv.shape(2))
+      c.Fail("past_key/past_value must be [batch, kv_heads, past_length, head_size] like K/V");
     k = mx::concatenate({pk, k}, 2, s);
     v = mx::concatenate({pv, v}, 2, s);
   }
@@ -252,7 +255,13 @@ std::vector<mx::array> TranslateAttention(const OpContext& c) {
   }
   const mx::array capped_qk = qk;
   const std::optional<mx::array> bias = AttentionBias(c, t, batch, q_len, kv_len, past_len);
-  if (bias) qk = mx::add(qk, *bias, s);
+  if (bias) {
+    const mx::Shape& bs = bias->shape();
+    for (size_t d = 1; d <= bs.size(); ++d)
+      if (bs[bs.size() - d] != 1 && bs[bs.size() - d] != qk.shape(-static_cast<int>(d)))
+        c.Fail("attn_mask does not broadcast to [batch, heads, q_length, kv_length]");
+    qk = mx::add(qk, *bias, s);
+  }
   const mx::array biased_qk = qk;
 
   const mx::Dtype sm_t = *SoftmaxDtype(n.AttrInt("softmax_precision", 0), qk.dtype());

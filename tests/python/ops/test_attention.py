@@ -189,3 +189,8 @@ def test_float16_default_scale_rounded_once():
     q, k, v = qkv(1, 1, 1, 2, 3, 29001, np.float16, v_head_size=4, seed=14)
     model, feeds = attention_model(q, k, v, qk_out=True)
     check(model, feeds)
+
+
+def test_mask_not_broadcastable():
+    q, k, v = qkv(2, 3, 3, 4, 5, 8, np.float32, seed=15)
+    assert_mlx_error(*attention_model(q, k, v, mask=bool_mask((2, 2, 4, 5))))
