@@ -9,7 +9,11 @@
 //    rounded to T as the ONNX reference (and the backend tests' expected data) does:
 //    Q*sqrt(scale), K*sqrt(scale), Q @ K^T, softcap (tanh(x/c)*c), + bias, softmax (in
 //    softmax_precision when given), P @ V. Sums of the softmax run in float32 and round once
-//    (numpy's float16 pairwise sum does the same).
+//    (numpy's float16 pairwise sum does the same); exp and divisions are float32 rounded to T.
+//    With softcap the scores are float32 from the softcap to the softmax, as in the reference
+//    (its float32 softcap scalar promotes them). float16 results are bit-exact with the
+//    reference on the tests; ORT's float16 kernel rounds less often (softmax in float32) and is
+//    ~7e-4 of the output scale away from both (it fails ONNX's test_attention_4d_causal_fp16).
 //  - The bias: a bool attn_mask gives 0 / -inf, a float one is added as is; a mask shorter than
 //    the total kv length is padded with -inf. is_causal adds a bottom-right aligned causal mask:
 //    query i attends key j iff j <= i + offset, offset = past length, or nonpad_kv_seqlen[b] - S
@@ -19,6 +23,8 @@
 //  - qk_matmul_output (output 3): mode 0 raw scaled Q @ K^T, 1 after softcap, 2 after the bias,
 //    3 the softmax. Mode 0 with softcap is declined: the ONNX reference then returns the
 //    softcapped scores while ORT returns the raw ones.
+//  - Declined: float64 (ORT has no kernel), integer masks, softmax_precision float64, and
+//    attributes of later opsets (sliding windows of Attention-25).
 #include <cmath>
 #include <cstdint>
 #include <cstring>
