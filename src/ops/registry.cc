@@ -41,6 +41,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterTensorOps(r);
     RegisterIndexingOps(r);
     RegisterEinsumOps(r);
+    RegisterAttentionOps(r);
     RegisterResizeOps(r);
     RegisterPadOps(r);
     RegisterRotaryEmbeddingOps(r);

@@ -40,6 +40,7 @@ void RegisterTensorOps(
     OpRegistry& r);  // Concat Split Slice Gather GatherElements Constant* Range Cast* Identity
 void RegisterIndexingOps(OpRegistry& r);  // GatherND ScatterND ScatterElements Scatter OneHot
 void RegisterEinsumOps(OpRegistry& r);    // Einsum
+void RegisterAttentionOps(OpRegistry& r);  // Attention
 
 void RegisterImageNormalizationOps(OpRegistry& r);  // BatchNorm InstanceNorm GroupNorm LpNorm LRN MVN
 void RegisterExtraActivationOps(OpRegistry& r);     // PRelu ThresholdedRelu Celu Mish Shrink Hardmax Dropout
