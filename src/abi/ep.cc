@@ -18,6 +18,14 @@ namespace {
 // Claims only need small constants (axes, shapes, scalars); weights are copied at Compile.
 constexpr size_t kClaimConstantBytes = 1 << 16;
 
+// ONNXRUNTIME_EP_MLX_MAX_COMPILED: a count (0: no bound); anything else keeps the default.
+size_t MaxCompiled() {
+  const std::string v = EnvString(env::kMaxCompiled);
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 9)
+    return kDefaultMaxCompiled;
+  return static_cast<size_t>(std::stoul(v));
+}
+
 }  // namespace
 
 MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger)
@@ -88,6 +96,7 @@ void MlxEp::ClaimGraph(const OrtGraph* ort_graph, OrtEpGraphSupportInfo* support
 void MlxEp::CompilePartitions(const OrtGraph** graphs, const OrtNode** fused_nodes, size_t count,
                               OrtNodeComputeInfo** node_compute_infos) {
   const bool compile = !EnvFlag(env::kNoCompile);
+  const size_t max_compiled = MaxCompiled();
   std::vector<std::unique_ptr<MlxNodeComputeInfo>> infos;
   for (size_t i = 0; i < count; ++i) {
     Ort::ConstNode fused{fused_nodes[i]};
@@ -102,7 +111,7 @@ void MlxEp::CompilePartitions(const OrtGraph** graphs, const OrtNode** fused_nod
     } catch (const std::exception& e) {
       throw std::runtime_error("partition " + name + ": " + e.what());
     }
-    auto runner = std::make_shared<PartitionRunner>(std::move(plan), compile);
+    auto runner = std::make_shared<PartitionRunner>(std::move(plan), compile, max_compiled);
     report_.AddRunner(runner);
     infos.push_back(std::make_unique<MlxNodeComputeInfo>(runner));
   }

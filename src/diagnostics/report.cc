@@ -80,7 +80,8 @@ std::string SessionReport::ToJson() const {
                      {"cache_hits", s.cache_hits},
                      {"cache_misses", s.cache_misses},
                      {"traces", s.traces},
-                     {"folded_nodes", s.folded_nodes}});
+                     {"folded_nodes", s.folded_nodes},
+                     {"evictions", s.evictions}});
   }
   j["runtime"] = {{"partitions", parts}};
   return j.dump(2);

@@ -32,13 +32,15 @@ mx::array BindInput(const InputTensor& t) {
 
 }  // namespace
 
-PartitionRunner::PartitionRunner(Plan plan, bool compile) : plan_(std::move(plan)), compile_(compile) {}
+PartitionRunner::PartitionRunner(Plan plan, bool compile, size_t max_compiled)
+    : plan_(std::move(plan)), compile_(compile), max_compiled_(max_compiled) {}
 
 PartitionRunner::~PartitionRunner() {
   try {
     // Compiled functions erase themselves from the MLX thread's compile cache: do it there.
     RunOnMlxThread([this] {
       cache_.clear();
+      lru_.clear();
       plan_.constants.clear();
     });
   } catch (...) {
@@ -63,6 +65,28 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
   ++stats_.traces;
   stats_.folded_nodes += info.folded;
   return outputs;
+}
+
+PartitionRunner::CacheEntry& PartitionRunner::Lookup(const std::string& key,
+                                                    const std::function<CacheEntry()>& make) {
+  auto it = cache_.find(key);
+  const bool hit = it != cache_.end();
+  if (hit) {
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+  } else {
+    it = cache_.emplace(key, make()).first;
+    lru_.push_front(key);
+    it->second.lru = lru_.begin();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  ++(hit ? stats_.cache_hits : stats_.cache_misses);
+  // Shapes that keep changing (a growing sequence, say) must not grow memory without bound.
+  while (max_compiled_ > 0 && cache_.size() > max_compiled_) {
+    cache_.erase(lru_.back());  // never the entry just used: it is at the front
+    lru_.pop_back();
+    ++stats_.evictions;
+  }
+  return it->second;
 }
 
 RunnerStats PartitionRunner::stats() const {
@@ -118,20 +142,14 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   if (!compile_) {
     outputs = Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs));
   } else {
-    auto it = cache_.find(key.str());
-    const bool hit = it != cache_.end();
-    if (!hit) {
+    CacheEntry& entry = Lookup(key.str(), [&] {
       const mx::Device device = ChooseDevice(arrays, host_ptrs);
       auto traced = [this, host_ptrs, device](const std::vector<mx::array>& in) {
         return Trace(in, host_ptrs, device);
       };
-      it = cache_.emplace(key.str(), CacheEntry{mx::compile(traced), host}).first;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++(hit ? stats_.cache_hits : stats_.cache_misses);
-    }
-    outputs = it->second.fn(arrays);
+      return CacheEntry{mx::compile(traced), host, {}};
+    });
+    outputs = entry.fn(arrays);
   }
   mx::eval(outputs);
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an

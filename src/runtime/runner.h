@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,13 +34,18 @@ struct RunnerStats {
   uint64_t cache_misses = 0;
   uint64_t traces = 0;        ///< traces of the plan into an MLX graph (one per new signature)
   uint64_t folded_nodes = 0;  ///< nodes evaluated on the host while tracing, summed over traces
+  uint64_t evictions = 0;     ///< compiled functions dropped by the cache bound
 };
+
+/** Compiled functions kept per partition by default (least recently used dropped first). */
+inline constexpr size_t kDefaultMaxCompiled = 64;
 
 /** Executes a Plan; thread-safe (every run is handed to the one MLX thread). */
 class PartitionRunner {
  public:
-  /** `compile` false runs the traced graph eagerly (ONNXRUNTIME_EP_MLX_NO_COMPILE). */
-  PartitionRunner(Plan plan, bool compile);
+  /** `compile` false runs the traced graph eagerly (ONNXRUNTIME_EP_MLX_NO_COMPILE); at most
+   *  `max_compiled` compiled functions are kept (0: no bound; ONNXRUNTIME_EP_MLX_MAX_COMPILED). */
+  PartitionRunner(Plan plan, bool compile, size_t max_compiled = kDefaultMaxCompiled);
   /** Releases the compiled functions and constants on the MLX thread. */
   ~PartitionRunner();
 
@@ -58,6 +64,7 @@ class PartitionRunner {
   struct CacheEntry {
     MlxFunction fn;
     std::vector<std::shared_ptr<const Tensor>> host_values;  // baked into fn, kept alive with it
+    std::list<std::string>::iterator lru;                    // this entry's place in lru_
   };
 
   /** The device a signature runs on: the runtime device, except that graphs holding an empty
@@ -68,13 +75,17 @@ class PartitionRunner {
   /** Traces the plan for `device` and counts the trace. */
   std::vector<mx::array> Trace(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host,
                                mx::Device device);
+  /** The compiled function for `key`, made by `make` on a miss; keeps the cache bound. */
+  CacheEntry& Lookup(const std::string& key, const std::function<CacheEntry()>& make);
   /** The body of Run, on the MLX thread. */
   void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);
 
   Plan plan_;
   bool compile_;
   mutable std::mutex mu_;
+  size_t max_compiled_;
   std::unordered_map<std::string, CacheEntry> cache_;
+  std::list<std::string> lru_;  // cache keys, most recently used first
   RunnerStats stats_;
 };
 

@@ -49,6 +49,23 @@ TEST(Runner, CompiledRunMatchesAndCaches) {
   EXPECT_EQ(s.cache_hits, 1u);
 }
 
+// The compile cache keeps the most recently used functions only: shapes that keep changing
+// cannot grow memory without bound.
+TEST(Runner, CompileCacheIsBounded) {
+  PartitionRunner runner(AddPlan(), /*compile=*/true, /*max_compiled=*/2);
+  std::vector<float> x(4, 1.f), y(4, 2.f);
+  for (int64_t n : {1, 2, 3, 2, 1}) {
+    auto out = runner.Run({Float(x, {n}), Float(y, {n})});
+    EXPECT_EQ(ToVector(out[0]), std::vector<float>(n, 4.f));
+  }
+  RunnerStats s = runner.stats();
+  // 1, 2, 3 miss (3 evicts 1); 2 hits (it is recent); 1 misses again (evicting 3).
+  EXPECT_EQ(s.cache_misses, 4u);
+  EXPECT_EQ(s.cache_hits, 1u);
+  EXPECT_EQ(s.evictions, 2u);
+  EXPECT_EQ(s.traces, 4u);
+}
+
 TEST(Runner, EagerModeGivesSameResult) {
   PartitionRunner runner(AddPlan(), /*compile=*/false);
   std::vector<float> x = {1, 2, 3}, y = {10, 20, 30};
