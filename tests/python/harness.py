@@ -2,6 +2,7 @@
 compare, and prove from ORT's profile that MLX ran every node. MLX sessions are created so that
 they fail rather than silently becoming CPU-only (mlx_session). (bfloat16 helpers: harness_bf16.)"""
 import functools
+import gc
 import json
 import os
 import shutil
@@ -195,6 +196,28 @@ def run_mlx_nodes(model, feeds, runs=1):
     # Each run logs one kernel event per executed node; keep those of the last run only.
     per_run = len(nodes) // runs if runs else 0
     return outs, nodes[len(nodes) - per_run:]
+
+
+def run_mlx_with_report(model, feeds_list, so=None):
+    """Runs each feed dict through one MLX session (see mlx_session) and returns (outputs per
+    run, the EP's claim report with its run counters, the providers of the last run's nodes from
+    ORT's profile). The EP reads ONNXRUNTIME_EP_MLX_REPORT when the session is created and
+    writes the report when it is released."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "report.json")
+        os.environ["ONNXRUNTIME_EP_MLX_REPORT"] = path
+        try:
+            sess = mlx_session(model, so, profile=True)
+        finally:
+            del os.environ["ONNXRUNTIME_EP_MLX_REPORT"]
+        outs = [sess.run(None, f) for f in feeds_list]
+        nodes = profiled_nodes(sess)
+        del sess
+        gc.collect()
+        with open(path) as f:
+            report = json.load(f)
+    last_run = nodes[len(nodes) - len(nodes) // len(feeds_list):]
+    return outs, report, [provider for _, provider in last_run]
 
 
 def run_mlx(model, feeds, runs=1):

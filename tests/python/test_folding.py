@@ -4,18 +4,13 @@ Exporters compute reshape targets, masks and positions from the runtime shapes o
 (Shape -> Gather -> Unsqueeze -> Concat -> Reshape). With symbolic dims ORT cannot fold them, so
 the EP does, while tracing: each model below must run as one MLX partition with no node on CPU,
 match ORT's CPU EP, trace once per input shape, and fold the shape nodes (the EP's report)."""
-import gc
-import json
-import os
-import tempfile
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import onnxruntime_ep_mlx as mlx_ep
-from harness import assert_close, run_cpu
+from harness import assert_close, run_cpu, run_mlx_with_report
 
 I64 = TensorProto.INT64
 F32 = TensorProto.FLOAT
@@ -97,32 +92,12 @@ def shape_outputs_model():
 
 
 def run_with_report(model, feeds_list):
-    """Runs every feed dict through one MLX session and returns (outputs per feed, the EP's
-    report written when the session closed, the providers of the last run's nodes from ORT's
-    profile). ORT's own graph optimizations are off: its ReshapeFusion would rewrite the simplest
-    of these chains before the EP sees them, and real models hold many it cannot rewrite."""
-    mlx_ep.register_execution_provider_library()
+    """run_mlx_with_report with ORT's own graph optimizations off: its ReshapeFusion would
+    rewrite the simplest of these chains before the EP sees them, and real models hold many it
+    cannot rewrite."""
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.enable_profiling = True
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "report.json")
-        so.profile_file_prefix = os.path.join(tmp, "profile")
-        os.environ["ONNXRUNTIME_EP_MLX_REPORT"] = path
-        try:
-            sess = ort.InferenceSession(model.SerializeToString(), so, providers=["MLXExecutionProvider"])
-            assert sess.get_providers()[0] == "MLXExecutionProvider", sess.get_providers()
-            outs = [sess.run(None, f) for f in feeds_list]
-            with open(sess.end_profiling()) as f:
-                events = [e for e in json.load(f) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-            del sess
-            gc.collect()
-        finally:
-            del os.environ["ONNXRUNTIME_EP_MLX_REPORT"]
-        with open(path) as f:
-            report = json.load(f)
-    last_run = events[len(events) - len(events) // len(feeds_list):]
-    return outs, report, [e["args"].get("provider") for e in last_run]
+    return run_mlx_with_report(model, feeds_list, so)
 
 
 def check_one_partition(model, feeds_list, folded_per_trace):

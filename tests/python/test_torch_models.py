@@ -3,18 +3,13 @@ tools/gpu/export_torch_models.py from transformers' BERT, GPT-2 and Llama, torch
 MobileNetV3, and YOLO- and CRNN-shaped modules; TorchScript and dynamo exporters, symbolic
 batch/sequence dims). Each must run as one MLX partition with no node left on CPU, under ORT's
 default graph optimizations (what a user gets), and match ORT's CPU EP."""
-import gc
-import json
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
 
-import onnxruntime_ep_mlx as mlx_ep
-from harness import assert_close, run_cpu
+from harness import assert_close, run_mlx_with_report
 
 MODELS = Path(__file__).resolve().parents[1] / "models" / "torch"
 EP = "MLXExecutionProvider"
@@ -49,37 +44,11 @@ CASES = {
 }
 
 
-def run_mlx_session(path, feeds_list):
-    """Outputs of each run, the EP's report, and the providers of the last run's nodes (ORT's
-    profile); the session may not fall back to CPU."""
-    mlx_ep.register_execution_provider_library()
-    so = ort.SessionOptions()
-    so.enable_profiling = True
-    with tempfile.TemporaryDirectory() as tmp:
-        report_path = os.path.join(tmp, "report.json")
-        so.profile_file_prefix = os.path.join(tmp, "profile")
-        os.environ["ONNXRUNTIME_EP_MLX_REPORT"] = report_path
-        try:
-            sess = ort.InferenceSession(str(path), so, providers=[EP, "CPUExecutionProvider"])
-            assert sess.get_providers()[0] == EP, sess.get_providers()
-            outs = [sess.run(None, f) for f in feeds_list]
-            with open(sess.end_profiling()) as f:
-                nodes = [e for e in json.load(f) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
-            del sess
-            gc.collect()
-        finally:
-            del os.environ["ONNXRUNTIME_EP_MLX_REPORT"]
-        with open(report_path) as f:
-            report = json.load(f)
-    last = nodes[len(nodes) - len(nodes) // len(feeds_list):]
-    return outs, report, [e["args"].get("provider") for e in last]
-
-
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_exported_model_is_one_mlx_partition(name):
     path = MODELS / f"{name}.onnx"
     feeds_list = CASES[name]
-    outs, report, providers = run_mlx_session(path, feeds_list)
+    outs, report, providers = run_mlx_with_report(str(path), feeds_list)
     (graph,) = report["graphs"]
     assert graph["declined"] == [], [(d["op_type"], d["reason"]) for d in graph["declined"]]
     assert len(graph["partitions"]) == 1, graph["boundaries"]
