@@ -8,9 +8,7 @@ Prints median latencies and ratios; `--json FILE` also writes them.
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 import onnx
@@ -22,23 +20,13 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 import onnxruntime_ep_mlx as mlx_ep  # noqa: E402
 from make_encoder_model import build_encoder  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 CASES = [  # (batch, seq, d_model, heads, d_ff)
     (1, 128, 256, 4, 1024),
     (4, 128, 256, 4, 1024),
     (8, 256, 512, 8, 2048),
 ]
-
-
-def median_ms(fn, warmup, iters):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def torch_encoder(model, device):
@@ -87,8 +75,8 @@ def main():
         mlx = ort.InferenceSession(data, providers=[mlx_ep.ep_name(), "CPUExecutionProvider"])
         diff = float(np.max(np.abs(cpu.run(None, feeds)[0] - mlx.run(None, feeds)[0])))
         row = {"case": [b, s, d, h, f], "max_abs_diff": diff,
-               "ort_cpu_ms": median_ms(lambda: cpu.run(None, feeds), 3, args.iters),
-               "mlx_ms": median_ms(lambda: mlx.run(None, feeds), 3, args.iters)}
+               "ort_cpu_ms": median_ms([lambda: cpu.run(None, feeds)], 3, args.iters)[0],
+               "mlx_ms": median_ms([lambda: mlx.run(None, feeds)], 3, args.iters)[0]}
         line = f"{str((b, s, d, h, f)):<26}{row['ort_cpu_ms']:>12.2f}{row['mlx_ms']:>12.2f}" \
                f"{row['ort_cpu_ms'] / row['mlx_ms']:>9.2f}"
         if args.torch:
@@ -102,7 +90,7 @@ def main():
                     fwd(x)
                 torch.cuda.synchronize()
 
-            row["torch_ms"] = median_ms(run_torch, 3, args.iters)
+            row["torch_ms"] = median_ms([run_torch], 3, args.iters)[0]
             line += f"{row['torch_ms']:>11.2f}{row['torch_ms'] / row['mlx_ms']:>11.2f}"
         print(line + f"   (max|diff| {diff:.1e})")
         rows.append(row)

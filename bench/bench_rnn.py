@@ -18,7 +18,6 @@ graph) are fed at run time.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from onnx import TensorProto, helper
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 import onnxruntime_ep_mlx as mlx_ep  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
@@ -68,20 +68,11 @@ def session(model, mlx):
     return ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 
 
-def median_ms(fn, iters):
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def measure(op, seq, args):
     model, feeds = build(op, seq, args.batch, args.input, args.hidden, args.direction)
     cpu = session(model, mlx=False)
     ref = cpu.run(None, feeds)
-    cpu_ms = median_ms(lambda: cpu.run(None, feeds), args.iters)
+    cpu_ms = median_ms([lambda: cpu.run(None, feeds)], 0, args.iters)[0]
 
     t0 = time.perf_counter()
     sess = session(model, mlx=True)
@@ -89,7 +80,7 @@ def measure(op, seq, args):
     t0 = time.perf_counter()
     got = sess.run(None, feeds)
     first_ms = (time.perf_counter() - t0) * 1e3
-    run_ms = median_ms(lambda: sess.run(None, feeds), args.iters)
+    run_ms = median_ms([lambda: sess.run(None, feeds)], 0, args.iters)[0]
     diff = float(np.max(np.abs(got[0] - ref[0])))
     return {"op": op, "seq": seq, "create_ms": create_ms, "first_run_ms": first_ms, "run_ms": run_ms,
             "cpu_run_ms": cpu_ms, "max_abs_diff": diff}

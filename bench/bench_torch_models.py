@@ -11,9 +11,7 @@ import argparse
 import gc
 import json
 import os
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +20,7 @@ import onnxruntime as ort
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 import onnxruntime_ep_mlx as mlx_ep  # noqa: E402
+from timing import median_ms  # noqa: E402
 
 MODELS = ROOT / "tests" / "models" / "torch"
 
@@ -50,17 +49,6 @@ def feeds_for(stem, large):
     if stem == "crnn_torchscript":
         return image(b, 1, 16, 320 if large else 160)
     return image(b, 1, 16, 40)
-
-
-def median_ms(fn, warmup, iters):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
 
 
 def session(path, providers):
@@ -95,7 +83,7 @@ def main():
             peers.append(("cuda", ["CUDAExecutionProvider", "CPUExecutionProvider"]))
         for key, providers in peers:
             sess = session(path, providers)
-            row[key] = median_ms(lambda: sess.run(None, feeds), warmup=3, iters=args.iters)
+            row[key] = median_ms([lambda: sess.run(None, feeds)], warmup=3, iters=args.iters)[0]
             del sess
             gc.collect()
         rows.append(row)

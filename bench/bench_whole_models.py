@@ -9,10 +9,8 @@ ratio (> 1: MLX faster), and what the EP claimed. Prints a markdown table; --jso
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
-import time
 
 import onnx
 import onnxruntime as ort
@@ -22,6 +20,7 @@ sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(ROOT, "tests", "model
 import build_models  # noqa: E402
 import onnxruntime_ep_mlx as mlx_ep  # noqa: E402
 import real_models  # noqa: E402
+from timing import median_ms  # noqa: E402
 from onnxruntime_ep_mlx.report import collect_report  # noqa: E402
 
 EP = mlx_ep.ep_name()
@@ -54,21 +53,6 @@ def cases(only):
             print(f"skipping {name}: {path} missing (scripts/fetch_models.sh)", file=sys.stderr)
             continue
         yield name, path, real_models.REAL_MODELS[name][1]()
-
-
-def median_ms(sessions, feeds, warmup, iters):
-    """Median ms per session; the sessions run interleaved, one run each per round, so that load
-    from other processes falls on all of them alike."""
-    for _ in range(warmup):
-        for sess in sessions:
-            sess.run(None, feeds)
-    times = [[] for _ in sessions]
-    for _ in range(iters):
-        for sess, t in zip(sessions, times):
-            t0 = time.perf_counter()
-            sess.run(None, feeds)
-            t.append((time.perf_counter() - t0) * 1e3)
-    return [statistics.median(t) for t in times]
 
 
 def mlx_session(path):
@@ -104,7 +88,8 @@ def main():
         sessions = [cpu, mlx_session(path)]
         if cuda:
             sessions.append(ort.InferenceSession(path, so, providers=["CUDAExecutionProvider", "CPUExecutionProvider"]))
-        cpu_ms, mlx_ms, *cuda_ms = median_ms(sessions, feeds, args.warmup, args.iters)
+        runs = [lambda s=s: s.run(None, feeds) for s in sessions]
+        cpu_ms, mlx_ms, *cuda_ms = median_ms(runs, args.warmup, args.iters)
         report = collect_report(path)
         graph = report["graphs"][0] if report["graphs"] else {"nodes_claimed": 0, "nodes_total": 0, "partitions": []}
         shape = " ".join("x".join(map(str, v.shape)) for v in feeds.values())

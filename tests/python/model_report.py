@@ -1,5 +1,6 @@
 """Reading the EP's claim report for whole-model tests: partitions, declined nodes and the values
-that cross partition boundaries, summarised for assertion messages and benchmark tables."""
+that cross partition boundaries (the report's own explanation), summarised for assertion
+messages and benchmark tables."""
 import collections
 
 import onnx
@@ -22,37 +23,9 @@ def claim_summary(model_path):
     return report, main_graph(report, model), model
 
 
-def crossing_values(graph_entry, model):
-    """Values a partition reads from another partition or from a CPU node, as
-    'producer_op -> consumer_op[input k]' counts. Nodes are matched by name to `model`; nodes ORT
-    created while optimizing (fusions) are not in the model and are skipped."""
-    where = {}
-    for i, p in enumerate(graph_entry.get("partitions", [])):
-        for n in p["nodes"]:
-            where[n["name"]] = f"p{i}"
-    for d in graph_entry.get("declined", []):
-        where[d["node"]] = "cpu"
-    producer = {}
-    for node in model.graph.node:
-        for out in node.output:
-            producer[out] = node
-    cuts = collections.Counter()
-    for node in model.graph.node:
-        here = where.get(node.name)
-        if here is None or here == "cpu":
-            continue
-        for k, value in enumerate(node.input):
-            src = producer.get(value)
-            if src is None or src.name not in where or where[src.name] == here:
-                continue
-            origin = "CPU " if where[src.name] == "cpu" else ""
-            cuts[f"{origin}{src.op_type} -> {node.op_type}[{k}]"] += 1
-    return cuts
-
-
-def describe(graph_entry, model=None):
+def describe(graph_entry):
     """One paragraph: claimed/total, partitions with sizes, declined op types with reasons, and
-    (given the model) the boundary edges."""
+    the values crossing partition boundaries with the EP's reason for each."""
     parts = graph_entry.get("partitions", [])
     sizes = sorted((len(p["nodes"]) for p in parts), reverse=True)
     lines = [f"{graph_entry.get('nodes_claimed', 0)}/{graph_entry.get('nodes_total', 0)} nodes claimed, "
@@ -60,9 +33,8 @@ def describe(graph_entry, model=None):
     declined = collections.Counter((d["op_type"], d["reason"]) for d in graph_entry.get("declined", []))
     for (op, reason), count in sorted(declined.items()):
         lines.append(f"  declined {op} x{count}: {reason}")
-    if model is not None:
-        for edge, count in crossing_values(graph_entry, model).most_common():
-            lines.append(f"  boundary {edge} x{count}")
+    for b in graph_entry.get("boundaries", []):
+        lines.append(f"  boundary {b['value']!r} ({b['producer']} -> {b['consumer']}): {b['reason']}")
     return "\n".join(lines)
 
 

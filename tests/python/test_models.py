@@ -44,9 +44,9 @@ def test_model_matches_cpu(name):
 
 @pytest.mark.parametrize("name", list(build_models.MODELS))
 def test_model_is_one_mlx_partition(name):
-    path, model, _ = built(name)
+    path, _, _ = built(name)
     _, graph, _ = claim_summary(path)
-    summary = describe(graph, model)
+    summary = describe(graph)
     assert graph["nodes_total"] > 0, f"{name}: the EP saw no nodes"
     one_partition = graph["nodes_claimed"] == graph["nodes_total"] and len(graph["partitions"]) == 1
     assert one_partition, f"{name} is not one MLX partition: {summary}"
