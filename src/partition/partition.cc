@@ -30,10 +30,10 @@ std::string CheckValueTypes(const Node& node, const Graph& graph) {
 
 // True for each node whose outputs the trace's host lane can always hold: a claimed node that
 // folds from shapes, or from values that are themselves constants or foldable.
-std::vector<bool> FoldableNodes(const Graph& graph, const std::vector<Claim>& claims,
-                                const OpRegistry& registry) {
+std::vector<bool> FoldableNodes(const Graph& graph, const std::vector<size_t>& order,
+                                const std::vector<Claim>& claims, const OpRegistry& registry) {
   std::vector<bool> foldable(graph.nodes.size(), false);
-  for (size_t v : TopologicalOrder(graph)) {
+  for (size_t v : order) {
     const Node& node = graph.nodes[v];
     if (!claims[v].ok) continue;
     const OpSpec* spec = registry.Find(node.domain, node.op_type, node.since_version);
@@ -114,7 +114,10 @@ namespace {
 class Clusterer {
  public:
   Clusterer(const Graph& graph, const std::vector<Claim>& claims, const std::vector<bool>& foldable)
-      : graph_(graph), claims_(claims), foldable_(foldable), cluster_of_(graph.nodes.size(), -1),
+      : graph_(graph),
+        claims_(claims),
+        foldable_(foldable),
+        cluster_of_(graph.nodes.size(), -1),
         deps_(graph.nodes.size()) {}
 
   void Add(size_t v, std::vector<std::vector<size_t>>& clusters) {
@@ -200,8 +203,8 @@ class Clusterer {
 std::string Describe(const Node& node) { return node.Label() + " (" + node.op_type + ")"; }
 
 // Why `value` (made by `p`, read by input k of `v`) crosses from one side to the other.
-std::string BoundaryReason(const Graph& graph, const std::vector<Claim>& claims, const std::vector<bool>& foldable,
-                           int p, size_t v, size_t k) {
+std::string BoundaryReason(const Graph& graph, const std::vector<Claim>& claims,
+                           const std::vector<bool>& foldable, int p, size_t v, size_t k) {
   if (!claims[p].ok) return "its producer " + Describe(graph.nodes[p]) + " runs on CPU: " + claims[p].reason;
   if (!claims[v].ok) return "its consumer " + Describe(graph.nodes[v]) + " runs on CPU: " + claims[v].reason;
   const auto& host = claims[v].host_inputs;
@@ -213,7 +216,8 @@ std::string BoundaryReason(const Graph& graph, const std::vector<Claim>& claims,
 }
 
 std::vector<Boundary> ExplainBoundaries(const Graph& graph, const std::vector<Claim>& claims,
-                                        const std::vector<bool>& foldable, const std::vector<int>& cluster_of) {
+                                        const std::vector<bool>& foldable,
+                                        const std::vector<int>& cluster_of) {
   std::vector<Boundary> boundaries;
   std::set<std::pair<std::string, size_t>> seen;  // (value, consumer)
   for (size_t v = 0; v < graph.nodes.size(); ++v) {
@@ -240,9 +244,10 @@ Partitioning PartitionGraph(const Graph& graph, const OpRegistry& registry) {
     claims[i] = ClaimNode(graph.nodes[i], graph, registry);
     result.decisions[i] = {claims[i].ok, claims[i].reason};
   }
-  const std::vector<bool> foldable = FoldableNodes(graph, claims, registry);
+  const std::vector<size_t> order = TopologicalOrder(graph);
+  const std::vector<bool> foldable = FoldableNodes(graph, order, claims, registry);
   Clusterer clusterer(graph, claims, foldable);
-  for (size_t v : TopologicalOrder(graph)) clusterer.Add(v, result.clusters);
+  for (size_t v : order) clusterer.Add(v, result.clusters);
   result.boundaries = ExplainBoundaries(graph, claims, foldable, clusterer.cluster_of());
   return result;
 }
