@@ -26,8 +26,8 @@ void SessionReport::AddGraph(const Graph& graph, const Partitioning& p) {
       e.declined.push_back({n.Label(), n.op_type, n.domain, p.decisions[i].reason});
     }
   for (const Boundary& b : p.boundaries)
-    e.boundaries.push_back({b.value, graph.nodes[b.producer].Label(), graph.nodes[b.consumer].Label(), b.reason,
-                            b.from, b.to});
+    e.boundaries.push_back(
+        {b.value, graph.nodes[b.producer].Label(), graph.nodes[b.consumer].Label(), b.reason, b.from, b.to});
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& g : graphs_)
     if (g.name == e.name) {
@@ -96,8 +96,8 @@ std::string SessionReport::Summary() const {
   for (const auto& r : runners_) {
     RunnerStats s = r->stats();
     os << "partition " << r->plan().name << ": " << r->plan().nodes.size() << " nodes, " << s.runs
-       << " runs, compile cache " << s.cache_hits << " hits / " << s.cache_misses << " misses, "
-       << s.traces << " traces, " << s.folded_nodes << " nodes folded\n";
+       << " runs, compile cache " << s.cache_hits << " hits / " << s.cache_misses << " misses, " << s.traces
+       << " traces, " << s.folded_nodes << " nodes folded\n";
   }
   return os.str();
 }

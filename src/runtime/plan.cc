@@ -34,7 +34,8 @@ void CheckOutput(const Plan& plan, const PlanNode& pn, size_t k, const mx::array
 // Marks what must be known on the host: each node's host inputs and, behind a value produced by
 // a node of the plan, that node (it must fold) and, unless it folds from shapes alone, its
 // inputs in turn. Needed partition inputs are read from ORT's tensors at run time.
-void MarkHostValues(Plan& plan, const Graph& graph, const std::unordered_map<std::string, size_t>& input_index) {
+void MarkHostValues(Plan& plan, const Graph& graph,
+                    const std::unordered_map<std::string, size_t>& input_index) {
   std::unordered_map<std::string, size_t> producer;
   for (size_t i = 0; i < plan.nodes.size(); ++i)
     for (const auto& out : plan.nodes[i].node.outputs)
@@ -61,7 +62,8 @@ void MarkHostValues(Plan& plan, const Graph& graph, const std::unordered_map<std
     } else if (const ValueInfo* v = graph.Value(name); v && v->constant) {
       plan.host_constants[name] = v->constant;
     } else {
-      throw std::invalid_argument("[MlxEp] value '" + name + "' must be known on the host but is not available");
+      throw std::invalid_argument("[MlxEp] value '" + name +
+                                  "' must be known on the host but is not available");
     }
   }
 }
@@ -138,14 +140,16 @@ class PlanTrace {
       Note(inputs.at(i));
       values_.insert_or_assign(plan_.input_names[i], inputs[i]);
       // Non-owning: the runner keeps host inputs alive as long as the traced function.
-      if (host.at(i)) host_[plan_.input_names[i]] = std::shared_ptr<const Tensor>(std::shared_ptr<void>(), host[i]);
+      if (host.at(i))
+        host_[plan_.input_names[i]] = std::shared_ptr<const Tensor>(std::shared_ptr<void>(), host[i]);
     }
   }
 
   void Run(const PlanNode& pn) {
     bool fold = CanFold(pn);
     if (pn.must_fold && !fold)
-      throw std::logic_error("[MlxEp] " + pn.node.Label() + ": an input has no host value, so the node cannot fold");
+      throw std::logic_error("[MlxEp] " + pn.node.Label() +
+                             ": an input has no host value, so the node cannot fold");
     std::vector<mx::array> outs = pn.spec->translate(Context(pn, fold));
     if (fold && !pn.must_fold && TooLargeToFold(outs)) {
       // A large value nobody needs on the host stays an MLX computation (a broadcast full()
@@ -171,7 +175,8 @@ class PlanTrace {
 
   std::vector<mx::array> Outputs() {
     std::vector<mx::array> outputs;
-    for (const auto& name : plan_.output_names) outputs.push_back(mx::contiguous(*Array(name), false, stream_));
+    for (const auto& name : plan_.output_names)
+      outputs.push_back(mx::contiguous(*Array(name), false, stream_));
     return outputs;
   }
 
@@ -193,7 +198,8 @@ class PlanTrace {
       const std::string& in = pn.node.inputs[k];
       auto h = in.empty() ? host_.end() : host_.find(in);
       if (h != host_.end()) host[k] = h->second.get();
-      inputs.push_back(from_values && h != host_.end() ? std::optional<mx::array>(ToArray(*h->second)) : Array(in));
+      inputs.push_back(from_values && h != host_.end() ? std::optional<mx::array>(ToArray(*h->second))
+                                                       : Array(in));
     }
     for (size_t k : pn.host_inputs)
       if (!host[k])
@@ -216,8 +222,9 @@ class PlanTrace {
   }
 
   static bool TooLargeToFold(const std::vector<mx::array>& outs) {
-    return std::any_of(outs.begin(), outs.end(),
-                       [](const mx::array& a) { return static_cast<int64_t>(a.size()) > kMaxFoldedElements; });
+    return std::any_of(outs.begin(), outs.end(), [](const mx::array& a) {
+      return static_cast<int64_t>(a.size()) > kMaxFoldedElements;
+    });
   }
 
   void Note(const mx::array& a) {

@@ -68,7 +68,7 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
 }
 
 PartitionRunner::CacheEntry& PartitionRunner::Lookup(const std::string& key,
-                                                    const std::function<CacheEntry()>& make) {
+                                                     const std::function<CacheEntry()>& make) {
   auto it = cache_.find(key);
   const bool hit = it != cache_.end();
   if (hit) {

@@ -143,8 +143,9 @@ TEST(Partition, EveryBoundaryIsExplained) {
   EXPECT_EQ(p.boundaries[1].from, -1);
   EXPECT_NE(p.boundaries[1].reason.find("producer No_1 (No) runs on CPU"), std::string::npos);
   EXPECT_EQ(p.boundaries[3].value, "shape");  // a host input from runtime data
-  EXPECT_NE(p.boundaries[3].reason.find("reads it on the host (input 1) and it depends on runtime tensor data"),
-            std::string::npos)
+  EXPECT_NE(
+      p.boundaries[3].reason.find("reads it on the host (input 1) and it depends on runtime tensor data"),
+      std::string::npos)
       << p.boundaries[3].reason;
 }
 
