@@ -19,6 +19,7 @@
 extern "C" {  // libonnxruntime_ep_mlx_blas (src/blas/blas_shim.c)
 void onnxruntime_ep_mlx_blas_set_num_threads(int num_threads);
 int onnxruntime_ep_mlx_blas_num_threads(void);
+unsigned long onnxruntime_ep_mlx_blas_pool_batches(void);
 const char* onnxruntime_ep_mlx_blas_corename(void);
 const char* onnxruntime_ep_mlx_blas_target(void);
 }
@@ -212,6 +213,24 @@ void ConfigureBlasThreads() {
 }
 
 BlasBinding InspectBlasBinding() { return Inspect(); }
+
+bool SetBlasThreads(int threads) {
+#if defined(MLX_EP_HAVE_BLAS_SHIM)
+  onnxruntime_ep_mlx_blas_set_num_threads(threads);
+  return true;
+#else
+  (void)threads;
+  return false;
+#endif
+}
+
+int64_t BlasPoolBatches() {
+#if defined(MLX_EP_HAVE_BLAS_SHIM)
+  return static_cast<int64_t>(onnxruntime_ep_mlx_blas_pool_batches());
+#else
+  return -1;
+#endif
+}
 
 std::string DescribeBlasBinding(const BlasBinding& b) {
   std::ostringstream os;

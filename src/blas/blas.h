@@ -4,6 +4,7 @@
 // libmlx; on macOS MLX uses Accelerate and there is nothing to do.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace mlx_ep {
@@ -34,6 +35,12 @@ constexpr int kDefaultBlasThreads = 1;
 /** Reads libmlx's binding of cblas_sgemm (its GOT slot); when the slot is still unresolved
  *  (lazy binding), first runs a 2x2 matmul on MLX's CPU stream to resolve it. */
 BlasBinding InspectBlasBinding();
+
+/** Sets OpenBLAS's thread count (process-wide); false without the shim. */
+bool SetBlasThreads(int threads);
+
+/** Parallel OpenBLAS calls run so far on the EP's worker pool (blas_pool.c), -1 without the shim. */
+int64_t BlasPoolBatches();
 
 /** One line for the verbose log. */
 std::string DescribeBlasBinding(const BlasBinding& b);

@@ -15,6 +15,7 @@
 #define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
 
+#include "blas_pool.h"
 #include "cblas.h" /* scipy-openblas32's: declares scipy_cblas_* with blasint == int */
 
 #define SHIM_EXPORT __attribute__((visibility("default")))
@@ -42,12 +43,23 @@ SHIM_EXPORT void cblas_cgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRAN
   scipy_cblas_cgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* Sets OpenBLAS's thread count (process-wide). */
+/* Sets OpenBLAS's thread count (process-wide). The first call moves OpenBLAS's parallel work
+ * from its own spinning thread server onto blas_pool.c's sleeping workers. */
 SHIM_EXPORT void onnxruntime_ep_mlx_blas_set_num_threads(int num_threads) {
-  scipy_openblas_set_num_threads(num_threads);
+  static int pool_installed = 0;
+  if (!pool_installed) {
+    scipy_openblas_set_threads_callback_function(blas_pool_callback());
+    pool_installed = 1;
+  }
+  /* OpenBLAS never hands over a batch of more jobs than its thread count: cap it to the jobs
+   * the pool can run at once. */
+  scipy_openblas_set_num_threads(blas_pool_prepare(num_threads));
 }
 
 SHIM_EXPORT int onnxruntime_ep_mlx_blas_num_threads(void) { return scipy_openblas_get_num_threads(); }
+
+/* Parallel OpenBLAS calls that ran on the EP's pool (blas_pool.c). */
+SHIM_EXPORT unsigned long onnxruntime_ep_mlx_blas_pool_batches(void) { return blas_pool_parallel_batches(); }
 
 /* OpenBLAS's build configuration and the CPU kernel it picked, e.g. "OpenBLAS 0.3.34 ... Haswell". */
 SHIM_EXPORT const char* onnxruntime_ep_mlx_blas_config(void) { return scipy_openblas_get_config(); }

@@ -1,0 +1,46 @@
+// The BLAS under MLX's CPU backend: parallel GEMMs run on the EP's sleeping worker pool
+// (src/blas/blas_pool.c), not on OpenBLAS's spinning thread server, and give exact results.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "blas/blas.h"
+#include "graph_builder.h"
+#include "runtime/runner.h"
+
+namespace mlx_ep {
+namespace {
+
+TEST(Blas, ParallelGemmsRunOnTheEpPool) {
+  if (BlasPoolBatches() < 0) GTEST_SKIP() << "built without scipy-openblas32 (or not on Linux)";
+  if (InspectBlasBinding().kind != "openblas") GTEST_SKIP() << "libmlx is not bound to the EP's OpenBLAS";
+  const int64_t m = 384, k = 256, n = 512;  // large enough for OpenBLAS to split over 2 threads
+  std::vector<float> a(m * k), b(k * n);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7919 % 13) - 6);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 104729 % 11) - 5);
+  Graph g =
+      testing::GraphBuilder().Input("a").Input("b").AddNode("MatMul", {"a", "b"}, {"c"}).Output("c").Build();
+  g.nodes[0].since_version = 13;  // MatMul's latest version
+  PartitionRunner runner(BuildPlan(g, "p", {"a", "b"}, {"c"}, OpRegistry::Get()), /*compile=*/true);
+
+  ASSERT_TRUE(SetBlasThreads(2));
+  const int64_t before = BlasPoolBatches();
+  auto out = runner.Run({{ElemType::kFloat, {m, k}, a.data()}, {ElemType::kFloat, {k, n}, b.data()}});
+  const int64_t after = BlasPoolBatches();
+  SetBlasThreads(1);
+
+  EXPECT_GT(after, before) << "the GEMM did not run in parallel on the EP's pool";
+  ASSERT_EQ(out.size(), 1u);
+  std::vector<float> c(m * n);
+  std::memcpy(c.data(), out[0].bytes.data(), out[0].bytes.size());
+  for (int64_t i = 0; i < m; i += 37) {  // small integers: every product and sum is exact
+    for (int64_t j = 0; j < n; j += 41) {
+      float want = 0;
+      for (int64_t p = 0; p < k; ++p) want += a[i * k + p] * b[p * n + j];
+      ASSERT_EQ(c[i * n + j], want) << "c[" << i << "," << j << "]";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mlx_ep
