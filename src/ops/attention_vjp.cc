@@ -14,9 +14,12 @@
 //    bytes of B * Hq * Sq * Sk, default 64 MiB), and query block by query block beyond it. When the
 //    variable is set, it also bounds the Recompute form: over budget, Y is recomputed through fused
 //    SDPA and the blocked pullback runs.
-//  - Declined: malformed op types, interface mismatches (input / output counts), tensors that are
-//    not float32 or whose rank, head count or width does not match the op type, masks of rank
-//    outside 1..4 or of the wrong type (bool for kinds 0 and 1, float for kind 2).
+//  - float32, float16 and bfloat16 (Q, K, V, Y, G of one type; an additive mask of that type or
+//    float32); float16 / bfloat16 compute in float32 and round the gradients once.
+//  - Declined: malformed op types, interface mismatches (input / output counts), other types,
+//    tensors whose rank, head count or width does not match the op type, masks of rank outside
+//    1..4, of the wrong type (bool for kinds 0 and 1, float for kind 2) or whose static shape does
+//    not broadcast to the scores.
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -134,10 +137,15 @@ namespace {
 /** Heads of tensor input i: kv heads for K and V, query heads for the others. */
 int HeadsOf(const Contract& c, size_t input) { return input == 1 || input == 2 ? c.kv_heads : c.q_heads; }
 
+constexpr std::initializer_list<ElemType> kTensorTypes = {ElemType::kFloat, ElemType::kFloat16,
+                                                          ElemType::kBFloat16};
+
 std::string CheckTensorInput(const Contract& c, const NodeView& v, size_t i) {
   const std::string what = "AttentionVJP input " + std::to_string(i);
   if (!v.has_input(i)) return what + " is missing";
-  if (v.input_type(i) != ElemType::kFloat) return what + " is " + ElemName(v.input_type(i)) + ", not float32";
+  if (!IsOneOf(v.input_type(i), kTensorTypes))
+    return what + " is " + ElemName(v.input_type(i)) + ", not float32, float16 or bfloat16";
+  if (v.input_type(i) != v.input_type(0)) return what + " differs in type from Q";
   const auto shape = v.input_shape(i);
   if (!shape || static_cast<int>(shape->size()) != c.rank)
     return what + " does not have the op type's rank " + std::to_string(c.rank);
@@ -149,6 +157,21 @@ std::string CheckTensorInput(const Contract& c, const NodeView& v, size_t i) {
   return "";
 }
 
+/** Declines a mask whose static dims cannot broadcast to [B, Hq, Sq, Sk] (its last axis may be
+ *  shorter than Sk); unknown dims are checked when tracing. */
+Claim ClaimMaskShape(const Contract& c, const NodeView& v) {
+  const auto q = v.input_shape(0), k = v.input_shape(1), mask = v.input_shape(c.mask_input());
+  const size_t seq = c.rank == 3 ? 1 : 2;
+  const std::vector<int64_t> scores = {(*q)[0], c.q_heads, (*q)[seq], (*k)[seq]};
+  for (size_t axis = 1; axis <= mask->size(); ++axis) {
+    const int64_t size = (*mask)[mask->size() - axis], target = scores[4 - axis];
+    if (size < 0 || target < 0 || size == 1 || size == target || (axis == 1 && size < target)) continue;
+    return Claim::No("AttentionVJP mask dim " + std::to_string(size) + " does not broadcast to " +
+                     std::to_string(target) + " in [B, Hq, Sq, Sk]");
+  }
+  return Claim::Yes();
+}
+
 Claim ClaimAttentionVjp(const NodeView& v) {
   std::string reason;
   const auto c = ParseContract(v.node().op_type, &reason);
@@ -158,25 +181,28 @@ Claim ClaimAttentionVjp(const NodeView& v) {
                      " inputs and " + std::to_string(c->outputs.size()) + " outputs");
   for (size_t i = 0; i < c->mask_input(); ++i)
     if (auto why = CheckTensorInput(*c, v, i); !why.empty()) return Claim::No(why);
+  const ElemType t = v.input_type(0);
   for (size_t i = 0; i < v.num_outputs(); ++i)
-    if (v.has_output(i) && v.output_type(i) != ElemType::kFloat && v.output_type(i) != ElemType::kUndefined)
-      return Claim::No("AttentionVJP output " + std::to_string(i) + " is not float32");
+    if (v.has_output(i) && v.output_type(i) != t && v.output_type(i) != ElemType::kUndefined)
+      return Claim::No("AttentionVJP output " + std::to_string(i) + " differs in type from Q");
   const size_t m = c->mask_input();
   if (!v.has_input(m))
     return c->mask == MaskKind::kNone ? Claim::Yes() : Claim::No("AttentionVJP mask tensor required");
   const auto mask_rank = v.input_rank(m);
   if (!mask_rank || *mask_rank < 1 || *mask_rank > 4) return Claim::No("AttentionVJP mask rank must be 1..4");
-  const ElemType want = c->mask == MaskKind::kAdditive ? ElemType::kFloat : ElemType::kBool;
-  if (v.input_type(m) != want)
+  const ElemType mask_type = v.input_type(m);
+  const bool additive = c->mask == MaskKind::kAdditive;
+  if (additive ? mask_type != ElemType::kFloat && mask_type != t : mask_type != ElemType::kBool)
     return Claim::No("AttentionVJP mask type mismatch: mask kind " +
-                     std::to_string(static_cast<int>(c->mask)) + " takes " + ElemName(want) + ", got " +
-                     ElemName(v.input_type(m)));
+                     std::to_string(static_cast<int>(c->mask)) + " takes " +
+                     (additive ? "float32 or Q's type" : "bool") + ", got " + ElemName(mask_type));
+  if (c->mask != MaskKind::kNone) return ClaimMaskShape(*c, v);
   return Claim::Yes();
 }
 
-/** Input i as [B, H, S, D]. */
+/** Input i as [B, H, S, D] float32. */
 mx::array ToHeads(const OpContext& c, const Contract& k, size_t i) {
-  const mx::array& x = c.input(i);
+  const mx::array x = mx::astype(c.input(i), mx::float32, c.stream);
   const int heads = HeadsOf(k, i);
   if (static_cast<int>(x.ndim()) != k.rank)
     c.Fail("input " + std::to_string(i) + " has rank " + std::to_string(x.ndim()));
@@ -248,6 +274,7 @@ std::vector<mx::array> TranslateAttentionVjp(const OpContext& c) {
   if (k->mask != MaskKind::kNone) {
     if (!c.has_input(k->mask_input())) c.Fail("the mask input is missing");
     t.mask = c.input(k->mask_input());
+    if (k->mask == MaskKind::kAdditive) t.mask = mx::astype(*t.mask, mx::float32, c.stream);
     CheckMask(c, *t.mask, {b, k->q_heads, query_len, key_len});
   }
   std::vector<mx::array> grads;
@@ -260,7 +287,8 @@ std::vector<mx::array> TranslateAttentionVjp(const OpContext& c) {
         grads[i] = mx::reshape(mx::transpose(grads[i], {0, 2, 1, 3}, c.stream), c.input(i).shape(), c.stream);
   }
   std::vector<mx::array> outs;
-  for (int o : k->outputs) outs.push_back(grads[o]);
+  // float16 / bfloat16 compute in float32 and round once.
+  for (int o : k->outputs) outs.push_back(mx::astype(grads[o], c.input(0).dtype(), c.stream));
   return outs;
 }
 

@@ -107,7 +107,7 @@ def _probabilities(b, c, scores, mask_pad, sq, sk):
             allowed = mask
         else:
             scores = b.op("Add", scores, mask)
-            allowed = b.op("Not", b.op("IsInf", mask, detect_positive=0))
+            allowed = b.op("Not", b.op("Equal", mask, b.const(NEG_INF)))
     if c.causal:
         tri = b.const(np.tril(np.ones((sq, sk), np.bool_)))
         allowed = tri if allowed is None else b.op("And", allowed, tri)
@@ -251,3 +251,22 @@ def model(c, feeds, mask_pad, sq, sk, op_type=None, body=None, n_outputs=None):
                           functions=[function(body, mask_pad, sq, sk, op_type)])
     m.ir_version = 10
     return m
+
+
+def retype(model, feeds, dtype):
+    """(model, feeds) with every float32 tensor (graph inputs and outputs, the function body's
+    constants and casts) in `dtype`."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    for vi in list(m.graph.input) + list(m.graph.output):
+        if vi.type.tensor_type.elem_type == TensorProto.FLOAT:
+            vi.type.tensor_type.elem_type = elem
+    for n in m.functions[0].node:
+        for a in n.attribute:
+            if a.name == "value" and a.t.data_type == TensorProto.FLOAT:
+                a.t.CopyFrom(helper.make_tensor(a.t.name, elem, a.t.dims,
+                                                onnx.numpy_helper.to_array(a.t).astype(dtype).reshape(-1).tolist()))
+            if a.name == "to" and a.i == TensorProto.FLOAT:
+                a.i = elem
+    return m, {n: a.astype(dtype) if a.dtype == np.float32 else a for n, a in feeds.items()}

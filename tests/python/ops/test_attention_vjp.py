@@ -11,7 +11,9 @@ import pytest
 from onnx import TensorProto, helper
 
 import attention_vjp_models as avm
-from harness import assert_close_to_scale, check_parity, run_cpu, run_mlx_with_report, scaled_difference
+from harness import (BF16, assert_close_to_scale, check_parity, mlx_session, run_cpu, run_mlx_with_report,
+                     scaled_difference)
+from harness_bf16 import check_bf16
 
 LIMIT = "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_DENSE_LIMIT_BYTES"
 CLAIM_DEBUG = "ONNXRUNTIME_EP_MLX_CLAIM_DEBUG"
@@ -183,28 +185,40 @@ def test_interface_mismatches_declined(capfd):
         declined(avm.model(c, feeds, (4, 0), 3, 3, op_type=name), feeds, reason, capfd)
 
 
-def test_float16_declined(capfd):
-    c = avm.Config(rank=4, hq=2, hk=2, d=16)
-    model, feeds = avm.case(c, batch=1, sq=3, sk=3)
-    feeds16 = {n: a.astype(np.float16) if a.dtype == np.float32 else a for n, a in feeds.items()}
-    for i in model.graph.input:
-        if i.type.tensor_type.elem_type == TensorProto.FLOAT:
-            i.type.tensor_type.elem_type = TensorProto.FLOAT16
-    model.graph.ClearField("output")
-    model.graph.output.extend([helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT16, None) for i in range(3)])
-    f = model.functions[0]
-    for n in f.node:
-        if n.op_type == "Constant" and n.attribute[0].t.data_type == TensorProto.FLOAT:
-            arr = onnx.numpy_helper.to_array(n.attribute[0].t).astype(np.float16)
-            n.attribute[0].t.CopyFrom(onnx.numpy_helper.from_array(arr))
-        for a in n.attribute:
-            if a.name == "to" and a.i == TensorProto.FLOAT:
-                a.i = TensorProto.FLOAT16
-    try:
-        run_cpu(model, feeds16)
-    except Exception as e:  # noqa: BLE001 - ORT's CPU EP lacks a float16 kernel of the body
-        pytest.skip(f"ORT CPU cannot run the float16 body: {str(e)[:80]}")
-    declined(model, feeds16, "not float32", capfd, rtol=1e-3)  # the body in float16 on MLX
+def test_float64_declined(capfd):
+    c = avm.Config(rank=4, hq=2, hk=2, d=16, mask=2)
+    model, feeds = avm.retype(*avm.case(c, batch=1, sq=3, sk=3), np.float64)
+    declined(model, feeds, "not float32, float16 or bfloat16", capfd)
+
+
+# float16 / bfloat16 compute in float32 and round once: against the float64 pullback of the rounded
+# inputs, within the harness's per-dtype tolerance per element plus that tolerance times the
+# gradient's scale (as for float32 above).
+@pytest.mark.parametrize("dtype,tol", [(np.float16, 1e-3), (BF16, 1e-2)], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("c", [avm.Config(rank=3, hq=4, hk=2, d=32, causal=True, mask=2),
+                               avm.Config(rank=4, hq=2, hk=1, d=64, mask=1, causal=True, recompute=True)],
+                         ids=lambda c: c.op_type()[:-17])
+def test_half_precision(c, dtype, tol):
+    model, feeds = avm.retype(*avm.case(c, batch=2, sq=5, sk=7, mask_shape=(5, 6), mask_rows_off=(3,)), dtype)
+    reference = avm.reference(c, {n: a if a.dtype == np.bool_ else a.astype(np.float64) for n, a in feeds.items()})[1]
+    expected = [reference[i].astype(np.float32) for i in c.outputs]
+    atol = tol * scale_of(expected)
+    if dtype == BF16:
+        got = check_bf16(model, feeds, expected, rtol=tol, atol=atol)
+    else:
+        got = check_parity(model, feeds, rtol=tol, atol=atol, expected=[e.astype(dtype) for e in expected])
+    for out, i in zip(got, c.outputs):
+        err = scaled_difference(np.asarray(out, np.float64), reference[i])
+        assert err < tol, f"gradient {i}: {err:.2e} of its scale from float64"
+
+
+def test_mask_shape_not_broadcasting_declined(capfd):
+    # A mask with 2 query rows for 3 queries. (The function body ignores the mask: one that used
+    # it would make ORT reject the model before any EP sees it.)
+    c = avm.Config(rank=4, hq=2, hk=2, d=32, mask=1, recompute=True)
+    _, feeds = avm.case(c, batch=1, sq=3, sk=3, mask_shape=(2, 3))
+    model = avm.model(c, feeds, (2, 0), 3, 3, body=replace(c, mask=0))
+    declined(model, feeds, "AttentionVJP mask dim 2 does not broadcast to 3 in [B, Hq, Sq, Sk]", capfd)
 
 
 def training_step_model(batch, seq, embed, c, lr=0.1):
