@@ -114,6 +114,32 @@ def test_empty(batch, sq, sk, recompute):
     assert all(g.size == 0 or not g.any() for g in got)
 
 
+@pytest.mark.parametrize("recompute", [False, True])
+def test_symbolic_batch_and_sequence(recompute):
+    # Only the widths (and rank-4 head counts) need to be static; batch and sequence lengths not.
+    c = avm.Config(rank=3, hq=4, hk=2, d=32, causal=True, mask=1, recompute=recompute)
+    model, feeds = avm.case(c, batch=2, sq=5, sk=6, mask_shape=(2, 1, 5, 4))
+    for vi in model.graph.input:
+        dims = vi.type.tensor_type.shape.dim
+        for i, name in ([(0, "B"), (1, "Sq" if vi.name in "QYG" else "Sk")] if vi.name != "Mask" else [(0, "B")]):
+            dims[i].dim_param = name
+    got = check_parity(model, feeds, rtol=RTOL, atol=RTOL * scale_of(run_cpu(model, feeds)))
+    expected = avm.reference(c, feeds)[1]
+    assert all(scaled_difference(g, expected[i]) < F64_TOLERANCE for g, i in zip(got, c.outputs))
+
+
+def test_absent_mask_without_mask_kind():
+    # Mask kind 0 ignores the Mask input, which may then be left out.
+    c = avm.Config(rank=4, hq=2, hk=1, d=16, causal=True)
+    model, feeds = avm.case(c, batch=2, sq=4, sk=6)
+    model.graph.node[0].input[-1] = ""
+    model.graph.input.pop(-1)
+    del feeds["Mask"]
+    got = check_parity(model, feeds, rtol=RTOL, atol=RTOL * scale_of(run_cpu(model, feeds)))
+    expected = avm.reference(c, feeds)[1]
+    assert all(scaled_difference(g, expected[i]) < F64_TOLERANCE for g, i in zip(got, c.outputs))
+
+
 # The score budget: 4 * B * Hq * Sq * Sk = 4 * 2 * 4 * 9 * 7 = 2016 bytes. Over it the pullback runs
 # query blocks of budget // (bytes of one query row) rows (9 blocks of 1 row at a budget of 1 byte,
 # 8 + 1 rows at 2015), at 2016 the whole matrix at once; the recompute form follows the budget
