@@ -176,7 +176,10 @@ Claim ClaimAttentionVjp(const NodeView& v) {
   std::string reason;
   const auto c = ParseContract(v.node().op_type, &reason);
   if (!c) return Claim::No(reason);
-  if (v.num_inputs() != c->num_inputs() || v.num_outputs() != c->outputs.size())
+  // Without a mask kind, the (ignored) Mask input may be left out entirely.
+  const bool inputs_match = v.num_inputs() == c->num_inputs() ||
+                            (c->mask == MaskKind::kNone && v.num_inputs() + 1 == c->num_inputs());
+  if (!inputs_match || v.num_outputs() != c->outputs.size())
     return Claim::No("AttentionVJP interface mismatch: expected " + std::to_string(c->num_inputs()) +
                      " inputs and " + std::to_string(c->outputs.size()) + " outputs");
   for (size_t i = 0; i < c->mask_input(); ++i)

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 import attention_vjp_models as avm
 from harness import (BF16, assert_close_to_scale, check_parity, mlx_session, run_cpu, run_mlx_with_report,
                      scaled_difference)
-from harness_bf16 import check_bf16
+from harness_bf16 import bf16_wrapped, check_bf16, feeds_as_float32
 
 LIMIT = "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_DENSE_LIMIT_BYTES"
 CLAIM_DEBUG = "ONNXRUNTIME_EP_MLX_CLAIM_DEBUG"
@@ -31,6 +31,18 @@ def scale_of(arrays):
     return min((float(np.abs(a).max()) for a in arrays if a.size), default=0.0)
 
 
+def parity(model, feeds, expected=None, rtol=RTOL, atol=None):
+    """check_parity (every node on MLX), and the contract node claimed as itself: were it declined,
+    ORT would inline its function body, whose plain ONNX nodes MLX would run too."""
+    ref = expected if expected is not None else run_cpu(model, feeds)
+    got = check_parity(model, feeds, rtol=rtol, atol=rtol * scale_of(ref) if atol is None else atol, expected=ref)
+    _, report, _ = run_mlx_with_report(model, [feeds])
+    claimed = {n["op_type"] for g in report["graphs"] for p in g["partitions"] for n in p["nodes"]}
+    contract = [n.op_type for n in model.graph.node if n.domain == avm.DOMAIN]
+    assert contract and set(contract) <= claimed, f"{contract} not claimed: {sorted(claimed)}"
+    return got
+
+
 def check(c, limit=None, cpu_reference=True, **kw):
     """Parity with ORT CPU (every node on MLX, through check_parity) and closeness to the float64
     pullback (`cpu_reference` False: compared with the float64 pullback rounded to float32)."""
@@ -41,7 +53,7 @@ def check(c, limit=None, cpu_reference=True, **kw):
     if limit is not None:
         os.environ[LIMIT] = str(limit)
     try:
-        got = check_parity(model, feeds, rtol=RTOL, atol=RTOL * scale_of(ref), expected=ref)
+        got = parity(model, feeds, expected=ref)
     finally:
         if limit is not None:
             if old is None:
@@ -123,19 +135,23 @@ def test_symbolic_batch_and_sequence(recompute):
         dims = vi.type.tensor_type.shape.dim
         for i, name in ([(0, "B"), (1, "Sq" if vi.name in "QYG" else "Sk")] if vi.name != "Mask" else [(0, "B")]):
             dims[i].dim_param = name
-    got = check_parity(model, feeds, rtol=RTOL, atol=RTOL * scale_of(run_cpu(model, feeds)))
+    got = parity(model, feeds)
     expected = avm.reference(c, feeds)[1]
     assert all(scaled_difference(g, expected[i]) < F64_TOLERANCE for g, i in zip(got, c.outputs))
 
 
-def test_absent_mask_without_mask_kind():
-    # Mask kind 0 ignores the Mask input, which may then be left out.
+@pytest.mark.parametrize("slot", ["empty", "dropped"])
+def test_absent_mask_without_mask_kind(slot):
+    # Mask kind 0 ignores the Mask input, which may then be left out (an empty name, or no slot).
     c = avm.Config(rank=4, hq=2, hk=1, d=16, causal=True)
     model, feeds = avm.case(c, batch=2, sq=4, sk=6)
-    model.graph.node[0].input[-1] = ""
+    if slot == "empty":
+        model.graph.node[0].input[-1] = ""
+    else:
+        model.graph.node[0].input.pop(-1)
     model.graph.input.pop(-1)
     del feeds["Mask"]
-    got = check_parity(model, feeds, rtol=RTOL, atol=RTOL * scale_of(run_cpu(model, feeds)))
+    got = parity(model, feeds)
     expected = avm.reference(c, feeds)[1]
     assert all(scaled_difference(g, expected[i]) < F64_TOLERANCE for g, i in zip(got, c.outputs))
 
@@ -231,8 +247,10 @@ def test_half_precision(c, dtype, tol):
     atol = tol * scale_of(expected)
     if dtype == BF16:
         got = check_bf16(model, feeds, expected, rtol=tol, atol=atol)
+        _, report, _ = run_mlx_with_report(bf16_wrapped(model), [feeds_as_float32(feeds)])
+        assert c.op_type() in {n["op_type"] for g in report["graphs"] for p in g["partitions"] for n in p["nodes"]}
     else:
-        got = check_parity(model, feeds, rtol=tol, atol=atol, expected=[e.astype(dtype) for e in expected])
+        got = parity(model, feeds, [e.astype(dtype) for e in expected], rtol=tol, atol=atol)
     for out, i in zip(got, c.outputs):
         err = scaled_difference(np.asarray(out, np.float64), reference[i])
         assert err < tol, f"gradient {i}: {err:.2e} of its scale from float64"
@@ -245,6 +263,24 @@ def test_mask_shape_not_broadcasting_declined(capfd):
     _, feeds = avm.case(c, batch=1, sq=3, sk=3, mask_shape=(2, 3))
     model = avm.model(c, feeds, (2, 0), 3, 3, body=replace(c, mask=0))
     declined(model, feeds, "AttentionVJP mask dim 2 does not broadcast to 3 in [B, Hq, Sq, Sk]", capfd)
+
+
+TRAINING_OUTPUTS = ["loss", "dWq", "dWk", "dWv", "dWo", "Wq_new", "Wk_new", "Wv_new", "Wo_new"]
+
+
+def training_step_reference(c, feeds):
+    """float64 loss and weight gradients of training_step_model."""
+    f = {n: a if a.dtype == np.bool_ else a.astype(np.float64) for n, a in feeds.items()}
+    x, mask = f["x"], np.broadcast_to(f["mask"], f["mask"].shape[:2] + (f["x"].shape[1], f["x"].shape[1]))
+    qkv = {"Q": x @ f["Wq"], "K": x @ f["Wk"], "V": x @ f["Wv"], "Mask": mask}
+    recompute = replace(c, recompute=True)
+    y = avm.reference(recompute, {**qkv, "G": qkv["Q"]})[0]
+    dout = y @ f["Wo"] - f["target"]
+    grads = avm.reference(recompute, {**qkv, "G": dout @ f["Wo"].T})[1]
+    rows = x.reshape(-1, x.shape[-1])
+    flat = [g.reshape(rows.shape[0], -1) for g in (grads[0], grads[1], grads[2])]
+    dwo = y.reshape(rows.shape[0], -1).T @ dout.reshape(rows.shape[0], -1)
+    return [0.5 * (dout ** 2).sum(), rows.T @ flat[0], rows.T @ flat[1], rows.T @ flat[2], dwo]
 
 
 def training_step_model(batch, seq, embed, c, lr=0.1):
@@ -282,7 +318,7 @@ def training_step_model(batch, seq, embed, c, lr=0.1):
         ("x", f32, [batch, seq, embed]), ("target", f32, [batch, seq, embed]),
         ("mask", TensorProto.BOOL, [batch, 1, 1, seq]), ("Wq", f32, [embed, hq * d]),
         ("Wk", f32, [embed, hk * d]), ("Wv", f32, [embed, hk * d]), ("Wo", f32, [hq * d, embed])]]
-    outputs = [helper.make_tensor_value_info(n, f32, None) for n in ["loss", "Wq_new", "Wk_new", "Wv_new", "Wo_new"]]
+    outputs = [helper.make_tensor_value_info(n, f32, None) for n in TRAINING_OUTPUTS]
     inits = [onnx.numpy_helper.from_array(v, n) for n, v in [
         ("shapeE", np.array([-1, embed], np.int64)), ("shapeA", np.array([-1, hq * d], np.int64)),
         ("shapeKV", np.array([-1, hk * d], np.int64)), ("half", np.float32(0.5)),
@@ -307,8 +343,10 @@ def test_training_step_one_partition():
              "Wk": rng.uniform(-0.5, 0.5, (embed, c.hk * c.d)), "Wv": rng.uniform(-0.5, 0.5, (embed, c.hk * c.d)),
              "Wo": rng.uniform(-0.5, 0.5, (c.hq * c.d, embed))}
     feeds = {n: a if a.dtype == np.bool_ else a.astype(np.float32) for n, a in feeds.items()}
-    check_parity(model, feeds)
-    _, report, providers = run_mlx_with_report(model, [feeds])
+    got = parity(model, feeds)
+    for name, g, r in zip(TRAINING_OUTPUTS, got, training_step_reference(c, feeds)):
+        assert scaled_difference(g, r) < F64_TOLERANCE, f"{name}: {scaled_difference(g, r):.2e} from float64"
+    _, report, _ = run_mlx_with_report(model, [feeds])
     (graph,) = report["graphs"]
     assert len(graph["partitions"]) == 1 and not graph["declined"], graph["declined"]
     assert any(n["op_type"] == c.op_type() for n in graph["partitions"][0]["nodes"])
