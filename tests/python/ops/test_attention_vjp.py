@@ -83,7 +83,12 @@ FIELDS = [
 ]
 
 
-@pytest.mark.parametrize("c,batch,sq,sk", FIELDS, ids=lambda v: v.op_type()[:-17] if isinstance(v, avm.Config) else str(v))
+def config_id(v):
+    """A pytest id: the op type without its 16-digit tag."""
+    return v.op_type()[:-17] if isinstance(v, avm.Config) else str(v)
+
+
+@pytest.mark.parametrize("c,batch,sq,sk", FIELDS, ids=config_id)
 def test_fields(c, batch, sq, sk):
     check(c, batch=batch, sq=sq, sk=sk)
 
@@ -206,7 +211,8 @@ def test_malformed_names_declined(old, new, capfd):
     name = c.op_type().replace(old, new)
     assert name != c.op_type()
     _, feeds = avm.case(c, batch=1, sq=3, sk=3, mask_shape=(3, 3))
-    declined(avm.model(c, feeds, (2, 0), 3, 3, op_type=name), feeds, "unsupported AttentionVJP function contract", capfd)
+    model = avm.model(c, feeds, (2, 0), 3, 3, op_type=name)
+    declined(model, feeds, "unsupported AttentionVJP function contract", capfd)
 
 
 def test_recompute_width_below_32_declined(capfd):
@@ -239,7 +245,7 @@ def test_float64_declined(capfd):
 @pytest.mark.parametrize("dtype,tol", [(np.float16, 1e-3), (BF16, 1e-2)], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("c", [avm.Config(rank=3, hq=4, hk=2, d=32, causal=True, mask=2),
                                avm.Config(rank=4, hq=2, hk=1, d=64, mask=1, causal=True, recompute=True)],
-                         ids=lambda c: c.op_type()[:-17])
+                         ids=config_id)
 def test_half_precision(c, dtype, tol):
     model, feeds = avm.retype(*avm.case(c, batch=2, sq=5, sk=7, mask_shape=(5, 6), mask_rows_off=(3,)), dtype)
     reference = avm.reference(c, {n: a if a.dtype == np.bool_ else a.astype(np.float64) for n, a in feeds.items()})[1]
