@@ -39,6 +39,8 @@ constexpr const char* kDeclineOps = "ONNXRUNTIME_EP_MLX_DECLINE_OPS";  // comma-
 constexpr const char* kMaxCompiled = "ONNXRUNTIME_EP_MLX_MAX_COMPILED";  // compiled functions kept per partition
 constexpr const char* kBlasThreads =
     "ONNXRUNTIME_EP_MLX_BLAS_THREADS";  // OpenBLAS threads (Linux, default 1)
+constexpr const char* kAttentionVjpDenseLimit =
+    "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_DENSE_LIMIT_BYTES";  // AttentionVJP score budget (64 MiB)
 }  // namespace env
 
 }  // namespace mlx_ep

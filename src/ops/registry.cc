@@ -20,6 +20,11 @@ const OpSpec* OpRegistry::Find(const std::string& domain, const std::string& op_
   for (const auto& s : specs_)
     if (s.domain == d && s.op_type == op_type && s.since <= since_version && since_version <= s.until)
       return &s;
+  for (const auto& s : specs_)
+    if (s.domain == d && !s.op_type.empty() && s.op_type.back() == '*' &&
+        op_type.compare(0, s.op_type.size() - 1, s.op_type, 0, s.op_type.size() - 1) == 0 &&
+        s.since <= since_version && since_version <= s.until)
+      return &s;
   return nullptr;
 }
 
@@ -42,6 +47,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterIndexingOps(r);
     RegisterEinsumOps(r);
     RegisterAttentionOps(r);
+    RegisterAttentionVjpOps(r);
     RegisterResizeOps(r);
     RegisterPadOps(r);
     RegisterRotaryEmbeddingOps(r);

@@ -13,7 +13,9 @@ class OpRegistry {
  public:
   /** Adds an entry. Ranges of the same (domain, op) must not overlap. */
   void Add(OpSpec spec);
-  /** The entry whose range holds `since_version`, or nullptr. */
+  /** The entry whose range holds `since_version`, or nullptr. An entry whose op_type ends in '*'
+   *  matches every op type with that prefix (a family whose op type encodes its configuration,
+   *  e.g. pkg.onnax AttentionVJP_*); exact entries are preferred. */
   const OpSpec* Find(const std::string& domain, const std::string& op_type, int since_version) const;
   /** Every entry, in registration order. */
   const std::vector<OpSpec>& specs() const { return specs_; }
@@ -41,6 +43,7 @@ void RegisterTensorOps(
 void RegisterIndexingOps(OpRegistry& r);  // GatherND ScatterND ScatterElements Scatter OneHot
 void RegisterEinsumOps(OpRegistry& r);    // Einsum
 void RegisterAttentionOps(OpRegistry& r);  // Attention
+void RegisterAttentionVjpOps(OpRegistry& r);  // pkg.onnax AttentionVJP* (training pullbacks)
 
 void RegisterImageNormalizationOps(OpRegistry& r);  // BatchNorm InstanceNorm GroupNorm LpNorm LRN MVN
 void RegisterExtraActivationOps(OpRegistry& r);     // PRelu ThresholdedRelu Celu Mish Shrink Hardmax Dropout
