@@ -32,17 +32,20 @@ from timing import median_ms  # noqa: E402
 EP = mlx_ep.ep_name()
 
 
-def sessions(path, threads):
+def sessions(path, threads, cuda):
+    """ORT CPU EP, MLX EP (+ CPU for what it declines) and, with onnxruntime-gpu, ORT's CUDA EP."""
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.log_severity_level = 3
-    cpu = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    out = [ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])]
     so = ort.SessionOptions()
     so.log_severity_level = 3
     mlx_ep.append_to_session_options(so)
-    mlx = ort.InferenceSession(path, so, enable_fallback=0)  # an EP failure must not time CPU
-    assert EP in mlx.get_providers(), mlx.get_providers()
-    return cpu, mlx
+    out.append(ort.InferenceSession(path, so, enable_fallback=0))  # an EP failure must not time CPU
+    assert EP in out[1].get_providers(), out[1].get_providers()
+    if cuda:
+        out.append(ort.InferenceSession(path, providers=["CUDAExecutionProvider", "CPUExecutionProvider"]))
+    return out
 
 
 def prefill_fn(sess, cfg, dtype, shared, standard, n, rng):
@@ -103,8 +106,10 @@ def main():
     print(f"MLX device: {device}; onnxruntime {ort.__version__}; {os.cpu_count()} CPUs; hidden {cfg.hidden}, "
           f"{cfg.layers} layers, {cfg.heads}/{cfg.kv_heads} heads, intermediate {cfg.intermediate}, vocab {cfg.vocab}; "
           f"batch 1; median of {args.iters} runs after {args.warmup} warm-up runs\n")
-    print("| model | phase | nodes claimed/total (partitions) | ORT CPU ms | MLX EP ms | CPU tok/s | MLX tok/s | CPU/MLX |")
-    print("|---|---|---|---|---|---|---|---|")
+    cuda = "CUDAExecutionProvider" in ort.get_available_providers()  # onnxruntime-gpu: a third peer
+    print("| model | phase | nodes claimed/total (partitions) | ORT CPU ms | MLX EP ms | CPU tok/s | MLX tok/s | CPU/MLX |"
+          + (" ORT CUDA ms | CUDA/MLX |" if cuda else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|" if cuda else ""))
     rows = []
     rng = np.random.default_rng(0)
     for name in names:
@@ -112,24 +117,27 @@ def main():
         path = os.path.join(dirs[name], "model.onnx")
         graph = collect_report(path)["graphs"][0]
         claimed = f"{graph['nodes_claimed']}/{graph['nodes_total']} ({len(graph['partitions'])})"
-        cpu, mlx = sessions(path, args.threads)
+        peers = sessions(path, args.threads, cuda)
         np_dtype = llm.NP_DTYPES[dtype]
         phases = [(f"prefill {n}", n, lambda s, n=n: prefill_fn(s, cfg, np_dtype, bool(shared), form == "standard", n, rng))
                   for n in map(int, args.prefill.split(","))]
         phases += [(f"decode @{p}", 1, lambda s, p=p: decode_fn(s, cfg, np_dtype, bool(shared), form == "standard", p, rng))
                    for p in map(int, args.past.split(","))]
         for phase, tokens, make in phases:
-            cpu_ms, mlx_ms = median_ms([make(cpu), make(mlx)], args.warmup, args.iters)
+            cpu_ms, mlx_ms, *cuda_ms = median_ms([make(s) for s in peers], args.warmup, args.iters)
             row = dict(model=name, phase=phase, claimed=claimed, cpu_ms=cpu_ms, mlx_ms=mlx_ms,
                        cpu_tps=tokens / cpu_ms * 1e3, mlx_tps=tokens / mlx_ms * 1e3, ratio=cpu_ms / mlx_ms)
+            if cuda_ms:
+                row.update(cuda_ms=cuda_ms[0], cuda_ratio=cuda_ms[0] / mlx_ms)
             rows.append(row)
             print(f"| {name} | {phase} | {claimed} | {cpu_ms:.1f} | {mlx_ms:.1f} | {row['cpu_tps']:.1f} | "
-                  f"{row['mlx_tps']:.1f} | {row['ratio']:.2f}x |", flush=True)
-        del cpu, mlx
+                  f"{row['mlx_tps']:.1f} | {row['ratio']:.2f}x |"
+                  + (f" {row['cuda_ms']:.1f} | {row['cuda_ratio']:.2f}x |" if cuda_ms else ""), flush=True)
+        del peers
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"mlx_device": device, "onnxruntime": ort.__version__, "config": vars(cfg) if hasattr(cfg, "__dict__")
-                       else str(cfg), "rows": rows}, f, indent=2, default=str)
+            json.dump({"mlx_device": device, "onnxruntime": ort.__version__, "config": str(cfg), "rows": rows},
+                      f, indent=2)
 
 
 if __name__ == "__main__":

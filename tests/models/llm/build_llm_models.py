@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import os
 
@@ -77,13 +78,13 @@ def make_weights(cfg: LlmConfig, seed: int = 0):
     rng = np.random.default_rng(seed)
 
     def linear(n_in, n_out):
-        return (rng.standard_normal((n_in, n_out)) / np.sqrt(n_in)).astype(np.float32)
+        return rng.standard_normal((n_in, n_out), dtype=np.float32) / np.float32(np.sqrt(n_in))
 
     def norm(n):
         return (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
 
     q, kv = cfg.heads * cfg.head_size, cfg.kv_heads * cfg.head_size
-    w = {"embed": rng.standard_normal((cfg.vocab, cfg.hidden)).astype(np.float32)}
+    w = {"embed": rng.standard_normal((cfg.vocab, cfg.hidden), dtype=np.float32)}
     for i in range(cfg.layers):
         p = f"layers.{i}."
         w[p + "input_norm"] = norm(cfg.hidden)
@@ -469,7 +470,11 @@ def variants(size="tiny"):
 def write(model, out_dir, config=None):
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "model.onnx")
-    if model.ByteSize() > 1_800_000_000:  # protobuf's 2 GiB limit: weights beside the model
+    weight_bytes = sum(len(t.raw_data) for t in model.graph.initializer)
+    data = os.path.join(out_dir, "model.onnx.data")
+    if os.path.exists(data):
+        os.remove(data)  # onnx appends to an existing external-data file
+    if weight_bytes > 1_500_000_000:  # protobuf's 2 GiB limit: weights beside the model
         onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
                         location="model.onnx.data", size_threshold=1024)
     else:
@@ -481,8 +486,9 @@ def write(model, out_dir, config=None):
 
 
 def build(out, size="tiny", names=None, seed=0, vocab=None, forms=None):
-    """Writes the variants (all, or `names`/`forms`) under `out`/<size>/<name>; returns name -> dir.
-    Skips a variant whose files exist already (same generator, same seed => same bytes)."""
+    """Writes the variants (all, or `names`/`forms`) under `out`/<size>/<name>; returns (name ->
+    dir, config). Skips a variant whose directory holds a stamp of this generator's source, the
+    config and the seed (it would write the same bytes)."""
     cfg = SIZES[size]
     if vocab:
         cfg = dataclasses.replace(cfg, vocab=vocab)
@@ -493,18 +499,35 @@ def build(out, size="tiny", names=None, seed=0, vocab=None, forms=None):
             continue
         d = os.path.join(out, size if not vocab else f"{size}-v{vocab}", name)
         dirs[name] = d
-        if os.path.exists(os.path.join(d, "model.onnx")):
+        stamp = _stamp(cfg, name, seed)
+        if _read(os.path.join(d, "stamp")) == stamp:
             continue
         if form == "encoder":
             write(build_encoder(EncoderConfig(), dtype, seed), d)
-            continue
-        weights = weights or make_weights(cfg, seed)
-        if form == "genai":
+        elif form == "genai":
+            weights = weights or make_weights(cfg, seed)
             write(build_genai_decoder(cfg, weights, dtype, quant), d, genai_config(cfg, dtype, share))
         else:
+            weights = weights or make_weights(cfg, seed)
             write(build_standard_decoder(cfg, weights, dtype), d,
                   genai_config(cfg, dtype, False, position_ids=True))
+        with open(os.path.join(d, "stamp"), "w") as f:
+            f.write(stamp)
     return dirs, cfg
+
+
+def _stamp(cfg, name, seed):
+    with open(__file__, "rb") as f:
+        source = hashlib.sha256(f.read()).hexdigest()
+    return f"{source} {cfg} {name} {seed}"
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def main():
