@@ -458,6 +458,9 @@ def variants(size="tiny"):
         "genai_fp16_shared": ("genai", "fp16", None, True),
         "genai_int4_b32_shared": ("genai", "fp32", {"block_size": 32, "symmetric": True}, True),
         "genai_int4_b128_asym_unshared": ("genai", "fp32", {"block_size": 128, "symmetric": False}, False),
+        # accuracy_level 4 (int8 activations allowed), the builder's default for the CPU EP
+        "genai_int4_b32_acc4_shared": ("genai", "fp32", {"block_size": 32, "symmetric": True, "accuracy_level": 4},
+                                       True),
         "standard_fp32": ("standard", "fp32", None, False),
         "encoder_fp32": ("encoder", "fp32", None, None),
     }
