@@ -83,8 +83,8 @@ def main():
                     help=f"comma-separated, of {', '.join(llm.variants('qwen2-0.5b'))}")
     ap.add_argument("--vocab", type=int, default=None, help="vocabulary size (default Qwen2's 151936)")
     ap.add_argument("--layers", type=int, default=None, help="decoder layers (default 24)")
-    ap.add_argument("--prefill", default="128,512")
-    ap.add_argument("--past", default="128,1024")
+    ap.add_argument("--prefill", default="128,512", help="prompt lengths (comma-separated; empty: none)")
+    ap.add_argument("--past", default="128,1024", help="past lengths of the decode steps (empty: none)")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="ORT CPU EP intra-op threads (0: ORT's default)")
@@ -120,9 +120,9 @@ def main():
         peers = sessions(path, args.threads, cuda)
         np_dtype = llm.NP_DTYPES[dtype]
         phases = [(f"prefill {n}", n, lambda s, n=n: prefill_fn(s, cfg, np_dtype, bool(shared), form == "standard", n, rng))
-                  for n in map(int, args.prefill.split(","))]
+                  for n in map(int, filter(None, args.prefill.split(",")))]
         phases += [(f"decode @{p}", 1, lambda s, p=p: decode_fn(s, cfg, np_dtype, bool(shared), form == "standard", p, rng))
-                   for p in map(int, args.past.split(","))]
+                   for p in map(int, filter(None, args.past.split(",")))]
         for phase, tokens, make in phases:
             cpu_ms, mlx_ms, *cuda_ms = median_ms([make(s) for s in peers], args.warmup, args.iters)
             row = dict(model=name, phase=phase, claimed=claimed, cpu_ms=cpu_ms, mlx_ms=mlx_ms,
