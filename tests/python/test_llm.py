@@ -211,6 +211,29 @@ def test_prompt_lengths_trace_once_each(models, name):
     assert part["cache_hits"] >= len(lengths), part
 
 
+def test_standard_padded_batch_prefill(models):
+    """Batch 2, the second prompt left-padded (as genai pads a batch): the bool mask of causal AND
+    padding. Rows of padding tokens attend to nothing (ONNX gives 0, ORT's CPU kernel a uniform
+    average), so only real tokens' logits are compared; they never see the padding."""
+    cfg, name = models[1], "standard_fp32"
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, cfg.vocab, (2, 9))
+    mask = np.ones((2, 9), np.int64)
+    mask[1, :4] = 0
+    positions = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+    feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions}
+    for i in range(cfg.layers):
+        for kv in ("key", "value"):
+            feeds[f"past_key_values.{i}.{kv}"] = np.zeros((2, cfg.kv_heads, 0, cfg.head_size), np.float32)
+    ref = cpu_session(path(models, name)).run(None, feeds)[0]
+    rs = ReportedSession(path(models, name))
+    got = rs.sess.run(None, feeds)[0]
+    ok, why = all_on_mlx_in_one_partition(rs.close())
+    assert ok, why
+    real = mask.astype(bool)
+    assert_close_to_scale(got[real], ref[real], what="logits of real tokens")
+
+
 # --- onnxruntime-genai's generator --------------------------------------------------------------
 
 @pytest.mark.parametrize("name", DECODERS)
