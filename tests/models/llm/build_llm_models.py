@@ -462,6 +462,7 @@ def variants(size="tiny"):
         "genai_int4_b32_acc4_shared": ("genai", "fp32", {"block_size": 32, "symmetric": True, "accuracy_level": 4},
                                        True),
         "standard_fp32": ("standard", "fp32", None, False),
+        "standard_fp16": ("standard", "fp16", None, False),
         "encoder_fp32": ("encoder", "fp32", None, None),
     }
     if size != "tiny":  # the benchmark set
