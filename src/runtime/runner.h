@@ -61,10 +61,17 @@ class PartitionRunner {
 
  private:
   using MlxFunction = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
+  /** The input signature a compiled function is specialised for: per input its type, rank and
+   *  dims, and the bytes of host inputs packed in words. Compared exactly (no string building:
+   *  this is on every run's path). */
+  using SignatureKey = std::vector<int64_t>;
+  struct SignatureHash {
+    size_t operator()(const SignatureKey& key) const noexcept;
+  };
   struct CacheEntry {
     MlxFunction fn;
     std::vector<std::shared_ptr<const Tensor>> host_values;  // baked into fn, kept alive with it
-    std::list<std::string>::iterator lru;                    // this entry's place in lru_
+    std::list<SignatureKey>::iterator lru;                   // this entry's place in lru_
   };
 
   /** The device a signature runs on: the runtime device, except that graphs holding an empty
@@ -75,8 +82,18 @@ class PartitionRunner {
   /** Traces the plan for `device` and counts the trace. */
   std::vector<mx::array> Trace(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host,
                                mx::Device device);
-  /** The compiled function for `key`, made by `make` on a miss; keeps the cache bound. */
-  CacheEntry& Lookup(const std::string& key, const std::function<CacheEntry()>& make);
+  /** The compiled function for `key`, or nullptr (a miss); counts the hit or miss. */
+  CacheEntry* Find(const SignatureKey& key);
+  /** Adds the compiled function for `key` and keeps the cache bound. */
+  CacheEntry& Insert(const SignatureKey& key, CacheEntry entry);
+  /** The signature of `inputs` (types, shapes, host inputs' bytes). */
+  SignatureKey MakeKey(const std::vector<InputTensor>& inputs) const;
+  /** Copies of the host inputs' values (null for the others), for a trace. */
+  std::vector<std::shared_ptr<const Tensor>> HostValues(const std::vector<InputTensor>& inputs) const;
+  /** The partition's (unevaluated) outputs for `arrays`: the compiled function for the inputs'
+   *  signature, traced and compiled on a miss; the traced graph when not compiling. */
+  std::vector<mx::array> Evaluate(const std::vector<InputTensor>& inputs,
+                                  const std::vector<mx::array>& arrays);
   /** The body of Run, on the MLX thread. */
   void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);
 
@@ -84,8 +101,8 @@ class PartitionRunner {
   bool compile_;
   mutable std::mutex mu_;
   size_t max_compiled_;
-  std::unordered_map<std::string, CacheEntry> cache_;
-  std::list<std::string> lru_;  // cache keys, most recently used first
+  std::unordered_map<SignatureKey, CacheEntry, SignatureHash> cache_;
+  std::list<SignatureKey> lru_;  // cache keys, most recently used first
   RunnerStats stats_;
 };
 
