@@ -81,7 +81,11 @@ std::string SessionReport::ToJson() const {
                      {"cache_misses", s.cache_misses},
                      {"traces", s.traces},
                      {"folded_nodes", s.folded_nodes},
-                     {"evictions", s.evictions}});
+                     {"evictions", s.evictions},
+                     {"bytes_in_host_copied", s.bytes_in_host_copied},
+                     {"bytes_in_wrapped", s.bytes_in_wrapped},
+                     {"bytes_out_host_copied", s.bytes_out_host_copied},
+                     {"bytes_out_adopted", s.bytes_out_adopted}});
   }
   j["runtime"] = {{"partitions", parts}};
   return j.dump(2);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
 
 namespace mlx_ep {
@@ -14,19 +15,31 @@ size_t ByteSize(const InputTensor& t) {
   return n;
 }
 
-// Wraps ORT's memory without a copy on the CPU device (the caller keeps the array referenced
-// during evaluation, so MLX never donates the buffer to an output); copies for GPU devices,
-// whose kernels cannot read arbitrary host memory.
-mx::array BindInput(const InputTensor& t) {
+// Binds one input as an MLX array, without a copy where MLX can read ORT's memory: on the CPU
+// device ORT's host memory, on a GPU the MLX memory the EP lent ORT (runtime/memory.h). The
+// caller keeps the array referenced during evaluation, so MLX never donates the buffer to an
+// output. Other memory is copied (GPU kernels cannot read arbitrary host memory); `copied`
+// counts those bytes.
+mx::array BindInput(const InputTensor& t, uint64_t& copied, uint64_t& wrapped) {
   auto dtype = ToMlxDtype(t.type);
   if (!dtype) throw std::invalid_argument("[MlxEp] input type " + ElemName(t.type) + " has no MLX dtype");
   mx::Shape shape(t.shape.begin(), t.shape.end());
   if (RuntimeDevice() == mx::Device(mx::Device::cpu) && t.data) {
+    wrapped += ByteSize(t);
     return mx::array(const_cast<void*>(t.data), shape, *dtype, [](void*) {});
+  }
+  if (DeviceMemoryEnabled()) {
+    if (std::optional<mx::array> a = WrapDeviceMemory(t.data, shape, *dtype)) {
+      wrapped += ByteSize(t);
+      return *a;
+    }
+    if (t.device_memory && ByteSize(t))
+      throw std::invalid_argument("[MlxEp] an input is in device memory that the EP did not allocate");
   }
   Tensor copy{t.type, t.shape, {}};
   const auto* p = static_cast<const uint8_t*>(t.data);
   copy.bytes.assign(p, p + ByteSize(t));
+  copied += ByteSize(t);
   return ToArray(copy);
 }
 
@@ -180,23 +193,48 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
   return entry->fn(arrays);
 }
 
+void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink) {
+  uint64_t copied = 0, adopted = 0;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const mx::array& a = outputs[k];
+    const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+    if (DeviceMemoryEnabled() && Adoptable(a)) {
+      // ORT allocates the output from the EP's allocator: it gets MLX's buffer itself.
+      AdoptScope scope(a);
+      void* dst = sink(k, shape, a.nbytes());
+      if (scope.Adopted(dst)) {
+        adopted += a.nbytes();
+        continue;
+      }
+      std::memcpy(dst, a.data<uint8_t>(), a.nbytes());  // a buffer ORT had (IOBinding, say)
+      copied += a.nbytes();
+      continue;
+    }
+    void* dst = sink(k, shape, a.nbytes());
+    if (a.nbytes()) std::memcpy(dst, a.data<uint8_t>(), a.nbytes());
+    copied += a.nbytes();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_out_host_copied += copied;
+  stats_.bytes_out_adopted += adopted;
+}
+
 void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink) {
+  std::vector<mx::array> arrays;
+  arrays.reserve(inputs.size());
+  uint64_t copied = 0, wrapped = 0;
+  for (const InputTensor& t : inputs) arrays.push_back(BindInput(t, copied, wrapped));
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.runs;
+    stats_.bytes_in_host_copied += copied;
+    stats_.bytes_in_wrapped += wrapped;
   }
-  std::vector<mx::array> arrays;
-  arrays.reserve(inputs.size());
-  for (const InputTensor& t : inputs) arrays.push_back(BindInput(t));
   std::vector<mx::array> outputs = Evaluate(inputs, arrays);
   mx::eval(outputs);
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
   // output, and an output that aliases an input (Identity) still points at live memory.
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    const mx::array& a = outputs[k];
-    void* dst = sink(k, std::vector<int64_t>(a.shape().begin(), a.shape().end()), a.nbytes());
-    if (a.nbytes()) std::memcpy(dst, a.data<uint8_t>(), a.nbytes());
-  }
+  WriteOutputs(outputs, sink);
 }
 
 }  // namespace mlx_ep

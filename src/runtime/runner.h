@@ -21,6 +21,8 @@ struct InputTensor {
   ElemType type = ElemType::kUndefined;
   std::vector<int64_t> shape;
   const void* data = nullptr;
+  /** ORT's memory info says the tensor is in device (not host-readable) memory. */
+  bool device_memory = false;
 };
 
 /** Gives the buffer for output `index` (`bytes` bytes, `shape`): ORT's output tensor. Called on
@@ -35,6 +37,12 @@ struct RunnerStats {
   uint64_t traces = 0;        ///< traces of the plan into an MLX graph (one per new signature)
   uint64_t folded_nodes = 0;  ///< nodes evaluated on the host while tracing, summed over traces
   uint64_t evictions = 0;     ///< compiled functions dropped by the cache bound
+  // Bytes moved per run, summed (docs/gpu_memory.md): "host copied" is a copy by the host
+  // (memcpy), "wrapped" an input read in place, "adopted" an output handed over in place.
+  uint64_t bytes_in_host_copied = 0;
+  uint64_t bytes_in_wrapped = 0;
+  uint64_t bytes_out_host_copied = 0;
+  uint64_t bytes_out_adopted = 0;
 };
 
 /** Compiled functions kept per partition by default (least recently used dropped first). */
@@ -94,6 +102,8 @@ class PartitionRunner {
    *  signature, traced and compiled on a miss; the traced graph when not compiling. */
   std::vector<mx::array> Evaluate(const std::vector<InputTensor>& inputs,
                                   const std::vector<mx::array>& arrays);
+  /** Writes the evaluated outputs into the buffers `sink` gives; counts the bytes. */
+  void WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink);
   /** The body of Run, on the MLX thread. */
   void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);
 
