@@ -78,6 +78,7 @@ struct MlxDataTransfer : OrtDataTransferImpl {
                                                  OrtSyncStream**, size_t count) noexcept {
     MLX_EP_API_BEGIN
     const OrtApi& api = Ort::GetApi();
+    const OrtEpApi& ep = Ort::GetEpApi();
     for (size_t i = 0; i < count; ++i) {
       const void* from = nullptr;
       void* to = nullptr;
@@ -89,6 +90,8 @@ struct MlxDataTransfer : OrtDataTransferImpl {
       if (bytes != dst_bytes)
         return MakeStatus("MLXExecutionProvider CopyTensors", "source and destination sizes differ");
       if (bytes) std::memcpy(to, from, bytes);
+      CountTransfer(!IsHost(ep.Value_GetMemoryDevice(src[i])), !IsHost(ep.Value_GetMemoryDevice(dst[i])),
+                    bytes);
     }
     return nullptr;
     MLX_EP_API_END("MLXExecutionProvider CopyTensors")

@@ -10,15 +10,16 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 
 #include "ops/op.h"
 
 namespace mlx_ep {
 
-/** True when ORT's tensors of MLX partitions live in MLX memory: a GPU runtime device, unless
- *  ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=0 (then inputs and outputs are copied through host memory,
- *  as on the CPU device). */
+/** True when ORT's tensors of MLX partitions live in MLX memory: on a GPU runtime device, unless
+ *  ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=0 (then inputs and outputs are copied through host memory);
+ *  =force turns it on on the CPU device too (MLX's CPU allocator; the tests use it there). */
 bool DeviceMemoryEnabled();
 
 /** `bytes` of MLX memory for ORT (nullptr for 0 bytes); the next allocation on this thread is
@@ -47,6 +48,17 @@ class AdoptScope {
  private:
   const void* data_;
 };
+
+/** Bytes the EP's data transfer copied (ORT's copies at partition and session boundaries),
+ *  process-wide since the library was loaded. */
+struct TransferStats {
+  uint64_t host_to_device = 0;
+  uint64_t device_to_host = 0;
+  uint64_t device_to_device = 0;
+};
+TransferStats GetTransferStats();
+/** Counts one copy of `bytes` by the data transfer. */
+void CountTransfer(bool from_device, bool to_device, uint64_t bytes);
 
 /** True when `a` can be handed to ORT as it is (see AdoptScope). Moves `a`'s data to memory
  *  the host can read (MLX's `data()`: a device-side copy out of the CUDA memory pool). */

@@ -22,13 +22,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Default spin bound: covers the gap between two runs of a loop calling session.run (ORT's and
-// Python's own per-run work, ~5-20 us) and the evaluation of a small partition. Only with at
-// least kMinSpinCores cores: on fewer, a spinning caller competes with the MLX thread and MLX's
-// own stream thread for the cores (measured on 2 loaded cores: 3-8x slower runs), so both
-// sides sleep at once.
-constexpr unsigned kDefaultSpinMicros = 50;
-constexpr unsigned kMinSpinCores = 4;
+// Spin bound when ONNXRUNTIME_EP_MLX_SPIN_US is unset: off. Measured on 2 loaded cores, a
+// spinning caller competes with the MLX thread and MLX's own CPU stream thread for the cores
+// (3-8x slower runs at 10-50 us, no gain at any bound); on machines with cores to spare it is
+// worth measuring (bench/bench_overhead.py with ONNXRUNTIME_EP_MLX_SPIN_US=50).
+constexpr unsigned kDefaultSpinMicros = 0;
 
 // Hints the core that this is a spin loop (lets a sibling hyper-thread run).
 inline void CpuRelax() {
@@ -161,7 +159,7 @@ unsigned MlxThreadSpinMicros() {
   static const unsigned micros = [] {
     const std::string v = EnvString(env::kSpinMicros);
     if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos)
-      return std::thread::hardware_concurrency() >= kMinSpinCores ? kDefaultSpinMicros : 0u;
+      return kDefaultSpinMicros;
     return static_cast<unsigned>(std::stoul(v));
   }();
   return micros;

@@ -5,10 +5,10 @@
 // several threads at once.
 //
 // The hand-off is on every run's path, so it is cheap: no allocation (the task is passed by
-// reference), and on machines with cores to spare both sides spin briefly before sleeping: the
-// caller waiting for its result, the MLX thread after each task waiting for the next one, so
-// back-to-back runs can skip two thread wake-ups (about 7 us on Linux). An idle EP sleeps:
-// nothing spins longer than the bound (ONNXRUNTIME_EP_MLX_SPIN_US; 0 turns spinning off).
+// reference), and optionally (ONNXRUNTIME_EP_MLX_SPIN_US, default 0: off) both sides spin a
+// bounded time before sleeping, the caller waiting for its result and the MLX thread after each
+// task waiting for the next one, which can save the two thread wake-ups of a run (~7 us) where
+// cores are free. An idle EP always sleeps: nothing spins longer than the bound.
 #pragma once
 
 #include <type_traits>

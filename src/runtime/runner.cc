@@ -24,10 +24,6 @@ mx::array BindInput(const InputTensor& t, uint64_t& copied, uint64_t& wrapped) {
   auto dtype = ToMlxDtype(t.type);
   if (!dtype) throw std::invalid_argument("[MlxEp] input type " + ElemName(t.type) + " has no MLX dtype");
   mx::Shape shape(t.shape.begin(), t.shape.end());
-  if (RuntimeDevice() == mx::Device(mx::Device::cpu) && t.data) {
-    wrapped += ByteSize(t);
-    return mx::array(const_cast<void*>(t.data), shape, *dtype, [](void*) {});
-  }
   if (DeviceMemoryEnabled()) {
     if (std::optional<mx::array> a = WrapDeviceMemory(t.data, shape, *dtype)) {
       wrapped += ByteSize(t);
@@ -35,6 +31,10 @@ mx::array BindInput(const InputTensor& t, uint64_t& copied, uint64_t& wrapped) {
     }
     if (t.device_memory && ByteSize(t))
       throw std::invalid_argument("[MlxEp] an input is in device memory that the EP did not allocate");
+  }
+  if (RuntimeDevice() == mx::Device(mx::Device::cpu) && t.data) {
+    wrapped += ByteSize(t);
+    return mx::array(const_cast<void*>(t.data), shape, *dtype, [](void*) {});
   }
   Tensor copy{t.type, t.shape, {}};
   const auto* p = static_cast<const uint8_t*>(t.data);

@@ -3,11 +3,16 @@ allocates MLX partitions' tensors from the EP's allocator, and a state kept on t
 IOBinding (a KV cache, say) crosses runs without any host copy. The runner's byte counters (in the
 EP's report) prove it: every run's input is read in place and every output handed to ORT in place.
 
-On the CPU device the EP registers no device memory (ORT's host memory is wrapped directly), so
-the GPU tests skip there; the CPU test checks the counters of today's zero-copy input path."""
+On the CPU device the EP registers no device memory (ORT's host memory is wrapped directly); there
+the same check runs in a child process with ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=force, which turns the
+device-memory path on over MLX's CPU allocator (the registration, allocator, data transfer,
+in-place inputs and adopted outputs are the same code), and a test checks the counters of the
+default zero-copy input path."""
 import gc
 import json
 import os
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -53,10 +58,14 @@ def session_with_report(model, path):
         del os.environ["ONNXRUNTIME_EP_MLX_REPORT"]
 
 
-def partition_counters(path):
+def read_report(path):
     gc.collect()
     with open(path) as f:
-        (part,) = json.load(f)["runtime"]["partitions"]
+        return json.load(f)["runtime"]
+
+
+def partition_counters(path):
+    (part,) = read_report(path)["partitions"]
     return part
 
 
@@ -67,9 +76,9 @@ def to_numpy(value):
     return host.numpy()
 
 
-@pytest.mark.skipif(not on_gpu(), reason="the EP registers device memory on a GPU runtime device only; "
-                    "this MLX runs on the CPU (ORT's host memory is wrapped there without a copy)")
-def test_state_stays_on_device_across_runs():
+def check_state_stays_on_device():
+    """Six runs of state_update_model with the state and inputs in the EP's memory (IOBinding),
+    each run's output the next one's state: no byte copied by the host."""
     runs = 6
     rng = np.random.default_rng(0)
     state0 = rng.standard_normal(SHAPE).astype(np.float32)
@@ -96,12 +105,40 @@ def test_state_stays_on_device_across_runs():
             expected = expected * np.float32(0.5) + x
         np.testing.assert_allclose(to_numpy(state), expected, rtol=1e-5, atol=1e-6)
         del sess, io, state, x_dev
-        part = partition_counters(report)
+        runtime = read_report(report)
+    (part,) = runtime["partitions"]
     nbytes = int(np.prod(SHAPE)) * 4
+    # A fresh process (the caller's): its data transfer copied the initial state and the inputs
+    # to the device once and the final state back, nothing per run.
+    assert runtime["device_memory"] is True, runtime
+    assert runtime["transfer_bytes"] == {"host_to_device": (runs + 1) * nbytes, "device_to_host": nbytes,
+                                         "device_to_device": 0}, runtime
     assert part["runs"] == runs, part
     assert part["bytes_in_host_copied"] == 0 and part["bytes_out_host_copied"] == 0, part
     assert part["bytes_in_wrapped"] == 2 * nbytes * runs, part
     assert part["bytes_out_adopted"] == nbytes * runs, part
+
+
+@pytest.mark.skipif(not on_gpu(), reason="the EP registers device memory on a GPU runtime device only; "
+                    "this MLX runs on the CPU (ORT's host memory is wrapped there without a copy)")
+def test_state_stays_on_device_across_runs():
+    check_in_child_process()
+
+
+def test_state_stays_in_ep_memory_forced_on_cpu():
+    if on_gpu():
+        pytest.skip("on a GPU the device-memory path is the default (the test above)")
+    check_in_child_process(ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="force")
+
+
+def check_in_child_process(**env):
+    """check_state_stays_on_device in a fresh process (its transfer counters are process-wide)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import sys; sys.path[:0] = [{os.path.join(here, '..', '..', 'python')!r}, {here!r}]; "
+            "import test_device_memory as t; t.check_state_stays_on_device()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_host_inputs_are_wrapped_on_the_cpu_device():
