@@ -112,9 +112,13 @@ void CountTransfer(bool from_device, bool to_device, uint64_t bytes) {
 }
 
 bool Adoptable(const mx::array& a) {
-  if (a.nbytes() == 0 || a.offset() != 0 || !a.flags().row_contiguous || a.data_size() != a.size())
+  // Only a buffer nothing else refers to, from MLX's allocator: not a constant of the plan or of
+  // a compiled function, an input passed through (Identity), a value that is two outputs, nor a
+  // view sharing its buffer (MLX's own test for donating a buffer).
+  if (a.nbytes() == 0 || !a.is_donatable() || a.offset() != 0 || !a.flags().row_contiguous ||
+      a.data_size() != a.size())
     return false;
-  return !IsDeviceMemory(a.data<void>());  // an input passed through (Identity) stays ORT's
+  return !IsDeviceMemory(a.data<void>());
 }
 
 AdoptScope::AdoptScope(const mx::array& a) : data_(a.data<void>()) { pending_adoption = &a; }

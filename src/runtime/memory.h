@@ -34,8 +34,8 @@ bool IsDeviceMemory(const void* p);
 std::optional<mx::array> WrapDeviceMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype);
 
 /** While alive, lets the next DeviceAlloc on this thread of exactly `a.nbytes()` bytes return
- *  `a`'s own data (its buffer then lives until ORT frees the pointer). `a` must be evaluated,
- *  row-contiguous, without offset, and not already registered (Adoptable). */
+ *  `a`'s own data (its buffer then lives until ORT frees the pointer). `a` must be evaluated and
+ *  Adoptable. */
 class AdoptScope {
  public:
   explicit AdoptScope(const mx::array& a);
@@ -60,8 +60,9 @@ TransferStats GetTransferStats();
 /** Counts one copy of `bytes` by the data transfer. */
 void CountTransfer(bool from_device, bool to_device, uint64_t bytes);
 
-/** True when `a` can be handed to ORT as it is (see AdoptScope). Moves `a`'s data to memory
- *  the host can read (MLX's `data()`: a device-side copy out of the CUDA memory pool). */
+/** True when `a` can be handed to ORT as it is (see AdoptScope): the sole owner of a buffer
+ *  from MLX's allocator, row-contiguous, without offset. Moves `a`'s data to memory the host can
+ *  read (MLX's `data()`: a device-side copy out of the CUDA memory pool). */
 bool Adoptable(const mx::array& a);
 
 }  // namespace mlx_ep
