@@ -1,6 +1,7 @@
 #include "abi/compute_info.h"
 
 #include "abi/status.h"
+#include "runtime/memory.h"
 
 namespace mlx_ep {
 
@@ -41,6 +42,11 @@ void MlxNodeComputeInfo::RunPartition(OrtKernelContext* kernel_context) {
     inputs[i].type = static_cast<ElemType>(info.GetElementType());
     inputs[i].shape = info.GetShape();
     inputs[i].data = v.GetTensorRawData();
+    if (DeviceMemoryEnabled()) {  // the CPU device never sees device memory
+      auto memory = v.GetTensorMemoryInfo();
+      inputs[i].device_memory = memory.GetDeviceType() != OrtMemoryInfoDeviceType_CPU &&
+                                memory.GetDeviceMemoryType() != OrtDeviceMemoryType_HOST_ACCESSIBLE;
+    }
   }
   runner_->Run(inputs, [&ctx](size_t k, const std::vector<int64_t>& shape, size_t bytes) -> void* {
     Ort::UnownedValue out = ctx.GetOutput(k, shape);

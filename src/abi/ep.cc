@@ -4,12 +4,14 @@
 #include <fstream>
 
 #include "abi/compute_info.h"
+#include "abi/device_memory.h"
 #include "abi/factory.h"
 #include "abi/graph_reader.h"
 #include "abi/status.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "partition/partition.h"
+#include "runtime/memory.h"
 #include "runtime/plan.h"
 
 namespace mlx_ep {
@@ -35,6 +37,7 @@ MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger)
   GetCapability = GetCapabilityImpl;
   Compile = CompileImpl;
   ReleaseNodeComputeInfos = ReleaseNodeComputeInfosImpl;
+  GetDefaultMemoryDevice = GetDefaultMemoryDeviceImpl;
 }
 
 MlxEp::~MlxEp() {
@@ -68,6 +71,17 @@ OrtStatus* ORT_API_CALL MlxEp::CompileImpl(OrtEp* this_ptr, const OrtGraph** gra
   static_cast<MlxEp*>(this_ptr)->CompilePartitions(graphs, fused_nodes, count, node_compute_infos);
   return nullptr;
   MLX_EP_API_END("MLXExecutionProvider Compile")
+}
+
+// The EP's memory on a GPU device (ORT places MLX partitions' tensors there and copies at the
+// boundaries with other EPs); null on the CPU device: host memory.
+OrtStatus* ORT_API_CALL MlxEp::GetDefaultMemoryDeviceImpl(const OrtEp*,
+                                                          const OrtMemoryDevice** device) noexcept {
+  MLX_EP_API_BEGIN
+  *device = DeviceMemoryEnabled() ? Ort::GetEpApi().MemoryInfo_GetMemoryDevice(GetDeviceMemoryInfos().device)
+                                  : nullptr;
+  return nullptr;
+  MLX_EP_API_END("MLXExecutionProvider GetDefaultMemoryDevice")
 }
 
 void ORT_API_CALL MlxEp::ReleaseNodeComputeInfosImpl(OrtEp*, OrtNodeComputeInfo** infos,

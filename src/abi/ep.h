@@ -25,6 +25,8 @@ class MlxEp : public OrtEp {
                                              const OrtNode** fused_nodes, size_t count,
                                              OrtNodeComputeInfo** node_compute_infos,
                                              OrtNode** ep_context_nodes) noexcept;
+  static OrtStatus* ORT_API_CALL GetDefaultMemoryDeviceImpl(const OrtEp* this_ptr,
+                                                            const OrtMemoryDevice** device) noexcept;
   static void ORT_API_CALL ReleaseNodeComputeInfosImpl(OrtEp* this_ptr, OrtNodeComputeInfo** infos,
                                                        size_t num_infos) noexcept;
 

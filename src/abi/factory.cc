@@ -2,10 +2,12 @@
 
 #include <memory>
 
+#include "abi/device_memory.h"
 #include "abi/ep.h"
 #include "abi/status.h"
 #include "blas/blas.h"
 #include "ops/op.h"
+#include "runtime/memory.h"
 
 namespace mlx_ep {
 
@@ -42,8 +44,9 @@ const char* ORT_API_CALL MlxEpFactory::GetVendorImpl(const OrtEpFactory*) noexce
 uint32_t ORT_API_CALL MlxEpFactory::GetVendorIdImpl(const OrtEpFactory*) noexcept { return 0; }
 const char* ORT_API_CALL MlxEpFactory::GetVersionImpl(const OrtEpFactory*) noexcept { return kEpVersion; }
 
-// Offers one device: ORT's GPU when MLX computes on a GPU, otherwise ORT's CPU. Inputs and
-// outputs stay in host memory either way (no allocator is registered).
+// Offers one device: ORT's GPU when MLX computes on a GPU, otherwise ORT's CPU. On a GPU the
+// device also carries the EP's memory (abi/device_memory.h), so ORT allocates MLX partitions'
+// tensors there; on the CPU ORT's host memory serves them (no allocator is registered).
 OrtStatus* ORT_API_CALL MlxEpFactory::GetSupportedDevicesImpl(OrtEpFactory* this_ptr,
                                                               const OrtHardwareDevice* const* devices,
                                                               size_t num_devices, OrtEpDevice** ep_devices,
@@ -77,6 +80,11 @@ OrtStatus* ORT_API_CALL MlxEpFactory::GetSupportedDevicesImpl(OrtEpFactory* this
   if (!blas.note.empty()) metadata.Add("blas_note", blas.note.c_str());
   OrtEpDevice* ep_device = nullptr;
   Ort::ThrowOnError(Ort::GetEpApi().CreateEpDevice(this_ptr, chosen, metadata, nullptr, &ep_device));
+  if (DeviceMemoryEnabled()) {
+    const DeviceMemoryInfos& infos = GetDeviceMemoryInfos();
+    Ort::ThrowOnError(Ort::GetEpApi().EpDevice_AddAllocatorInfo(ep_device, infos.device));
+    Ort::ThrowOnError(Ort::GetEpApi().EpDevice_AddAllocatorInfo(ep_device, infos.host_accessible));
+  }
   ep_devices[0] = ep_device;
   *num_ep_devices = 1;
   return nullptr;
@@ -108,19 +116,28 @@ OrtStatus* ORT_API_CALL MlxEpFactory::ValidateCompiledModelCompatibilityInfoImpl
   return nullptr;
 }
 
-OrtStatus* ORT_API_CALL MlxEpFactory::CreateAllocatorImpl(OrtEpFactory*, const OrtMemoryInfo*,
+// MLX memory for the memory infos registered on a GPU device; nullptr (ORT's CPU allocator)
+// otherwise.
+OrtStatus* ORT_API_CALL MlxEpFactory::CreateAllocatorImpl(OrtEpFactory*, const OrtMemoryInfo* memory_info,
                                                           const OrtKeyValuePairs*,
                                                           OrtAllocator** allocator) noexcept {
-  *allocator = nullptr;  // ORT's default CPU allocator serves our inputs and outputs
+  MLX_EP_API_BEGIN
+  *allocator = CreateDeviceAllocator(memory_info);
   return nullptr;
+  MLX_EP_API_END("MLXExecutionProvider CreateAllocator")
 }
 
-void ORT_API_CALL MlxEpFactory::ReleaseAllocatorImpl(OrtEpFactory*, OrtAllocator*) noexcept {}
+void ORT_API_CALL MlxEpFactory::ReleaseAllocatorImpl(OrtEpFactory*, OrtAllocator* allocator) noexcept {
+  ReleaseDeviceAllocator(allocator);
+}
 
+// Copies between MLX memory and the host on a GPU device; none needed on the CPU device.
 OrtStatus* ORT_API_CALL MlxEpFactory::CreateDataTransferImpl(OrtEpFactory*,
                                                              OrtDataTransferImpl** data_transfer) noexcept {
-  *data_transfer = nullptr;  // all our tensors live in host memory
+  MLX_EP_API_BEGIN
+  *data_transfer = GetDeviceDataTransfer();
   return nullptr;
+  MLX_EP_API_END("MLXExecutionProvider CreateDataTransfer")
 }
 
 bool ORT_API_CALL MlxEpFactory::IsStreamAwareImpl(const OrtEpFactory*) noexcept { return false; }

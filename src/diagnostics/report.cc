@@ -8,6 +8,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "runtime/memory.h"
 
 namespace mlx_ep {
 
@@ -81,9 +82,19 @@ std::string SessionReport::ToJson() const {
                      {"cache_misses", s.cache_misses},
                      {"traces", s.traces},
                      {"folded_nodes", s.folded_nodes},
-                     {"evictions", s.evictions}});
+                     {"evictions", s.evictions},
+                     {"bytes_in_host_copied", s.bytes_in_host_copied},
+                     {"bytes_in_wrapped", s.bytes_in_wrapped},
+                     {"bytes_out_host_copied", s.bytes_out_host_copied},
+                     {"bytes_out_adopted", s.bytes_out_adopted}});
   }
-  j["runtime"] = {{"partitions", parts}};
+  const TransferStats t = GetTransferStats();  // process-wide: every session's boundary copies
+  j["runtime"] = {{"partitions", parts},
+                  {"device_memory", DeviceMemoryEnabled()},
+                  {"transfer_bytes",
+                   {{"host_to_device", t.host_to_device},
+                    {"device_to_host", t.device_to_host},
+                    {"device_to_device", t.device_to_device}}}};
   return j.dump(2);
 }
 

@@ -1,8 +1,9 @@
 #include "runtime/runner.h"
 
+#include <algorithm>
 #include <cstring>
-#include <sstream>
 
+#include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
 
 namespace mlx_ep {
@@ -14,20 +15,42 @@ size_t ByteSize(const InputTensor& t) {
   return n;
 }
 
-// Wraps ORT's memory without a copy on the CPU device (the caller keeps the array referenced
-// during evaluation, so MLX never donates the buffer to an output); copies for GPU devices,
-// whose kernels cannot read arbitrary host memory.
-mx::array BindInput(const InputTensor& t) {
+// Binds one input as an MLX array, without a copy where MLX can read ORT's memory: on the CPU
+// device ORT's host memory, on a GPU the MLX memory the EP lent ORT (runtime/memory.h). The
+// caller keeps the array referenced during evaluation, so MLX never donates the buffer to an
+// output. Other memory is copied (GPU kernels cannot read arbitrary host memory); `copied`
+// counts those bytes.
+mx::array BindInput(const InputTensor& t, uint64_t& copied, uint64_t& wrapped) {
   auto dtype = ToMlxDtype(t.type);
   if (!dtype) throw std::invalid_argument("[MlxEp] input type " + ElemName(t.type) + " has no MLX dtype");
   mx::Shape shape(t.shape.begin(), t.shape.end());
+  if (DeviceMemoryEnabled()) {
+    if (std::optional<mx::array> a = WrapDeviceMemory(t.data, shape, *dtype)) {
+      wrapped += ByteSize(t);
+      return *a;
+    }
+    if (t.device_memory && ByteSize(t))
+      throw std::invalid_argument("[MlxEp] an input is in device memory that the EP did not allocate");
+  }
   if (RuntimeDevice() == mx::Device(mx::Device::cpu) && t.data) {
+    wrapped += ByteSize(t);
     return mx::array(const_cast<void*>(t.data), shape, *dtype, [](void*) {});
   }
   Tensor copy{t.type, t.shape, {}};
   const auto* p = static_cast<const uint8_t*>(t.data);
   copy.bytes.assign(p, p + ByteSize(t));
+  copied += ByteSize(t);
   return ToArray(copy);
+}
+
+// Appends a host input's bytes to a signature key: their count, then 8 bytes per word.
+void AppendBytes(const uint8_t* bytes, size_t size, std::vector<int64_t>& key) {
+  key.push_back(static_cast<int64_t>(size));
+  for (size_t i = 0; i < size; i += 8) {
+    int64_t word = 0;
+    std::memcpy(&word, bytes + i, std::min<size_t>(8, size - i));
+    key.push_back(word);
+  }
 }
 
 }  // namespace
@@ -67,22 +90,29 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
   return outputs;
 }
 
-PartitionRunner::CacheEntry& PartitionRunner::Lookup(const std::string& key,
-                                                     const std::function<CacheEntry()>& make) {
+size_t PartitionRunner::SignatureHash::operator()(const SignatureKey& key) const noexcept {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+  for (int64_t v : key) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+  return static_cast<size_t>(h);
+}
+
+PartitionRunner::CacheEntry* PartitionRunner::Find(const SignatureKey& key) {
   auto it = cache_.find(key);
   const bool hit = it != cache_.end();
-  if (hit) {
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
-  } else {
-    it = cache_.emplace(key, make()).first;
-    lru_.push_front(key);
-    it->second.lru = lru_.begin();
-  }
+  if (hit) lru_.splice(lru_.begin(), lru_, it->second.lru);
   std::lock_guard<std::mutex> lock(mu_);
   ++(hit ? stats_.cache_hits : stats_.cache_misses);
+  return hit ? &it->second : nullptr;
+}
+
+PartitionRunner::CacheEntry& PartitionRunner::Insert(const SignatureKey& key, CacheEntry entry) {
+  auto it = cache_.emplace(key, std::move(entry)).first;
+  lru_.push_front(key);
+  it->second.lru = lru_.begin();
   // Shapes that keep changing (a growing sequence, say) must not grow memory without bound.
+  std::lock_guard<std::mutex> lock(mu_);
   while (max_compiled_ > 0 && cache_.size() > max_compiled_) {
-    cache_.erase(lru_.back());  // never the entry just used: it is at the front
+    cache_.erase(lru_.back());  // never the entry just added: it is at the front
     lru_.pop_back();
     ++stats_.evictions;
   }
@@ -111,54 +141,100 @@ std::vector<Tensor> PartitionRunner::Run(const std::vector<InputTensor>& inputs)
   return outputs;
 }
 
+PartitionRunner::SignatureKey PartitionRunner::MakeKey(const std::vector<InputTensor>& inputs) const {
+  SignatureKey key;
+  key.reserve(inputs.size() * 4);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const InputTensor& t = inputs[i];
+    key.push_back(static_cast<int64_t>(t.type));
+    key.push_back(static_cast<int64_t>(t.shape.size()));
+    key.insert(key.end(), t.shape.begin(), t.shape.end());
+    if (plan_.input_is_host[i]) AppendBytes(static_cast<const uint8_t*>(t.data), ByteSize(t), key);
+  }
+  return key;
+}
+
+std::vector<std::shared_ptr<const Tensor>> PartitionRunner::HostValues(
+    const std::vector<InputTensor>& inputs) const {
+  std::vector<std::shared_ptr<const Tensor>> host(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!plan_.input_is_host[i]) continue;
+    const InputTensor& t = inputs[i];
+    const auto* p = static_cast<const uint8_t*>(t.data);
+    host[i] = std::make_shared<Tensor>(Tensor{t.type, t.shape, std::vector<uint8_t>(p, p + ByteSize(t))});
+  }
+  return host;
+}
+
+std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>& inputs,
+                                                 const std::vector<mx::array>& arrays) {
+  auto pointers = [](const std::vector<std::shared_ptr<const Tensor>>& host) {
+    std::vector<const Tensor*> ptrs(host.size(), nullptr);
+    for (size_t i = 0; i < host.size(); ++i) ptrs[i] = host[i].get();
+    return ptrs;
+  };
+  if (!compile_) {
+    const auto host = HostValues(inputs);
+    const auto host_ptrs = pointers(host);
+    return Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs));
+  }
+  // On a hit nothing is copied: the key holds the host inputs' bytes, the entry their values.
+  const SignatureKey key = MakeKey(inputs);
+  CacheEntry* entry = Find(key);
+  if (!entry) {
+    auto host = HostValues(inputs);
+    const auto host_ptrs = pointers(host);
+    const mx::Device device = ChooseDevice(arrays, host_ptrs);
+    auto traced = [this, host_ptrs, device](const std::vector<mx::array>& in) {
+      return Trace(in, host_ptrs, device);
+    };
+    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}});
+  }
+  return entry->fn(arrays);
+}
+
+void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink) {
+  uint64_t copied = 0, adopted = 0;
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const mx::array& a = outputs[k];
+    const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+    if (DeviceMemoryEnabled() && Adoptable(a)) {
+      // ORT allocates the output from the EP's allocator: it gets MLX's buffer itself.
+      AdoptScope scope(a);
+      void* dst = sink(k, shape, a.nbytes());
+      if (scope.Adopted(dst)) {
+        adopted += a.nbytes();
+        continue;
+      }
+      std::memcpy(dst, a.data<uint8_t>(), a.nbytes());  // a buffer ORT had (IOBinding, say)
+      copied += a.nbytes();
+      continue;
+    }
+    void* dst = sink(k, shape, a.nbytes());
+    if (a.nbytes()) std::memcpy(dst, a.data<uint8_t>(), a.nbytes());
+    copied += a.nbytes();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_out_host_copied += copied;
+  stats_.bytes_out_adopted += adopted;
+}
+
 void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink) {
+  std::vector<mx::array> arrays;
+  arrays.reserve(inputs.size());
+  uint64_t copied = 0, wrapped = 0;
+  for (const InputTensor& t : inputs) arrays.push_back(BindInput(t, copied, wrapped));
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.runs;
+    stats_.bytes_in_host_copied += copied;
+    stats_.bytes_in_wrapped += wrapped;
   }
-
-  std::vector<mx::array> arrays;
-  std::vector<std::shared_ptr<const Tensor>> host(inputs.size());
-  std::ostringstream key;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const InputTensor& t = inputs[i];
-    arrays.push_back(BindInput(t));
-    key << static_cast<int>(t.type) << ':';
-    for (int64_t d : t.shape) key << d << ',';
-    if (plan_.input_is_host[i]) {
-      auto h = std::make_shared<Tensor>(Tensor{t.type, t.shape, {}});
-      const auto* p = static_cast<const uint8_t*>(t.data);
-      h->bytes.assign(p, p + ByteSize(t));
-      key << '=';
-      for (uint8_t b : h->bytes) key << static_cast<int>(b) << '.';
-      host[i] = std::move(h);
-    }
-    key << ';';
-  }
-
-  std::vector<const Tensor*> host_ptrs(inputs.size(), nullptr);
-  for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
-  std::vector<mx::array> outputs;
-  if (!compile_) {
-    outputs = Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs));
-  } else {
-    CacheEntry& entry = Lookup(key.str(), [&] {
-      const mx::Device device = ChooseDevice(arrays, host_ptrs);
-      auto traced = [this, host_ptrs, device](const std::vector<mx::array>& in) {
-        return Trace(in, host_ptrs, device);
-      };
-      return CacheEntry{mx::compile(traced), host, {}};
-    });
-    outputs = entry.fn(arrays);
-  }
+  std::vector<mx::array> outputs = Evaluate(inputs, arrays);
   mx::eval(outputs);
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
   // output, and an output that aliases an input (Identity) still points at live memory.
-  for (size_t k = 0; k < outputs.size(); ++k) {
-    const mx::array& a = outputs[k];
-    void* dst = sink(k, std::vector<int64_t>(a.shape().begin(), a.shape().end()), a.nbytes());
-    if (a.nbytes()) std::memcpy(dst, a.data<uint8_t>(), a.nbytes());
-  }
+  WriteOutputs(outputs, sink);
 }
 
 }  // namespace mlx_ep

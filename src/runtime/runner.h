@@ -21,6 +21,8 @@ struct InputTensor {
   ElemType type = ElemType::kUndefined;
   std::vector<int64_t> shape;
   const void* data = nullptr;
+  /** ORT's memory info says the tensor is in device (not host-readable) memory. */
+  bool device_memory = false;
 };
 
 /** Gives the buffer for output `index` (`bytes` bytes, `shape`): ORT's output tensor. Called on
@@ -35,6 +37,12 @@ struct RunnerStats {
   uint64_t traces = 0;        ///< traces of the plan into an MLX graph (one per new signature)
   uint64_t folded_nodes = 0;  ///< nodes evaluated on the host while tracing, summed over traces
   uint64_t evictions = 0;     ///< compiled functions dropped by the cache bound
+  // Bytes moved per run, summed (docs/gpu_memory.md): "host copied" is a copy by the host
+  // (memcpy), "wrapped" an input read in place, "adopted" an output handed over in place.
+  uint64_t bytes_in_host_copied = 0;
+  uint64_t bytes_in_wrapped = 0;
+  uint64_t bytes_out_host_copied = 0;
+  uint64_t bytes_out_adopted = 0;
 };
 
 /** Compiled functions kept per partition by default (least recently used dropped first). */
@@ -61,10 +69,17 @@ class PartitionRunner {
 
  private:
   using MlxFunction = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
+  /** The input signature a compiled function is specialised for: per input its type, rank and
+   *  dims, and the bytes of host inputs packed in words. Compared exactly (no string building:
+   *  this is on every run's path). */
+  using SignatureKey = std::vector<int64_t>;
+  struct SignatureHash {
+    size_t operator()(const SignatureKey& key) const noexcept;
+  };
   struct CacheEntry {
     MlxFunction fn;
     std::vector<std::shared_ptr<const Tensor>> host_values;  // baked into fn, kept alive with it
-    std::list<std::string>::iterator lru;                    // this entry's place in lru_
+    std::list<SignatureKey>::iterator lru;                   // this entry's place in lru_
   };
 
   /** The device a signature runs on: the runtime device, except that graphs holding an empty
@@ -75,8 +90,20 @@ class PartitionRunner {
   /** Traces the plan for `device` and counts the trace. */
   std::vector<mx::array> Trace(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host,
                                mx::Device device);
-  /** The compiled function for `key`, made by `make` on a miss; keeps the cache bound. */
-  CacheEntry& Lookup(const std::string& key, const std::function<CacheEntry()>& make);
+  /** The compiled function for `key`, or nullptr (a miss); counts the hit or miss. */
+  CacheEntry* Find(const SignatureKey& key);
+  /** Adds the compiled function for `key` and keeps the cache bound. */
+  CacheEntry& Insert(const SignatureKey& key, CacheEntry entry);
+  /** The signature of `inputs` (types, shapes, host inputs' bytes). */
+  SignatureKey MakeKey(const std::vector<InputTensor>& inputs) const;
+  /** Copies of the host inputs' values (null for the others), for a trace. */
+  std::vector<std::shared_ptr<const Tensor>> HostValues(const std::vector<InputTensor>& inputs) const;
+  /** The partition's (unevaluated) outputs for `arrays`: the compiled function for the inputs'
+   *  signature, traced and compiled on a miss; the traced graph when not compiling. */
+  std::vector<mx::array> Evaluate(const std::vector<InputTensor>& inputs,
+                                  const std::vector<mx::array>& arrays);
+  /** Writes the evaluated outputs into the buffers `sink` gives; counts the bytes. */
+  void WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink);
   /** The body of Run, on the MLX thread. */
   void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);
 
@@ -84,8 +111,8 @@ class PartitionRunner {
   bool compile_;
   mutable std::mutex mu_;
   size_t max_compiled_;
-  std::unordered_map<std::string, CacheEntry> cache_;
-  std::list<std::string> lru_;  // cache keys, most recently used first
+  std::unordered_map<SignatureKey, CacheEntry, SignatureHash> cache_;
+  std::list<SignatureKey> lru_;  // cache keys, most recently used first
   RunnerStats stats_;
 };
 

@@ -49,6 +49,20 @@ case " $STEPS " in *" pytest "*)
     timeout "${PYTEST_FILE_TIMEOUT:-55}" $PY -m pytest -q -p no:cacheprovider "$f" > "$R/pytest_$(basename "$f" .py).log" 2>&1
     echo "$f: rc=$? $(tail -1 "$R/pytest_$(basename "$f" .py).log")"
   done;; esac
+case " $STEPS " in *" memory "*)
+  # Device memory (docs/gpu_memory.md) and per-run overhead: the test that counts host copies,
+  # GPT-2 with IOBinding against ORT's CUDA EP with and without the EP's device memory, and the
+  # tiny-model overhead on the GPU and on MLX's CPU device with the hand-off spin off and on.
+  timeout 120 $PY -m pytest -q -p no:cacheprovider -rs tests/python/test_device_memory.py 2>&1 | tee "$R/pytest_device_memory.log" | tail -5
+  for dm in 0 1; do
+    echo "== ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=$dm" | tee -a "$R/bench_iobinding.log"
+    ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=$dm timeout 150 $PY bench/bench_iobinding.py --filter "${BENCH_MODEL:-gpt2_dynamo}" --json "$R/bench_iobinding_dm$dm.json" 2>&1 | tee -a "$R/bench_iobinding.log"
+  done
+  for dev in gpu cpu; do for spin in 0 50; do
+    echo "== device $dev spin $spin" | tee -a "$R/bench_overhead.log"
+    ONNXRUNTIME_EP_MLX_DEVICE=$dev ONNXRUNTIME_EP_MLX_SPIN_US=$spin timeout 100 $PY bench/bench_overhead.py --iters 2000 --json "$R/bench_overhead_${dev}_$spin.json" 2>&1 | tee -a "$R/bench_overhead.log"
+  done; done;;
+esac
 case " $STEPS " in *" bench "*)
   timeout 120 $PY bench/bench_models.py --torch --json "$R/bench_gpu.json" 2>&1 | tee "$R/bench.log";; esac
 tar -czf "$OUT/gpu-reports.tar.gz" -C "$OUT" reports cmake.log build.log run.log && rm -rf "$R"

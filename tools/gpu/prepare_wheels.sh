@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run HERE (the machine with PyPI access): downloads the CUDA MLX wheel and onnxruntime-gpu (ORT
 # with its CUDA EP, the peer to measure against) for the GPU machine's Python (3.12), and splits
-# them into parts of 60 MiB (.gpu/p00, .gpu/p01, ...), because the device tool carries at most
+# them into parts of 55 MiB (.gpu/p00, .gpu/p01, ...), because the device tool carries at most
 # 64 MiB per call. See tools/gpu/README.md.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -17,7 +17,7 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3
   --platform manylinux_2_17_x86_64 \
   -d "$GPU/wheels" "mlx-cuda-13==$MLX_CUDA_VERSION" "onnxruntime-gpu==$ONNXRUNTIME_GPU_VERSION"
 tar -cf "$GPU/bundle.tar" -C "$GPU/wheels" .
-split -b 60M -d "$GPU/bundle.tar" "$GPU/part_"
+split -b 55M -d "$GPU/bundle.tar" "$GPU/part_"
 for part in "$GPU"/part_*; do mkdir -p "$GPU/p${part##*_}" && mv "$part" "$GPU/p${part##*_}/"; done
 rm -rf "$GPU/wheels" "$GPU/bundle.tar"
 echo "$MLX_CUDA_VERSION $ONNXRUNTIME_GPU_VERSION" > "$GPU/.pins"

@@ -1,0 +1,130 @@
+#include "runtime/memory.h"
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/env.h"
+
+namespace mlx_ep {
+namespace {
+
+// One allocation handed to ORT: a buffer and what owns it (MLX's allocator::Data for a
+// DeviceAlloc buffer, the array for an adopted output). Arrays wrapping it share the owner, so
+// the memory lives until ORT has freed it and MLX no longer reads it.
+struct Allocation {
+  mx::allocator::Buffer buffer{nullptr};
+  size_t bytes = 0;
+  std::shared_ptr<const void> owner;
+};
+
+class Registry {
+ public:
+  void Add(const void* p, Allocation a) {
+    std::lock_guard<std::mutex> lock(mu_);
+    map_.emplace(p, std::move(a));
+  }
+  // Removes and returns the allocation at `p` (nullopt when unknown).
+  std::optional<Allocation> Take(const void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(p);
+    if (it == map_.end()) return std::nullopt;
+    Allocation a = std::move(it->second);
+    map_.erase(it);
+    return a;
+  }
+  std::optional<Allocation> Find(const void* p) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = map_.find(p);
+    if (it == map_.end()) return std::nullopt;
+    return it->second;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<const void*, Allocation> map_;
+};
+
+Registry& registry() {
+  static auto* r = new Registry;  // never destroyed: ORT may free tensors during process exit
+  return *r;
+}
+
+std::atomic<uint64_t> transferred[3];  // host->device, device->host, device->device
+
+// The output an AdoptScope on this thread offers to the next allocation.
+thread_local const mx::array* pending_adoption = nullptr;
+
+}  // namespace
+
+bool DeviceMemoryEnabled() {
+  static const bool enabled = [] {
+    const std::string v = EnvString(env::kDeviceMemory);
+    if (v == "force") return true;  // also on the CPU device: tests the path where CI runs
+    if (v == "0" || v == "false" || v == "off" || v == "OFF") return false;
+    return RuntimeDevice() != mx::Device(mx::Device::cpu);
+  }();
+  return enabled;
+}
+
+void* DeviceAlloc(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  if (const mx::array* a = pending_adoption; a && a->nbytes() == bytes) {
+    pending_adoption = nullptr;  // one allocation only: the output it was offered for
+    auto owner = std::make_shared<const mx::array>(*a);
+    void* p = const_cast<void*>(owner->data<void>());
+    registry().Add(p, Allocation{owner->buffer(), bytes, std::move(owner)});
+    return p;
+  }
+  auto owner = std::make_shared<const mx::allocator::Data>(mx::allocator::malloc(bytes));
+  mx::allocator::Buffer buffer = owner->buffer();
+  void* p = buffer.raw_ptr();  // managed memory: no migration, the pointer both sides use
+  registry().Add(p, Allocation{buffer, bytes, std::move(owner)});
+  return p;
+}
+
+void DeviceFree(void* p) {
+  if (!p) return;
+  (void)registry().Take(p);  // drops the registry's reference to the owner
+}
+
+bool IsDeviceMemory(const void* p) { return p && registry().Find(p).has_value(); }
+
+std::optional<mx::array> WrapDeviceMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype) {
+  std::optional<Allocation> a = p ? registry().Find(p) : std::nullopt;
+  if (!a) return std::nullopt;
+  size_t bytes = dtype.size();
+  for (int d : shape) bytes *= static_cast<size_t>(d);
+  if (bytes > a->bytes) return std::nullopt;
+  // The buffer stays ORT's: the array does not free it but shares its owner, so that ORT
+  // freeing the tensor while MLX still reads it cannot release the memory.
+  std::shared_ptr<const void> owner = a->owner;
+  return mx::array(mx::allocator::Data(a->buffer, [owner](mx::allocator::Buffer) {}), shape, dtype);
+}
+
+TransferStats GetTransferStats() {
+  return {transferred[0].load(), transferred[1].load(), transferred[2].load()};
+}
+
+void CountTransfer(bool from_device, bool to_device, uint64_t bytes) {
+  if (from_device || to_device) transferred[from_device ? (to_device ? 2 : 1) : 0] += bytes;
+}
+
+bool Adoptable(const mx::array& a) {
+  // Only a buffer nothing else refers to, from MLX's allocator: not a constant of the plan or of
+  // a compiled function, an input passed through (Identity), a value that is two outputs, nor a
+  // view sharing its buffer (MLX's own test for donating a buffer).
+  if (a.nbytes() == 0 || !a.is_donatable() || a.offset() != 0 || !a.flags().row_contiguous ||
+      a.data_size() != a.size())
+    return false;
+  return !IsDeviceMemory(a.data<void>());
+}
+
+AdoptScope::AdoptScope(const mx::array& a) : data_(a.data<void>()) { pending_adoption = &a; }
+
+AdoptScope::~AdoptScope() { pending_adoption = nullptr; }
+
+bool AdoptScope::Adopted(const void* dst) const { return dst == data_ && !pending_adoption; }
+
+}  // namespace mlx_ep

@@ -1,0 +1,159 @@
+"""Device memory through the plugin API (docs/gpu_memory.md): on a GPU runtime device, ORT
+allocates MLX partitions' tensors from the EP's allocator, and a state kept on the device with
+IOBinding (a KV cache, say) crosses runs without any host copy. The runner's byte counters (in the
+EP's report) prove it: every run's input is read in place and every output handed to ORT in place.
+
+On the CPU device the EP registers no device memory (ORT's host memory is wrapped directly); there
+the same check runs in a child process with ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=force, which turns the
+device-memory path on over MLX's CPU allocator (the registration, allocator, data transfer,
+in-place inputs and adopted outputs are the same code), and a test checks the counters of the
+default zero-copy input path."""
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+import onnxruntime_ep_mlx as mlx_ep
+
+SHAPE = [2, 4, 16, 8]  # a (batch, heads, sequence, head_dim) state
+
+
+def state_update_model():
+    """state_out = state * 0.5 + x: one partition whose output is the next run's input."""
+    half = helper.make_tensor("half", TensorProto.FLOAT, [1], [0.5])
+    nodes = [helper.make_node("Mul", ["state", "half"], ["scaled"]),
+             helper.make_node("Add", ["scaled", "x"], ["state_out"])]
+    graph = helper.make_graph(
+        nodes, "state_update",
+        [helper.make_tensor_value_info("state", TensorProto.FLOAT, SHAPE),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("state_out", TensorProto.FLOAT, SHAPE)], [half])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def ep_device():
+    mlx_ep.register_execution_provider_library()
+    (device,) = mlx_ep.get_ep_devices()
+    return device
+
+
+def on_gpu():
+    return ep_device().ep_metadata.get("mlx_device") == "gpu"
+
+
+def session_with_report(model, path):
+    os.environ["ONNXRUNTIME_EP_MLX_REPORT"] = path
+    try:
+        so = ort.SessionOptions()
+        mlx_ep.append_to_session_options(so)
+        return ort.InferenceSession(model.SerializeToString(), so)
+    finally:
+        del os.environ["ONNXRUNTIME_EP_MLX_REPORT"]
+
+
+def read_report(path):
+    gc.collect()
+    with open(path) as f:
+        return json.load(f)["runtime"]
+
+
+def partition_counters(path):
+    (part,) = read_report(path)["partitions"]
+    return part
+
+
+def to_numpy(value):
+    """A device OrtValue's contents, through the EP's data transfer."""
+    host = ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), np.float32)
+    ort.copy_tensors([value], [host])
+    return host.numpy()
+
+
+def check_state_stays_on_device():
+    """Six runs of state_update_model with the state and inputs in the EP's memory (IOBinding),
+    each run's output the next one's state: no byte copied by the host."""
+    runs = 6
+    rng = np.random.default_rng(0)
+    state0 = rng.standard_normal(SHAPE).astype(np.float32)
+    xs = [rng.standard_normal(SHAPE).astype(np.float32) for _ in range(runs)]
+    memory = ep_device().memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+    assert memory is not None, "the EP device registers no device memory info"
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "report.json")
+        sess = session_with_report(state_update_model(), report)
+        # The state and the per-run input in the EP's memory, written once from the host.
+        state = ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=memory)
+        ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(state0)], [state])
+        x_dev = [ort.OrtValue.ortvalue_from_shape_and_type(SHAPE, np.float32, memory_info=memory)
+                 for _ in xs]
+        ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(x) for x in xs], x_dev)
+        expected = state0
+        for x, xd in zip(xs, x_dev):
+            io = sess.io_binding()
+            io.bind_ortvalue_input("state", state)
+            io.bind_ortvalue_input("x", xd)
+            io.bind_output("state_out", "gpu", 0)  # ORT allocates it from the EP's allocator
+            sess.run_with_iobinding(io)
+            state = io.get_outputs()[0]
+            expected = expected * np.float32(0.5) + x
+        np.testing.assert_allclose(to_numpy(state), expected, rtol=1e-5, atol=1e-6)
+        del sess, io, state, x_dev
+        runtime = read_report(report)
+    (part,) = runtime["partitions"]
+    nbytes = int(np.prod(SHAPE)) * 4
+    # A fresh process (the caller's): its data transfer copied the initial state and the inputs
+    # to the device once and the final state back, nothing per run.
+    assert runtime["device_memory"] is True, runtime
+    assert runtime["transfer_bytes"] == {"host_to_device": (runs + 1) * nbytes, "device_to_host": nbytes,
+                                         "device_to_device": 0}, runtime
+    assert part["runs"] == runs, part
+    assert part["bytes_in_host_copied"] == 0 and part["bytes_out_host_copied"] == 0, part
+    assert part["bytes_in_wrapped"] == 2 * nbytes * runs, part
+    assert part["bytes_out_adopted"] == nbytes * runs, part
+
+
+@pytest.mark.skipif(not on_gpu(), reason="the EP registers device memory on a GPU runtime device only; "
+                    "this MLX runs on the CPU (ORT's host memory is wrapped there without a copy)")
+def test_state_stays_on_device_across_runs():
+    check_in_child_process()
+
+
+def test_state_stays_in_ep_memory_forced_on_cpu():
+    if on_gpu():
+        pytest.skip("on a GPU the device-memory path is the default (the test above)")
+    check_in_child_process(ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="force")
+
+
+def check_in_child_process(**env):
+    """check_state_stays_on_device in a fresh process (its transfer counters are process-wide)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import sys; sys.path[:0] = [{os.path.join(here, '..', '..', 'python')!r}, {here!r}]; "
+            "import test_device_memory as t; t.check_state_stays_on_device()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_host_inputs_are_wrapped_on_the_cpu_device():
+    if on_gpu():
+        pytest.skip("the CPU device's path: host memory wrapped without a copy")
+    rng = np.random.default_rng(1)
+    feeds = {"state": rng.standard_normal(SHAPE).astype(np.float32),
+             "x": rng.standard_normal(SHAPE).astype(np.float32)}
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "report.json")
+        sess = session_with_report(state_update_model(), report)
+        (got,) = sess.run(None, feeds)
+        np.testing.assert_allclose(got, feeds["state"] * np.float32(0.5) + feeds["x"], rtol=1e-6)
+        del sess
+        part = partition_counters(report)
+    nbytes = int(np.prod(SHAPE)) * 4
+    assert part["bytes_in_host_copied"] == 0 and part["bytes_in_wrapped"] == 2 * nbytes, part
+    assert part["bytes_out_host_copied"] == nbytes and part["bytes_out_adopted"] == 0, part
