@@ -45,7 +45,8 @@ case " $STEPS " in *" conformance "*)
 case " $STEPS " in *" pytest "*)
   # The parity and bad-input tests with MLX on the GPU (same tolerances as on the CPU), one file
   # per process so that a crash shows which file it came from.
-  for f in tests/python/ops/test_*.py tests/python/test_bad_input.py; do
+  # PYTEST_FILES picks a subset (default: every op test file and the bad-input tests).
+  for f in ${PYTEST_FILES:-tests/python/ops/test_*.py tests/python/test_bad_input.py}; do
     timeout "${PYTEST_FILE_TIMEOUT:-55}" $PY -m pytest -q -p no:cacheprovider "$f" > "$R/pytest_$(basename "$f" .py).log" 2>&1
     echo "$f: rc=$? $(tail -1 "$R/pytest_$(basename "$f" .py).log")"
   done;; esac
