@@ -47,6 +47,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterRotaryEmbeddingOps(r);
     RegisterTensorMiscOps(r);
     RegisterContribNormalizationOps(r);
+    RegisterContribActivationOps(r);
     return r;
   }();
   return registry;

@@ -50,5 +50,6 @@ void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
 void RegisterTensorMiscOps(
     OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum CumProd TopK CenterCropPad EyeLike
 void RegisterContribNormalizationOps(OpRegistry& r);  // (Skip)(Simplified)LayerNormalization contrib ops
+void RegisterContribActivationOps(OpRegistry& r);  // Gelu BiasGelu FastGelu QuickGelu BiasAdd BiasSplitGelu
 
 }  // namespace mlx_ep
