@@ -48,6 +48,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterTensorMiscOps(r);
     RegisterContribNormalizationOps(r);
     RegisterContribActivationOps(r);
+    RegisterContribMatmulOps(r);
     return r;
   }();
   return registry;

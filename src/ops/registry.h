@@ -51,5 +51,6 @@ void RegisterTensorMiscOps(
     OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum CumProd TopK CenterCropPad EyeLike
 void RegisterContribNormalizationOps(OpRegistry& r);  // (Skip)(Simplified)LayerNormalization contrib ops
 void RegisterContribActivationOps(OpRegistry& r);  // Gelu BiasGelu FastGelu QuickGelu BiasAdd BiasSplitGelu
+void RegisterContribMatmulOps(OpRegistry& r);      // FusedMatMul TransposeMatMul
 
 }  // namespace mlx_ep
