@@ -235,3 +235,26 @@ def test_norm_stash_type_declined(op):
 def test_simplified_flat_scale_errors():
     """A scale holding prod(X.shape[axis:]) values in another shape: ORT 1.31 errors, so does MLX."""
     assert_mlx_error(*norm_case("SimplifiedLayerNormalization", (2, 3, 4), 1, (12,)))
+
+
+def test_skip_symbolic_dims_in_a_chain():
+    """A BERT-style chain with symbolic batch/sequence dims: FusedMatMul -> BiasGelu -> FusedMatMul ->
+    SkipLayerNormalization (skip = the chain's input) -> SimplifiedLayerNormalization, one partition."""
+    rng = np.random.default_rng(5)
+    h, f = 16, 24
+    w1, w2 = random_array((h, f), np.float32, rng, -0.5, 0.5), random_array((f, h), np.float32, rng, -0.5, 0.5)
+    consts = {"w1": w1, "w2": w2, "b1": random_array((f,), np.float32, rng), "gamma": np.ones(h, np.float32) * 1.5,
+              "beta": random_array((h,), np.float32, rng), "scale": random_array((h,), np.float32, rng, 0.5, 1.5)}
+    nodes = [helper.make_node("FusedMatMul", ["x", "w1"], ["m1"], domain=MS, alpha=0.5),
+             helper.make_node("BiasGelu", ["m1", "b1"], ["g"], domain=MS),
+             helper.make_node("FusedMatMul", ["g", "w2"], ["m2"], domain=MS),
+             helper.make_node("SkipLayerNormalization", ["m2", "x", "gamma", "beta"], ["n", "", "", "sum"], domain=MS),
+             helper.make_node("SimplifiedLayerNormalization", ["n", "scale"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", h])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("sum", TensorProto.FLOAT, None)],
+                              [onnx.numpy_helper.from_array(v, k) for k, v in consts.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    for shape in [(2, 5, h), (1, 3, h)]:
+        check_parity(model, {"x": random_array(shape, np.float32, rng)})
