@@ -11,8 +11,10 @@
 //  - SimplifiedLayerNormalization (ai.onnx 1+: ORT registers this contrib op in the ONNX domain):
 //    Y = X / sqrt(mean(X^2 over [axis, rank)) + epsilon) * scale; inv_std_var output (float32).
 //  - LayerNormalization (ai.onnx 1-16, ORT's contrib form before ONNX's opset 17): as opset 17.
-//    For both, scale (and B) broadcast against X numpy-style, as ORT 1.31 accepts them ([H],
-//    [1, H], X.shape[axis:], [B, 1, H], ...); a scale that would widen Y is an error (ORT's too).
+//    For both, X (T) and scale/B (V) may differ in float type; Y is V, computed in float32 (float64
+//    when both are float64) and rounded once. Scale (and B) broadcast against X numpy-style, as ORT 1.31
+//    accepts them ([H], [1, H], X.shape[axis:], [B, 1, H], ...); a scale that would widen Y is an error
+//    (ORT's too).
 //
 // float16/bfloat16 compute in float32 and round once (ORT's float16 kernels convert to float and
 // accumulate in float; ORT has no bfloat16 kernel, the same rule is applied); float32 computes in
@@ -114,9 +116,9 @@ Normalized Normalize(const mx::array& x, int axis, const mx::array& scale,
 mx::Dtype AccDtype(mx::Dtype dt) { return dt == mx::float64 ? mx::float64 : mx::float32; }
 
 /** Checks the types shared by every op here: X (input 0) a float of `types`, the inputs listed in
- *  `same` of X's type, output 0 X's type, and the statistic outputs `stats` float32. */
+ *  `same` of X's type, output 0 of `y_type` (default X's type), the statistic outputs `stats` float32. */
 Claim ClaimTypes(const NodeView& v, std::initializer_list<ElemType> types, std::initializer_list<size_t> same,
-                 std::initializer_list<size_t> stats) {
+                 std::initializer_list<size_t> stats, std::optional<ElemType> y_type = std::nullopt) {
   const ElemType t = v.input_type(0);
   if (!IsOneOf(t, types)) return Claim::No(TypeReason(v, 0));
   if (!DeviceSupports(t)) return Claim::No(TypeReason(v, 0, "not supported on the MLX device"));
@@ -124,7 +126,7 @@ Claim ClaimTypes(const NodeView& v, std::initializer_list<ElemType> types, std::
     if (v.has_input(i) && v.input_type(i) != t)
       return Claim::No("input " + std::to_string(i) + " has type " + ElemName(v.input_type(i)) + ", X has " +
                        ElemName(t));
-  if (v.output_type(0) != t) return Claim::No("output type differs from the input type");
+  if (v.output_type(0) != y_type.value_or(t)) return Claim::No("output type differs from the input type");
   for (size_t k : stats)
     if (v.has_output(k) && v.output_type(k) != ElemType::kFloat)
       return Claim::No("output " + std::to_string(k) + " has type " + ElemName(v.output_type(k)) +
@@ -150,8 +152,16 @@ Claim ClaimLayerNorm(const NodeView& v) {
           "output inv_std_var with axis before the last (ORT's shape inference disagrees "
           "with its kernel there)");
   }
-  if (kSimplified) return ClaimTypes(v, kFloatTypes, {1}, {1});
-  return ClaimTypes(v, kFloatTypes, {1, 2}, {1, 2});
+  // X is T, scale (and B) and Y are V (ORT computes in float32, float64 when both are float64).
+  const ElemType t = v.input_type(0), w = v.input_type(1);
+  if (!IsOneOf(w, kFloatTypes)) return Claim::No(TypeReason(v, 1));
+  if ((t == ElemType::kDouble) != (w == ElemType::kDouble))
+    return Claim::No("X and scale mix float64 with another float type");
+  if (!DeviceSupports(w)) return Claim::No(TypeReason(v, 1, "not supported on the MLX device"));
+  if (v.output_type(0) != w) return Claim::No("output type differs from scale's type");
+  if (kSimplified) return ClaimTypes(v, kFloatTypes, {}, {1}, w);
+  if (v.has_input(2) && v.input_type(2) != w) return Claim::No("B type differs from scale's type");
+  return ClaimTypes(v, kFloatTypes, {}, {1, 2}, w);
 }
 
 template <bool kSimplified>
@@ -174,11 +184,11 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
   auto wanted = [&](size_t k) { return k > 0 && k < c.num_outputs() && !c.node.outputs[k].empty(); };
   mx::Shape stat_shape(x.shape().begin(), x.shape().begin() + axis);
   stat_shape.resize(rank, 1);
-  const mx::Dtype dt = x.dtype();
+  const mx::Dtype dt = x.dtype(), y_dt = c.output_dtype(0);  // Y has scale's type
   std::vector<mx::array> outs;
   if (x.size() == 0) {
     // Nothing to normalize; statistics over zero values are 0/0 = NaN in ORT.
-    outs.push_back(mx::astype(x, dt, s));
+    outs.push_back(mx::astype(x, y_dt, s));
     for (size_t k = 1; k < c.num_outputs(); ++k) outs.push_back(mx::full(stat_shape, NAN, mx::float32, s));
     return outs;
   }
@@ -189,7 +199,7 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
   if (bias) b = mx::astype(*bias, acc, s);
   Normalized r = Normalize(mx::astype(x, acc, s), static_cast<int>(axis), mx::astype(scale, acc, s), b, eps,
                            kSimplified, wanted(mean_slot) || wanted(inv_slot), s);
-  outs.push_back(mx::astype(r.y, dt, s));
+  outs.push_back(mx::astype(r.y, y_dt, s));
   for (size_t k = 1; k < c.num_outputs(); ++k) {
     if (!wanted(k)) {
       outs.push_back(mx::zeros(stat_shape, mx::float32, s));

@@ -258,3 +258,27 @@ def test_skip_symbolic_dims_in_a_chain():
     model.ir_version = 8
     for shape in [(2, 5, h), (1, 3, h)]:
         check_parity(model, {"x": random_array(shape, np.float32, rng)})
+
+
+@pytest.mark.parametrize("x_type,v_type", [(np.float16, np.float32), (np.float32, np.float16)], ids=["x16-w32", "x32-w16"])
+@pytest.mark.parametrize("op", NORM_OPS)
+def test_norm_mixed_types(op, x_type, v_type):
+    """X of type T, scale/B (and Y) of type V: ORT computes in float32 and rounds Y to V once."""
+    rng = np.random.default_rng(7)
+    shape, h = (3, 5, 48), 48
+    names = ["x", "scale"] + (["bias"] if op == "LayerNormalization" else [])
+    feeds = {"x": random_array(shape, x_type, rng), "scale": random_array((h,), v_type, rng, 0.5, 1.5),
+             "bias": random_array((h,), v_type, rng)}
+    feeds = {k: feeds[k] for k in names}
+    inputs = [("x", x_type, shape)] + [(n, v_type, (h,)) for n in names[1:]]
+    outs = [("y", v_type)] + [(n, np.float32) for n in STAT_OUTPUTS[op][1:]]
+    check_parity(contrib_model(op, inputs, outs, {"axis": -1}, domain="", opset=16), feeds)
+
+
+def test_norm_mixed_float64_declined():
+    """float64 X with a float32 scale: ORT has no kernel (the session fails), the EP declines it too."""
+    rng = np.random.default_rng(8)
+    feeds = {"x": random_array((3, 8), np.float64, rng), "scale": random_array((8,), np.float32, rng)}
+    model = contrib_model("SimplifiedLayerNormalization", [("x", np.float64, (3, 8)), ("scale", np.float32, (8,))],
+                          [("y", np.float32)], domain="")
+    assert_mlx_error(model, feeds)
