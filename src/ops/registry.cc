@@ -52,6 +52,9 @@ const OpRegistry& OpRegistry::Get() {
     RegisterPadOps(r);
     RegisterRotaryEmbeddingOps(r);
     RegisterTensorMiscOps(r);
+    RegisterContribNormalizationOps(r);
+    RegisterContribActivationOps(r);
+    RegisterContribMatmulOps(r);
     return r;
   }();
   return registry;

@@ -52,5 +52,8 @@ void RegisterPadOps(OpRegistry& r);     // Pad
 void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
 void RegisterTensorMiscOps(
     OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum CumProd TopK CenterCropPad EyeLike
+void RegisterContribNormalizationOps(OpRegistry& r);  // (Skip)(Simplified)LayerNormalization contrib ops
+void RegisterContribActivationOps(OpRegistry& r);  // Gelu BiasGelu FastGelu QuickGelu BiasAdd BiasSplitGelu
+void RegisterContribMatmulOps(OpRegistry& r);      // FusedMatMul TransposeMatMul
 
 }  // namespace mlx_ep
