@@ -1,0 +1,184 @@
+"""Parity of com.microsoft MatMulNBits (src/ops/quantized.cc) against ORT's CPU EP. Weights come
+from ORT's own block quantizer (onnxruntime.quantization's C++ helpers) or are random bytes."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.capi._pybind_state import quantize_matmul_2bits, quantize_matmul_4bits, quantize_matmul_8bits
+
+from harness import BF16, assert_declined, check_parity, onnx_type, random_array
+from harness_bf16 import check_bf16
+
+QUANTIZERS = {2: quantize_matmul_2bits, 4: quantize_matmul_4bits, 8: quantize_matmul_8bits}
+
+
+def quantize(w, bits, block_size, symmetric=False):
+    """ORT's quantizer on w [K, N] float32: (B [N, k_blocks, blob], scales [N, k_blocks], packed zero points)."""
+    K, N = w.shape
+    kb = -(-K // block_size)
+    per_byte = 8 // bits
+    packed = np.zeros((N, kb, block_size // per_byte), np.uint8)
+    scales = np.zeros((N, kb), np.float32)
+    zp = np.zeros((N, -(-kb // per_byte)), np.uint8)
+    w = np.pad(w, ((0, kb * block_size - K), (0, 0)))
+    QUANTIZERS[bits](packed, w, scales, zp, block_size, N, K, symmetric)
+    return packed, scales, zp
+
+
+def nbits_model(a, b, scales, K, N, bits, block_size, zp=None, bias=None, g_idx=None, attrs=None,
+                weights_as_inputs=False):
+    """(model, feeds) of one MatMulNBits node; B, scales, zero points, g_idx and bias are constant initializers."""
+    consts = [("B", b), ("scales", scales), ("zp", zp), ("g_idx", g_idx), ("bias", bias)]
+    names = ["A"] + [n if v is not None else "" for n, v in consts]
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft", K=K, N=N, bits=bits,
+                            block_size=block_size, **(attrs or {}))
+    inits = [numpy_helper.from_array(v, n) for n, v in consts if v is not None]
+    inputs = [helper.make_tensor_value_info("A", onnx_type(a.dtype), list(a.shape))]
+    feeds = {"A": a}
+    if weights_as_inputs:
+        inputs += [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in inits]
+        feeds.update({n: v for n, v in consts if v is not None})
+        inits = []
+    out = helper.make_tensor_value_info("Y", onnx_type(a.dtype), list(a.shape[:-1]) + [N])
+    graph = helper.make_graph([node], "matmulnbits", inputs, [out], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model, feeds
+
+
+def case(K, N, bits, block_size, a_shape, dtype=np.float32, zp="uint8", bias=False, kind="positive", seed=0):
+    """Arrays of one case: A, B, scales (of dtype), zero points ("uint8" packed, "float" or None), bias.
+    MLX and ORT sum the products in different orders, so (as in test_matmul.py) the data keeps
+    that from mattering: kind "positive" quantizes positive weights with ORT's quantizer and takes
+    positive A (no cancellation: 1e-5 rel is a meaningful bound); kind "int" takes random bytes
+    (every q and zero point value), power-of-two scales and integer-valued A: every product and sum
+    is exact, so any difference in the weights' layout or zero points shows."""
+    rng = np.random.default_rng(seed)
+    kb = -(-K // block_size)
+    if kind == "positive":
+        b, scales, zps = quantize(rng.uniform(0.5, 1.5, (K, N)).astype(np.float32), bits, block_size)
+        a = random_array(a_shape, np.float32, rng, low=0.5, high=1.5)
+    else:
+        b = rng.integers(0, 256, (N, kb, block_size * bits // 8)).astype(np.uint8)
+        scales = (2.0 ** rng.integers(-4, 0, (N, kb))).astype(np.float32)
+        zps = rng.integers(0, 256, (N, -(-kb * bits // 8))).astype(np.uint8)
+        a = random_array(a_shape, np.float32, rng, low=-4, high=4).round()
+    if zp == "float":  # quarter steps: exact with power-of-two scales
+        zps = (rng.integers(0, 4 * (2 ** bits - 1), (N, kb)) / 4).astype(dtype)
+    elif zp is None:
+        zps = None
+    bias_v = random_array((N,), np.float32, rng, low=0.5, high=1.5).astype(dtype) if bias else None
+    return a.astype(dtype), b, scales.astype(dtype), zps, bias_v
+
+
+# (K, N, bits, block_size): every block size ORT takes (MLX's quantized_matmul has 32/64/128 only),
+# K not a multiple of the block size (the last block is padded), odd N.
+SHAPES = [
+    (64, 16, 4, 16), (96, 24, 4, 32), (256, 40, 4, 64), (256, 33, 4, 128), (512, 20, 4, 256),
+    (100, 17, 4, 32), (70, 9, 4, 16), (200, 31, 4, 128),
+    (64, 16, 8, 16), (96, 24, 8, 32), (130, 19, 8, 64), (256, 32, 8, 128), (300, 12, 8, 256),
+    (64, 16, 2, 16), (96, 24, 2, 32), (129, 13, 2, 64), (256, 8, 2, 128),
+]
+
+
+def shape_id(s):
+    return "K{}_N{}_b{}_bs{}".format(*s)
+
+
+# Rows of A: 1 and 3 take mx::quantized_matmul (where the block size fits), 9 and 2x5 the
+# dequantize + GEMM path.
+@pytest.mark.parametrize("a_rows", [(1,), (3,), (9,), (2, 5)], ids=lambda r: "x".join(map(str, r)))
+@pytest.mark.parametrize("zp", ["uint8", None])
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+@pytest.mark.parametrize("kind", ["positive", "int"])
+def test_float32(shape, zp, a_rows, kind):
+    K, N, bits, bs = shape
+    a, b, scales, zps, _ = case(K, N, bits, bs, a_rows + (K,), zp=zp, kind=kind)
+    check_parity(*nbits_model(a, b, scales, K, N, bits, bs, zps))
+
+
+@pytest.mark.parametrize("rows", [1, 7])
+@pytest.mark.parametrize("shape", [(96, 24, 4, 32), (100, 17, 4, 16), (256, 33, 4, 128), (300, 12, 8, 256),
+                                   (96, 24, 8, 32), (129, 13, 2, 64)], ids=shape_id)
+def test_random_bytes_and_bias(shape, rows):
+    """Every q and zero point value (random bytes), with a bias."""
+    K, N, bits, bs = shape
+    a, b, scales, zps, bias = case(K, N, bits, bs, (rows, K), bias=True, kind="int")
+    check_parity(*nbits_model(a, b, scales, K, N, bits, bs, zps, bias))
+
+
+@pytest.mark.parametrize("rows", [1, 6])
+@pytest.mark.parametrize("shape", [(96, 24, 4, 32), (100, 17, 4, 16), (256, 33, 4, 128)], ids=shape_id)
+def test_float_zero_points(shape, rows):
+    K, N, bits, bs = shape
+    a, b, scales, zps, bias = case(K, N, bits, bs, (rows, K), zp="float", bias=True, kind="int")
+    check_parity(*nbits_model(a, b, scales, K, N, bits, bs, zps, bias))
+
+
+@pytest.mark.parametrize("kind", ["positive", "int"])
+@pytest.mark.parametrize("zp", ["uint8", None, "float"])
+@pytest.mark.parametrize("rows", [1, 6])
+@pytest.mark.parametrize("shape", [(96, 24, 4, 32), (100, 17, 4, 16), (300, 12, 8, 256), (96, 24, 8, 64),
+                                   (129, 13, 2, 64), (64, 16, 2, 16)],
+                         ids=shape_id)
+def test_float16(shape, rows, zp, kind):
+    K, N, bits, bs = shape
+    if zp == "float" and bits != 4:
+        pytest.skip("float zero points need bits=4")
+    a, b, scales, zps, bias = case(K, N, bits, bs, (rows, K), np.float16, zp=zp, bias=True, kind=kind)
+    check_parity(*nbits_model(a, b, scales, K, N, bits, bs, zps, bias))
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_accuracy_levels_computed_in_float32(level):
+    """ORT's CPU EP computes levels 0-3 in float32 (MLAS CompFp32)."""
+    a, b, scales, zps, _ = case(128, 16, 4, 32, (2, 128))
+    check_parity(*nbits_model(a, b, scales, 128, 16, 4, 32, zps, attrs={"accuracy_level": level}))
+
+
+def test_weights_as_graph_inputs():
+    a, b, scales, zps, bias = case(100, 17, 4, 32, (3, 100), bias=True)
+    check_parity(*nbits_model(a, b, scales, 100, 17, 4, 32, zps, bias, weights_as_inputs=True))
+
+
+def test_one_dimensional_scales_and_zero_points():
+    """ORT accepts scales [N * k_blocks] and zero points [N * blob] (older models)."""
+    a, b, scales, zps, _ = case(96, 24, 4, 32, (1, 96))
+    check_parity(*nbits_model(a, b, scales.reshape(-1), 96, 24, 4, 32, zps.reshape(-1)))
+
+
+def test_one_dimensional_a():
+    a, b, scales, zps, _ = case(96, 24, 4, 32, (96,))
+    check_parity(*nbits_model(a, b, scales, 96, 24, 4, 32, zps))
+
+
+def test_empty_batch():
+    a, b, scales, zps, _ = case(96, 24, 4, 32, (0, 96))
+    check_parity(*nbits_model(a, b, scales, 96, 24, 4, 32, zps))
+
+
+@pytest.mark.parametrize("rows", [1, 6])
+def test_bfloat16(rows):
+    """No ORT CPU kernel takes bfloat16: the reference is the float32 node on the same values."""
+    K, N, bits, bs = 100, 17, 4, 32
+    a, b, scales, zps, bias = case(K, N, bits, bs, (rows, K), bias=True)
+    a16, s16, bias16 = a.astype(BF16), scales.astype(BF16), bias.astype(BF16)
+    from harness import run_cpu
+    ref = run_cpu(*nbits_model(a16.astype(np.float32), b, s16.astype(np.float32), K, N, bits, bs, zps,
+                               bias16.astype(np.float32)))
+    check_bf16(*nbits_model(a16, b, s16, K, N, bits, bs, zps, bias16), ref)
+
+
+def test_declined_accuracy_level_4():
+    """ORT quantizes A to int8 blocks there: results differ from float32 math, not reproduced."""
+    a, b, scales, zps, _ = case(128, 16, 4, 32, (2, 128))
+    assert_declined(*nbits_model(a, b, scales, 128, 16, 4, 32, zps, attrs={"accuracy_level": 4}))
+
+
+def test_declined_g_idx():
+    K, N, bs = 64, 8, 32
+    a, b, scales, zps, _ = case(K, N, 4, bs, (2, K))
+    g_idx = (np.arange(K) // bs).astype(np.int32)[::-1].copy()
+    assert_declined(*nbits_model(a, b, scales, K, N, 4, bs, zps, g_idx=g_idx))
