@@ -41,7 +41,7 @@ namespace {
 
 // Rows of A up to which mx::quantized_matmul beats dequantize + GEMM on MLX's CPU (measured with
 // bench/bench_matmulnbits.py: its cost grows with every row, the dequantization is paid once).
-constexpr int64_t kQuantizedMatmulMaxRows = 4;
+constexpr int64_t kQuantizedMatmulMaxRows = 2;
 
 struct NBits {
   int64_t K, N, bits, block_size, k_blocks, blob;
@@ -200,6 +200,7 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
 
 void RegisterQuantizedOps(OpRegistry& r) {
   r.Add({"com.microsoft", "MatMulNBits", 1, 1, ClaimMatMulNBits, TranslateMatMulNBits});
+  RegisterQuantizedGatherOps(r);
 }
 
 }  // namespace mlx_ep

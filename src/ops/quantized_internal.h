@@ -9,4 +9,8 @@ namespace mlx_ep {
  *  bits first (ORT's packing): [..., n * 8 / bits] uint8. bits is 2, 4 or 8. */
 mx::array UnpackBits(const mx::array& packed, int bits, mx::Stream s);
 
+class OpRegistry;
+/** GatherBlockQuantized (quantized_gather.cc), registered by RegisterQuantizedOps. */
+void RegisterQuantizedGatherOps(OpRegistry& r);
+
 }  // namespace mlx_ep
