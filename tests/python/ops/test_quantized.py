@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.capi._pybind_state import quantize_matmul_2bits, quantize_matmul_4bits, quantize_matmul_8bits
 
-from harness import BF16, assert_declined, check_parity, onnx_type, random_array
+from harness import BF16, assert_declined, check_parity, onnx_type, random_array, run_cpu
 from harness_bf16 import check_bf16
 
 QUANTIZERS = {2: quantize_matmul_2bits, 4: quantize_matmul_4bits, 8: quantize_matmul_8bits}
@@ -168,7 +168,6 @@ def test_bfloat16(rows):
     K, N, bits, bs = 100, 17, 4, 32
     a, b, scales, zps, bias = case(K, N, bits, bs, (rows, K), bias=True)
     a16, s16, bias16 = a.astype(BF16), scales.astype(BF16), bias.astype(BF16)
-    from harness import run_cpu
     ref = run_cpu(*nbits_model(a16.astype(np.float32), b, s16.astype(np.float32), K, N, bits, bs, zps,
                                bias16.astype(np.float32)))
     check_bf16(*nbits_model(a16, b, s16, K, N, bits, bs, zps, bias16), ref)
@@ -231,7 +230,8 @@ GBQ_CASES = [((10, 64), 4, 16), ((10, 96), 4, 32), ((7, 200), 4, 64), ((5, 128),
 
 @pytest.mark.parametrize("zp", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("shape,bits,bs", GBQ_CASES, ids=[f"{'x'.join(map(str, c[0]))}_b{c[1]}_bs{c[2]}" for c in GBQ_CASES])
+@pytest.mark.parametrize("shape,bits,bs", GBQ_CASES,
+                         ids=[f"{'x'.join(map(str, c[0]))}_b{c[1]}_bs{c[2]}" for c in GBQ_CASES])
 def test_gather_block_quantized(shape, bits, bs, dtype, zp):
     data, scales, zps = gbq_case(shape, bits, bs, dtype, zp)
     rows = shape[0]
