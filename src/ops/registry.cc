@@ -55,6 +55,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterContribNormalizationOps(r);
     RegisterContribActivationOps(r);
     RegisterContribMatmulOps(r);
+    RegisterQuantizedOps(r);
     return r;
   }();
   return registry;

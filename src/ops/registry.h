@@ -50,6 +50,7 @@ void RegisterExtraActivationOps(OpRegistry& r);     // PRelu ThresholdedRelu Cel
 void RegisterResizeOps(OpRegistry& r);  // Resize Upsample
 void RegisterPadOps(OpRegistry& r);     // Pad
 void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
+void RegisterQuantizedOps(OpRegistry& r);  // com.microsoft MatMulNBits GatherBlockQuantized
 void RegisterTensorMiscOps(
     OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum CumProd TopK CenterCropPad EyeLike
 void RegisterContribNormalizationOps(OpRegistry& r);  // (Skip)(Simplified)LayerNormalization contrib ops

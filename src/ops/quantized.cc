@@ -1,0 +1,206 @@
+// Op family: block-quantized weights, com.microsoft MatMulNBits (GatherBlockQuantized lives in
+// quantized_gather.cc).
+//
+// MatMulNBits: Y = A @ dequantize(B)^T (+ bias), B: [N, k_blocks, blob] uint8 holding, per output
+// column n and block of `block_size` values along K, the `bits`-wide unsigned values packed low bits
+// first; weights w = (q - zero_point) * scale. ORT's CPU EP computes in float32 for every
+// accuracy_level but 4 (float16 A, scales and bias are widened to float32 and the result rounded
+// once); we do the same. Two ways, chosen per trace on the number of rows of A (measured on x86,
+// bench/bench_matmulnbits.py):
+//  - few rows (decode): mx::quantized_matmul reads B in place. On a little-endian machine ORT's
+//    bytes reinterpret as MLX's uint32 words (element i of a word at bits [bits*i, bits*(i+1)),
+//    low nibble of the first byte first), so B is only viewed; MLX's affine form
+//    w = scale * q + bias takes bias = -(scale * zero_point). Needs MLX's group sizes (32/64/128).
+//  - more rows (prefill): B is unpacked and dequantized as ORT does, (q - zp) * scale in float32
+//    (q * scale - scale * zp for float zero points, ORT's formula there), then one BLAS GEMM.
+// K not a multiple of block_size: the last block is padded; A is padded with zeros to match.
+// Declined: accuracy_level 4 (ORT quantizes A to int8 blocks, MLAS CompInt8), g_idx, prepacked
+// weights, float zero points of another type than A or with bits != 4 (no ORT CPU kernel).
+#include <bit>
+
+#include "ops/claim_util.h"
+#include "ops/quantized_internal.h"
+#include "ops/registry.h"
+
+namespace mlx_ep {
+
+mx::array UnpackBits(const mx::array& packed, int bits, mx::Stream s) {
+  if (bits == 8) return packed;
+  const int per_byte = 8 / bits;
+  std::vector<uint8_t> shift_values;
+  for (int i = 0; i < per_byte; ++i) shift_values.push_back(static_cast<uint8_t>(i * bits));
+  const mx::array shifts(shift_values.begin(), {per_byte}, mx::uint8);
+  const mx::array mask(static_cast<uint8_t>((1 << bits) - 1), mx::uint8);
+  mx::array fields = mx::bitwise_and(mx::right_shift(mx::expand_dims(packed, -1, s), shifts, s), mask, s);
+  mx::Shape shape = packed.shape();
+  shape.back() *= per_byte;
+  return mx::reshape(fields, shape, s);
+}
+
+namespace {
+
+// Rows of A up to which mx::quantized_matmul beats dequantize + GEMM on MLX's CPU (measured with
+// bench/bench_matmulnbits.py: its cost grows with every row, the dequantization is paid once).
+constexpr int64_t kQuantizedMatmulMaxRows = 2;
+
+struct NBits {
+  int64_t K, N, bits, block_size, k_blocks, blob;
+};
+
+NBits ReadNBits(const Node& n) {
+  NBits a{};
+  a.K = n.AttrInt("K", 0);
+  a.N = n.AttrInt("N", 0);
+  a.bits = n.AttrInt("bits", 4);
+  a.block_size = n.AttrInt("block_size", 0);
+  a.k_blocks = a.block_size > 0 ? (a.K + a.block_size - 1) / a.block_size : 0;
+  a.blob = a.block_size * a.bits / 8;
+  return a;
+}
+
+bool ShapeIs(const NodeView& v, size_t i, std::initializer_list<std::vector<int64_t>> allowed) {
+  auto shape = v.input_shape(i);
+  if (!shape) return true;  // checked on the real shape when tracing
+  for (const auto& a : allowed)
+    if (a.size() == shape->size() &&
+        std::equal(a.begin(), a.end(), shape->begin(), [](int64_t x, int64_t y) { return y < 0 || x == y; }))
+      return true;
+  return false;
+}
+
+Claim ClaimMatMulNBits(const NodeView& v) {
+  const Node& n = v.node();
+  const ElemType t = v.input_type(0);
+  if (!IsOneOf(t, {ElemType::kFloat, ElemType::kFloat16, ElemType::kBFloat16}))
+    return Claim::No(TypeReason(v, 0));
+  if (v.input_type(1) != ElemType::kUInt8) return Claim::No(TypeReason(v, 1, "B must be uint8"));
+  if (v.input_type(2) != t) return Claim::No("scales type differs from A");
+  if (v.output_type(0) != t) return Claim::No("output type differs from A");
+  const NBits a = ReadNBits(n);
+  if (a.bits != 2 && a.bits != 4 && a.bits != 8) return Claim::No("bits=" + std::to_string(a.bits));
+  if (a.block_size < 16 || !std::has_single_bit(static_cast<uint64_t>(a.block_size)))
+    return Claim::No("block_size=" + std::to_string(a.block_size) + " is not a power of 2 >= 16");
+  if (a.K <= 0 || a.N <= 0) return Claim::No("K and N must be positive");
+  const int64_t level = n.AttrInt("accuracy_level", 0);
+  if (level == 4)
+    return Claim::No(
+        "accuracy_level=4: ORT's CPU EP quantizes A to int8 blocks (MLAS CompInt8), not reproduced");
+  if (level < 0 || level > 4) return Claim::No("accuracy_level=" + std::to_string(level));
+  if (n.AttrInt("weight_prepacked", 0) != 0)
+    return Claim::No("weight_prepacked (an EP-specific layout of B)");
+  if (v.has_input(4)) return Claim::No("g_idx (deprecated act-order reordering of K) is not supported");
+  if (!ShapeIs(v, 1, {{a.N, a.k_blocks, a.blob}})) return Claim::No("B is not [N, k_blocks, blob_size]");
+  if (!ShapeIs(v, 2, {{a.N, a.k_blocks}, {a.N * a.k_blocks}}))
+    return Claim::No("scales is not [N, k_blocks]");
+  if (v.has_input(3)) {
+    const ElemType zt = v.input_type(3);
+    if (zt == ElemType::kUInt8) {
+      const int64_t zb = (a.k_blocks * a.bits + 7) / 8;
+      if (!ShapeIs(v, 3, {{a.N, zb}, {a.N * zb}}))
+        return Claim::No("packed zero_points is not [N, ceil(k_blocks * bits / 8)]");
+    } else {
+      if (zt != t) return Claim::No("float zero_points of another type than A (no ORT CPU kernel)");
+      if (a.bits != 4) return Claim::No("float zero_points with bits != 4 (ORT's CPU kernel rejects them)");
+      if (!ShapeIs(v, 3, {{a.N, a.k_blocks}, {a.N * a.k_blocks}}))
+        return Claim::No("zero_points is not [N, k_blocks]");
+    }
+  }
+  if (v.has_input(5)) {
+    if (v.input_type(5) != t) return Claim::No("bias type differs from A");
+    if (!ShapeIs(v, 5, {{a.N}})) return Claim::No("bias is not [N]");
+  }
+  if (auto r = v.input_rank(0); r && *r < 1) return Claim::No("A must have rank >= 1");
+  return Claim::Yes();
+}
+
+/** Zero points as float32 [N, k_blocks] (unpacked from uint8), or nullopt when absent. */
+std::optional<mx::array> ZeroPoints(const OpContext& c, const NBits& a, mx::Stream s) {
+  if (!c.has_input(3)) return std::nullopt;
+  const mx::array& z = c.input(3);
+  if (z.dtype() != mx::uint8) {
+    if (z.size() != static_cast<size_t>(a.N * a.k_blocks)) c.Fail("zero_points must be [N, k_blocks]");
+    return mx::astype(mx::reshape(z, {static_cast<int>(a.N), static_cast<int>(a.k_blocks)}, s), mx::float32,
+                      s);
+  }
+  const int zb = static_cast<int>((a.k_blocks * a.bits + 7) / 8);
+  if (z.size() != static_cast<size_t>(a.N * zb)) c.Fail("zero_points must be [N, ceil(k_blocks * bits / 8)]");
+  mx::array q = UnpackBits(mx::reshape(z, {static_cast<int>(a.N), zb}, s), static_cast<int>(a.bits), s);
+  q = mx::slice(q, {0, 0}, {static_cast<int>(a.N), static_cast<int>(a.k_blocks)}, s);
+  return mx::astype(q, mx::float32, s);
+}
+
+/** (q - zp) * scale as ORT's CPU EP computes it: [N, k_blocks * block_size] float32. */
+mx::array DequantizedB(const OpContext& c, const NBits& a, const mx::array& scales,
+                       const std::optional<mx::array>& zp, mx::Stream s) {
+  const int N = static_cast<int>(a.N), kb = static_cast<int>(a.k_blocks), bs = static_cast<int>(a.block_size);
+  const mx::array packed = mx::reshape(c.input(1), {N, kb, static_cast<int>(a.blob)}, s);
+  const mx::array q = mx::astype(UnpackBits(packed, static_cast<int>(a.bits), s), mx::float32, s);
+  const mx::array scale = mx::expand_dims(scales, -1, s);
+  mx::array w = [&] {
+    if (zp && c.input(3).dtype() != mx::uint8)  // ORT: q * scale + (-scale * zp)
+      return mx::add(mx::multiply(q, scale, s),
+                     mx::expand_dims(mx::negative(mx::multiply(scales, *zp, s), s), -1, s), s);
+    const mx::array z =
+        zp ? mx::expand_dims(*zp, -1, s) : mx::array(static_cast<float>(1 << (a.bits - 1)), mx::float32);
+    return mx::multiply(mx::subtract(q, z, s), scale, s);  // q - zp is exact
+  }();
+  return mx::reshape(w, {N, kb * bs}, s);
+}
+
+/** x [M, K] @ B^T through mx::quantized_matmul on ORT's bytes viewed as MLX's uint32 words. */
+mx::array QuantizedMatmul(const OpContext& c, const NBits& a, const mx::array& x, const mx::array& scales,
+                          const std::optional<mx::array>& zp, mx::Stream s) {
+  const int N = static_cast<int>(a.N);
+  const int row_bytes = static_cast<int>(a.k_blocks * a.blob);
+  const mx::array w = mx::view(mx::reshape(c.input(1), {N, row_bytes}, s), mx::uint32, s);
+  const mx::array z = zp ? *zp : mx::array(static_cast<float>(1 << (a.bits - 1)), mx::float32);
+  const mx::array biases = mx::negative(mx::multiply(scales, z, s), s);
+  return mx::quantized_matmul(x, w, scales, biases, true, static_cast<int>(a.block_size),
+                              static_cast<int>(a.bits), "affine", s);
+}
+
+bool QuantizedMatmulFits(const NBits& a, int64_t rows) {
+  const bool mlx_group = a.block_size == 32 || a.block_size == 64 || a.block_size == 128;
+  return rows <= kQuantizedMatmulMaxRows && mlx_group && std::endian::native == std::endian::little;
+}
+
+std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
+  const mx::Stream s = c.stream;
+  const NBits a = ReadNBits(c.node);
+  const mx::array& A = c.input(0);
+  if (A.ndim() < 1 || A.shape(-1) != a.K) c.Fail("A's last dimension must be K=" + std::to_string(a.K));
+  if (c.input(1).size() != static_cast<size_t>(a.N * a.k_blocks * a.blob))
+    c.Fail("B must be [N, k_blocks, blob_size]");
+  if (c.input(2).size() != static_cast<size_t>(a.N * a.k_blocks)) c.Fail("scales must be [N, k_blocks]");
+  if (c.has_input(5) && c.input(5).size() != static_cast<size_t>(a.N)) c.Fail("bias must be [N]");
+  mx::Shape out_shape = A.shape();
+  out_shape.back() = static_cast<int>(a.N);
+  const int64_t rows = static_cast<int64_t>(A.size()) / a.K;
+  if (rows == 0) return {mx::zeros(out_shape, A.dtype(), s)};
+
+  const int N = static_cast<int>(a.N), K = static_cast<int>(a.K);
+  const mx::array scales =
+      mx::astype(mx::reshape(c.input(2), {N, static_cast<int>(a.k_blocks)}, s), mx::float32, s);
+  const std::optional<mx::array> zp = ZeroPoints(c, a, s);
+  mx::array x = mx::astype(mx::reshape(A, {static_cast<int>(rows), K}, s), mx::float32, s);
+  mx::array y = [&] {
+    if (QuantizedMatmulFits(a, rows)) {
+      const int padded = static_cast<int>(a.k_blocks * a.block_size);
+      if (padded != K) x = mx::pad(x, {{0, 0}, {0, padded - K}}, mx::array(0.f), "constant", s);
+      return QuantizedMatmul(c, a, x, scales, zp, s);
+    }
+    const mx::array w = mx::slice(DequantizedB(c, a, scales, zp, s), {0, 0}, {N, K}, s);
+    return mx::matmul(x, mx::transpose(w, s), s);
+  }();
+  if (c.has_input(5)) y = mx::add(y, mx::astype(c.input(5), mx::float32, s), s);
+  return {mx::reshape(mx::astype(y, A.dtype(), s), out_shape, s)};
+}
+
+}  // namespace
+
+void RegisterQuantizedOps(OpRegistry& r) {
+  r.Add({"com.microsoft", "MatMulNBits", 1, 1, ClaimMatMulNBits, TranslateMatMulNBits});
+  RegisterQuantizedGatherOps(r);
+}
+
+}  // namespace mlx_ep

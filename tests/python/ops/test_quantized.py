@@ -1,0 +1,279 @@
+"""Parity of com.microsoft MatMulNBits (src/ops/quantized.cc) and GatherBlockQuantized
+(src/ops/quantized_gather.cc) against ORT's CPU EP. Weights come from ORT's own block quantizer
+(onnxruntime.quantization's C++ helpers) or are random bytes."""
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnxruntime.capi._pybind_state import quantize_matmul_2bits, quantize_matmul_4bits, quantize_matmul_8bits
+
+from harness import BF16, assert_declined, check_parity, onnx_type, random_array, run_cpu
+from harness_bf16 import check_bf16
+
+QUANTIZERS = {2: quantize_matmul_2bits, 4: quantize_matmul_4bits, 8: quantize_matmul_8bits}
+
+
+def quantize(w, bits, block_size, symmetric=False):
+    """ORT's quantizer on w [K, N] float32: (B [N, k_blocks, blob], scales [N, k_blocks], packed zero points)."""
+    K, N = w.shape
+    kb = -(-K // block_size)
+    per_byte = 8 // bits
+    packed = np.zeros((N, kb, block_size // per_byte), np.uint8)
+    scales = np.zeros((N, kb), np.float32)
+    zp = np.zeros((N, -(-kb // per_byte)), np.uint8)
+    w = np.pad(w, ((0, kb * block_size - K), (0, 0)))
+    QUANTIZERS[bits](packed, w, scales, zp, block_size, N, K, symmetric)
+    return packed, scales, zp
+
+
+def nbits_model(a, b, scales, K, N, bits, block_size, zp=None, bias=None, g_idx=None, attrs=None,
+                weights_as_inputs=False):
+    """(model, feeds) of one MatMulNBits node; B, scales, zero points, g_idx and bias are constant initializers."""
+    consts = [("B", b), ("scales", scales), ("zp", zp), ("g_idx", g_idx), ("bias", bias)]
+    names = ["A"] + [n if v is not None else "" for n, v in consts]
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft", K=K, N=N, bits=bits,
+                            block_size=block_size, **(attrs or {}))
+    inits = [numpy_helper.from_array(v, n) for n, v in consts if v is not None]
+    inputs = [helper.make_tensor_value_info("A", onnx_type(a.dtype), list(a.shape))]
+    feeds = {"A": a}
+    if weights_as_inputs:
+        inputs += [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in inits]
+        feeds.update({n: v for n, v in consts if v is not None})
+        inits = []
+    out = helper.make_tensor_value_info("Y", onnx_type(a.dtype), list(a.shape[:-1]) + [N])
+    graph = helper.make_graph([node], "matmulnbits", inputs, [out], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model, feeds
+
+
+def case(K, N, bits, block_size, a_shape, dtype=np.float32, zp="uint8", bias=False, kind="positive", seed=0):
+    """Arrays of one case: A, B, scales (of dtype), zero points ("uint8" packed, "float" or None), bias.
+    MLX and ORT sum the products in different orders, so (as in test_matmul.py) the data keeps
+    that from mattering: kind "positive" quantizes positive weights with ORT's quantizer and takes
+    positive A (no cancellation: 1e-5 rel is a meaningful bound); kind "int" takes random bytes
+    (every q and zero point value), power-of-two scales and integer-valued A: every product and sum
+    is exact, so any difference in the weights' layout or zero points shows."""
+    rng = np.random.default_rng(seed)
+    kb = -(-K // block_size)
+    if kind == "positive":
+        b, scales, zps = quantize(rng.uniform(0.5, 1.5, (K, N)).astype(np.float32), bits, block_size)
+        a = random_array(a_shape, np.float32, rng, low=0.5, high=1.5)
+    else:
+        b = rng.integers(0, 256, (N, kb, block_size * bits // 8)).astype(np.uint8)
+        scales = (2.0 ** rng.integers(-4, 0, (N, kb))).astype(np.float32)
+        zps = rng.integers(0, 256, (N, -(-kb * bits // 8))).astype(np.uint8)
+        a = random_array(a_shape, np.float32, rng, low=-4, high=4).round()
+    if zp == "float":  # quarter steps: exact with power-of-two scales
+        zps = (rng.integers(0, 4 * (2 ** bits - 1), (N, kb)) / 4).astype(dtype)
+    elif zp is None:
+        zps = None
+    bias_v = random_array((N,), np.float32, rng, low=0.5, high=1.5).astype(dtype) if bias else None
+    return a.astype(dtype), b, scales.astype(dtype), zps, bias_v
+
+
+# (K, N, bits, block_size): every block size ORT takes (MLX's quantized_matmul has 32/64/128 only),
+# K not a multiple of the block size (the last block is padded), odd N.
+SHAPES = [
+    (64, 16, 4, 16), (96, 24, 4, 32), (256, 40, 4, 64), (256, 33, 4, 128), (512, 20, 4, 256),
+    (100, 17, 4, 32), (70, 9, 4, 16), (200, 31, 4, 128),
+    (64, 16, 8, 16), (96, 24, 8, 32), (130, 19, 8, 64), (256, 32, 8, 128), (300, 12, 8, 256),
+    (64, 16, 2, 16), (96, 24, 2, 32), (129, 13, 2, 64), (256, 8, 2, 128),
+]
+
+
+def shape_id(s):
+    return "K{}_N{}_b{}_bs{}".format(*s)
+
+
+# Rows of A: 1 and 2 take mx::quantized_matmul (where the block size fits), 9 and 2x5 the
+# dequantize + GEMM path.
+@pytest.mark.parametrize("a_rows", [(1,), (2,), (9,), (2, 5)], ids=lambda r: "x".join(map(str, r)))
+@pytest.mark.parametrize("zp", ["uint8", None])
+@pytest.mark.parametrize("shape", SHAPES, ids=shape_id)
+@pytest.mark.parametrize("kind", ["positive", "int"])
+def test_float32(shape, zp, a_rows, kind):
+    K, N, bits, bs = shape
+    a, b, scales, zps, _ = case(K, N, bits, bs, a_rows + (K,), zp=zp, kind=kind)
+    check_parity(*nbits_model(a, b, scales, K, N, bits, bs, zps))
+
+
+@pytest.mark.parametrize("rows", [1, 7])
+@pytest.mark.parametrize("shape", [(96, 24, 4, 32), (100, 17, 4, 16), (256, 33, 4, 128), (300, 12, 8, 256),
+                                   (96, 24, 8, 32), (129, 13, 2, 64)], ids=shape_id)
+def test_random_bytes_and_bias(shape, rows):
+    """Every q and zero point value (random bytes), with a bias."""
+    K, N, bits, bs = shape
+    a, b, scales, zps, bias = case(K, N, bits, bs, (rows, K), bias=True, kind="int")
+    check_parity(*nbits_model(a, b, scales, K, N, bits, bs, zps, bias))
+
+
+@pytest.mark.parametrize("rows", [1, 6])
+@pytest.mark.parametrize("shape", [(96, 24, 4, 32), (100, 17, 4, 16), (256, 33, 4, 128)], ids=shape_id)
+def test_float_zero_points(shape, rows):
+    K, N, bits, bs = shape
+    a, b, scales, zps, bias = case(K, N, bits, bs, (rows, K), zp="float", bias=True, kind="int")
+    check_parity(*nbits_model(a, b, scales, K, N, bits, bs, zps, bias))
+
+
+FP16_SHAPES = [(96, 24, 4, 32), (100, 17, 4, 16), (300, 12, 8, 256), (96, 24, 8, 64), (129, 13, 2, 64),
+               (64, 16, 2, 16)]
+# Float zero points only with bits=4 (ORT's CPU kernel rejects the others; so does the claim).
+FP16_CASES = [(s, zp) for s in FP16_SHAPES for zp in ["uint8", None, "float"] if zp != "float" or s[2] == 4]
+
+
+@pytest.mark.parametrize("kind", ["positive", "int"])
+@pytest.mark.parametrize("rows", [1, 6])
+@pytest.mark.parametrize("shape,zp", FP16_CASES, ids=[f"{shape_id(s)}-{zp}" for s, zp in FP16_CASES])
+def test_float16(shape, zp, rows, kind):
+    K, N, bits, bs = shape
+    a, b, scales, zps, bias = case(K, N, bits, bs, (rows, K), np.float16, zp=zp, bias=True, kind=kind)
+    check_parity(*nbits_model(a, b, scales, K, N, bits, bs, zps, bias))
+
+
+@pytest.mark.parametrize("level", [0, 1, 2, 3])
+def test_accuracy_levels_computed_in_float32(level):
+    """ORT's CPU EP computes levels 0-3 in float32 (MLAS CompFp32)."""
+    a, b, scales, zps, _ = case(128, 16, 4, 32, (2, 128))
+    check_parity(*nbits_model(a, b, scales, 128, 16, 4, 32, zps, attrs={"accuracy_level": level}))
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_weights_as_graph_inputs(rows):
+    a, b, scales, zps, bias = case(100, 17, 4, 32, (rows, 100), bias=True)
+    check_parity(*nbits_model(a, b, scales, 100, 17, 4, 32, zps, bias, weights_as_inputs=True))
+
+
+def test_one_dimensional_scales_and_zero_points():
+    """ORT accepts scales [N * k_blocks] and zero points [N * blob] (older models)."""
+    a, b, scales, zps, _ = case(96, 24, 4, 32, (1, 96))
+    check_parity(*nbits_model(a, b, scales.reshape(-1), 96, 24, 4, 32, zps.reshape(-1)))
+
+
+def test_one_dimensional_a():
+    a, b, scales, zps, _ = case(96, 24, 4, 32, (96,))
+    check_parity(*nbits_model(a, b, scales, 96, 24, 4, 32, zps))
+
+
+def test_empty_batch():
+    a, b, scales, zps, _ = case(96, 24, 4, 32, (0, 96))
+    check_parity(*nbits_model(a, b, scales, 96, 24, 4, 32, zps))
+
+
+@pytest.mark.parametrize("rows", [1, 6])
+def test_bfloat16(rows):
+    """No ORT CPU kernel takes bfloat16: the reference is the float32 node on the same values."""
+    K, N, bits, bs = 100, 17, 4, 32
+    a, b, scales, zps, bias = case(K, N, bits, bs, (rows, K), bias=True)
+    a16, s16, bias16 = a.astype(BF16), scales.astype(BF16), bias.astype(BF16)
+    ref = run_cpu(*nbits_model(a16.astype(np.float32), b, s16.astype(np.float32), K, N, bits, bs, zps,
+                               bias16.astype(np.float32)))
+    check_bf16(*nbits_model(a16, b, s16, K, N, bits, bs, zps, bias16), ref)
+
+
+def test_declined_accuracy_level_4():
+    """ORT quantizes A to int8 blocks there: results differ from float32 math, not reproduced."""
+    a, b, scales, zps, _ = case(128, 16, 4, 32, (2, 128))
+    assert_declined(*nbits_model(a, b, scales, 128, 16, 4, 32, zps, attrs={"accuracy_level": 4}))
+
+
+def test_declined_g_idx():
+    K, N, bs = 64, 8, 32
+    a, b, scales, zps, _ = case(K, N, 4, bs, (2, K))
+    g_idx = (np.arange(K) // bs).astype(np.int32)[::-1].copy()
+    assert_declined(*nbits_model(a, b, scales, K, N, 4, bs, zps, g_idx=g_idx))
+
+
+# ---- GatherBlockQuantized ----------------------------------------------------------------------
+
+
+def gbq_model(data, indices, scales, zp=None, attrs=None, data_as_input=False):
+    """(model, feeds) of one GatherBlockQuantized node; data/scales/zero points are constant initializers."""
+    consts = [("data", data), ("scales", scales), ("zp", zp)]
+    names = ["data", "indices", "scales"] + (["zp"] if zp is not None else [])
+    node = helper.make_node("GatherBlockQuantized", names, ["Y"], domain="com.microsoft", **(attrs or {}))
+    inits = [numpy_helper.from_array(v, n) for n, v in consts if v is not None]
+    inputs = [helper.make_tensor_value_info("indices", onnx_type(indices.dtype), list(indices.shape))]
+    feeds = {"indices": indices}
+    if data_as_input:
+        inputs.append(helper.make_tensor_value_info("data", TensorProto.UINT8, list(data.shape)))
+        feeds["data"] = data
+        inits = inits[1:]
+    out = helper.make_tensor_value_info("Y", onnx_type(scales.dtype), None)
+    graph = helper.make_graph([node], "gbq", inputs, [out], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model, feeds
+
+
+def gbq_case(shape, bits, block_size, dtype=np.float32, zp=True, seed=0):
+    """Packed data of logical shape `shape` (last axis quantized), scales and packed zero points."""
+    rng = np.random.default_rng(seed)
+    per_byte = 8 // bits
+    *lead, length = shape
+    assert length % per_byte == 0
+    nb = -(-length // block_size)
+    data = rng.integers(0, 256, tuple(lead) + (length // per_byte,)).astype(np.uint8)
+    scales = rng.uniform(0.01, 2.0, tuple(lead) + (nb,)).astype(dtype)
+    zps = rng.integers(0, 256, tuple(lead) + (-(-nb // per_byte),)).astype(np.uint8) if zp else None
+    return data, scales, zps
+
+
+# (logical data shape, bits, block_size): the last axis not a multiple of the block size too. Every
+# table has 6 rows: MLX's JIT kernels embed the row count (index wrapping), so one count keeps the
+# number of kernels compiled on a cold cache (and the file's first run) small.
+GBQ_CASES = [((6, 64), 4, 16), ((6, 96), 4, 32), ((6, 200), 4, 64), ((6, 128), 4, 128), ((6, 3, 40), 4, 16),
+             ((6, 64), 8, 16), ((6, 100), 8, 32), ((6, 2, 256), 8, 128),
+             ((6, 64), 2, 16), ((6, 80), 2, 32)]
+
+
+# float16 scales on one case per bit width (and the rank-3 table): each combination is another JIT kernel.
+GBQ_PARAMS = [(c, dtype, zp) for c in GBQ_CASES for zp in [True, False]
+              for dtype in ([np.float32, np.float16] if c in (GBQ_CASES[1], GBQ_CASES[4], GBQ_CASES[6], GBQ_CASES[9])
+                            else [np.float32])]
+
+
+@pytest.mark.parametrize("case_,dtype,zp", GBQ_PARAMS,
+                         ids=[f"{'x'.join(map(str, c[0]))}_b{c[1]}_bs{c[2]}-{np.dtype(d).name}-zp{int(z)}"
+                              for c, d, z in GBQ_PARAMS])
+def test_gather_block_quantized(case_, dtype, zp):
+    shape, bits, bs = case_
+    data, scales, zps = gbq_case(shape, bits, bs, dtype, zp)
+    rows = shape[0]
+    indices = np.array([[0, rows - 1, 2], [-1, 1, -rows]], np.int64)  # negative ones count from the end
+    attrs = {"bits": bits, "block_size": bs, "quantize_axis": len(shape) - 1}
+    check_parity(*gbq_model(data, indices, scales, zps, attrs))
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64], ids=lambda d: np.dtype(d).name)
+def test_gather_block_quantized_out_of_range_and_scalar_indices(index_dtype):
+    """Out-of-range indices give zero rows (ORT's documented behaviour, unlike Gather)."""
+    data, scales, zps = gbq_case((6, 64), 4, 32)
+    attrs = {"block_size": 32}
+    check_parity(*gbq_model(data, np.array([7, -7, 2, 5, -6, 6], index_dtype), scales, zps, attrs))
+    check_parity(*gbq_model(data, np.array(3, index_dtype), scales, zps, attrs))
+
+
+def test_gather_block_quantized_defaults_and_data_input():
+    """Default bits=4, block_size=128, quantize_axis=1; the table may be a graph input."""
+    data, scales, zps = gbq_case((6, 256), 4, 128)
+    check_parity(*gbq_model(data, np.array([[1, 5, 0], [2, -1, 3]], np.int64), scales, zps, data_as_input=True))
+
+
+def test_gather_block_quantized_declined_uint4():
+    """uint4 data (an element type the EP has no MLX dtype for) stays on ORT's CPU EP."""
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, 16, (4, 64))
+    data = helper.make_tensor("data", TensorProto.UINT4, [4, 64], values.flatten().tolist())
+    scales = numpy_helper.from_array(rng.uniform(0.5, 1.0, (4, 2)).astype(np.float32), "scales")
+    node = helper.make_node("GatherBlockQuantized", ["data", "indices", "scales"], ["Y"], domain="com.microsoft",
+                            block_size=32)
+    graph = helper.make_graph([node], "gbq", [helper.make_tensor_value_info("indices", TensorProto.INT64, [2])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)], [data, scales])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 10
+    assert_declined(model, {"indices": np.array([3, 1], np.int64)})
