@@ -46,6 +46,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterPadOps(r);
     RegisterRotaryEmbeddingOps(r);
     RegisterTensorMiscOps(r);
+    RegisterGroupQueryAttentionOps(r);
     return r;
   }();
   return registry;

@@ -47,6 +47,7 @@ void RegisterExtraActivationOps(OpRegistry& r);     // PRelu ThresholdedRelu Cel
 void RegisterResizeOps(OpRegistry& r);  // Resize Upsample
 void RegisterPadOps(OpRegistry& r);     // Pad
 void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
+void RegisterGroupQueryAttentionOps(OpRegistry& r);  // com.microsoft GroupQueryAttention
 void RegisterTensorMiscOps(
     OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum CumProd TopK CenterCropPad EyeLike
 

@@ -9,6 +9,7 @@
 //  - float16/bfloat16 compute in float32 and round once.
 //  - ORT errors on position ids outside [0, max_position); a compiled MLX graph cannot raise on
 //    data and MLX's gather does not check bounds, so they are clamped (never read out of bounds).
+#include "ops/attention_internal.h"
 #include "ops/claim_util.h"
 #include "ops/registry.h"
 
@@ -81,31 +82,7 @@ std::vector<mx::array> TranslateRotaryEmbedding(const OpContext& c) {
   const mx::array cos = mx::expand_dims(CacheRows(c, 1, batch, seq, half), heads_axis, s);
   const mx::array sin = mx::expand_dims(CacheRows(c, 2, batch, seq, half), heads_axis, s);
 
-  const mx::Shape lead(xs.shape().begin(), xs.shape().end() - 1);
-  auto cut = [&](int from, int to) {
-    mx::Shape start(4, 0), stop = xs.shape();
-    start[3] = from;
-    stop[3] = to;
-    return mx::slice(xs, start, stop, s);
-  };
-  const mx::array rotated = mx::astype(cut(0, rot), mx::float32, s);
-  mx::array x1 = rotated, x2 = rotated;
-  if (interleaved) {
-    mx::Shape pairs = lead;
-    pairs.insert(pairs.end(), {half, 2});
-    const mx::array p = mx::reshape(rotated, pairs, s);
-    x1 = mx::squeeze(mx::slice(p, {0, 0, 0, 0, 0}, {pairs[0], pairs[1], pairs[2], half, 1}, s), 4, s);
-    x2 = mx::squeeze(mx::slice(p, {0, 0, 0, 0, 1}, {pairs[0], pairs[1], pairs[2], half, 2}, s), 4, s);
-  } else {
-    x1 = mx::slice(rotated, {0, 0, 0, 0}, {lead[0], lead[1], lead[2], half}, s);
-    x2 = mx::slice(rotated, {0, 0, 0, half}, {lead[0], lead[1], lead[2], rot}, s);
-  }
-  const mx::array real = mx::subtract(mx::multiply(cos, x1, s), mx::multiply(sin, x2, s), s);
-  const mx::array imag = mx::add(mx::multiply(sin, x1, s), mx::multiply(cos, x2, s), s);
-  mx::array y = interleaved ? mx::reshape(mx::stack({real, imag}, 4, s), rotated.shape(), s)
-                            : mx::concatenate({real, imag}, 3, s);
-  y = mx::astype(y, x.dtype(), s);
-  if (rot < head_size) y = mx::concatenate({y, cut(rot, head_size)}, 3, s);
+  const mx::array y = ApplyRotary(xs, cos, sin, rot, interleaved, s);
   return {mx::reshape(y, x.shape(), s)};
 }
 
