@@ -47,6 +47,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterRotaryEmbeddingOps(r);
     RegisterTensorMiscOps(r);
     RegisterGroupQueryAttentionOps(r);
+    RegisterContribAttentionOps(r);
     return r;
   }();
   return registry;

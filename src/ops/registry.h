@@ -48,6 +48,7 @@ void RegisterResizeOps(OpRegistry& r);  // Resize Upsample
 void RegisterPadOps(OpRegistry& r);     // Pad
 void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
 void RegisterGroupQueryAttentionOps(OpRegistry& r);  // com.microsoft GroupQueryAttention
+void RegisterContribAttentionOps(OpRegistry& r);  // com.microsoft MultiHeadAttention Attention
 void RegisterTensorMiscOps(
     OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum CumProd TopK CenterCropPad EyeLike
 

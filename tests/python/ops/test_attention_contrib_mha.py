@@ -1,0 +1,113 @@
+"""Parity tests of com.microsoft MultiHeadAttention (src/ops/attention_contrib_mha.cc) against
+ORT's CPU EP: self and cross attention, projection bias, key padding masks (1-D lengths, 2-D,
+3-D), attention_bias, past/present, unidirectional, scale, mask_filter_value, 4-D key/value."""
+import numpy as np
+import pytest
+
+from onnx import TensorProto, helper
+
+from harness import BF16, assert_mlx_error, check_parity, cpu_or_none, random_array, run_cpu
+from harness_bf16 import check_bf16
+from test_attention_contrib_gqa import ms_model
+
+MHA_INPUTS = ["query", "key", "value", "bias", "key_padding_mask", "attention_bias", "past_key", "past_value"]
+
+
+def mha(batch, seq, kv_seq, heads, head_size, v_head_size=None, dtype=np.float32, proj_bias=False, mask=None,
+        attn_bias=False, past_len=None, present=False, kv_4d=False, seed=0, **attrs):
+    """(model, feeds) of a MultiHeadAttention node; `mask`: None, "lengths", "2d" or "3d"."""
+    rng = np.random.default_rng(seed)
+    v_head_size = v_head_size or head_size
+    arr = lambda *shape: random_array(shape, dtype, rng, -1.5, 1.5)  # noqa: E731
+    total = kv_seq + (past_len or 0)
+    feeds = dict.fromkeys(MHA_INPUTS)
+    feeds["query"] = arr(batch, seq, heads * head_size)
+    if kv_4d:
+        feeds.update(key=arr(batch, heads, kv_seq, head_size), value=arr(batch, heads, kv_seq, v_head_size))
+    else:
+        feeds.update(key=arr(batch, kv_seq, heads * head_size), value=arr(batch, kv_seq, heads * v_head_size))
+    if proj_bias:
+        feeds["bias"] = arr(2 * heads * head_size + heads * v_head_size)
+    if mask == "lengths":
+        feeds["key_padding_mask"] = rng.integers(1, kv_seq + 1, size=batch).astype(np.int32)
+    elif mask == "2d":
+        feeds["key_padding_mask"] = (rng.random((batch, total)) < 0.7).astype(np.int32)
+    elif mask == "3d":
+        feeds["key_padding_mask"] = (rng.random((batch, seq, total)) < 0.7).astype(np.int32)
+    if attn_bias:
+        feeds["attention_bias"] = arr(1 if batch > 1 else batch, heads, seq, total)
+    if past_len is not None:
+        feeds.update(past_key=arr(batch, heads, past_len, head_size), past_value=arr(batch, heads, past_len, v_head_size))
+    outputs = ["output", "present_key", "present_value"] if present else ["output"]
+    return ms_model("MultiHeadAttention", feeds, {"num_heads": heads, **attrs}, outputs, dtype)
+
+
+def check(model, feeds):
+    return check_parity(model, feeds, rtol=1e-5, atol=1e-5)
+
+
+# (batch, seq, kv_seq, heads, head_size, v_head_size)
+SHAPES = [(2, 5, 5, 4, 8, 8), (3, 1, 7, 2, 16, 6), (1, 6, 3, 3, 5, 5), (2, 3, 6, 2, 8, 4)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("proj_bias", [False, True], ids=["", "proj_bias"])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_self_and_cross(shape, proj_bias, unidirectional):
+    b, s, l, h, d, dv = shape
+    check(*mha(b, s, l, h, d, dv, proj_bias=proj_bias, unidirectional=unidirectional))
+
+
+@pytest.mark.parametrize("mask", ["lengths", "2d", "3d"])
+@pytest.mark.parametrize("extra", [{}, {"mask_filter_value": -3.0}, {"unidirectional": 1, "attn_bias": True}],
+                         ids=lambda d: "_".join(d) or "plain")
+def test_masks(mask, extra):
+    check(*mha(3, 4, 4, 2, 8, mask=mask, **extra))
+
+
+@pytest.mark.parametrize("seq", [1, 3])
+@pytest.mark.parametrize("options", [{}, {"unidirectional": 1, "mask": "2d", "attn_bias": True, "proj_bias": True}],
+                         ids=["plain", "masked"])
+def test_past_and_present(seq, options):
+    check(*mha(2, seq, seq, 2, 8, past_len=5, present=True, **options))
+
+
+@pytest.mark.parametrize("mask", [None, "lengths"])
+def test_cross_attention_4d_kv(mask):
+    check(*mha(2, 3, 6, 2, 8, kv_4d=True, mask=mask, scale=0.2))
+
+
+def test_scale_and_attention_bias_per_batch():
+    model, feeds = mha(1, 4, 6, 2, 8, attn_bias=True, scale=0.7)
+    check(model, feeds)
+
+
+def test_causal_with_tiny_filter():
+    """A mask_filter_value close to 0 tells padding (the filter value) from the causal mask
+    (the lowest float) apart."""
+    check(*mha(2, 4, 4, 2, 8, mask="2d", unidirectional=1, mask_filter_value=-0.5))
+
+
+def test_float16():
+    model, feeds = mha(2, 4, 4, 2, 16, dtype=np.float16, mask="lengths", proj_bias=True)
+    if cpu_or_none(model, feeds) is None:
+        pytest.skip("ORT's CPU EP has no float16 MultiHeadAttention")
+    check_parity(model, feeds)
+
+
+def test_bfloat16_against_float32():
+    model, feeds = mha(2, 3, 5, 2, 8, mask="2d", unidirectional=1)
+    feeds = {k: (v.astype(BF16).astype(np.float32) if v.dtype == np.float32 else v) for k, v in feeds.items()}
+    expected = run_cpu(model, feeds)
+    bf16_model, _ = mha(2, 3, 5, 2, 8, dtype=BF16, mask="2d", unidirectional=1)
+    check_bf16(bf16_model, {k: (v.astype(BF16) if v.dtype == np.float32 else v) for k, v in feeds.items()}, expected)
+
+
+def test_2d_mask_of_kv_length_with_past_errors():
+    """A [B, L] mask with a past: ORT's CPU kernel rejects it (it wants [B, P + L]); the EP
+    declines it rather than guessing, so the run errors as on CPU."""
+    model, feeds = mha(2, 2, 2, 2, 8, past_len=3, present=True)
+    feeds["key_padding_mask"] = (np.random.default_rng(1).random((2, 2)) < 0.7).astype(np.int32)
+    model.graph.node[0].input[4] = "key_padding_mask"
+    model.graph.input.append(helper.make_tensor_value_info("key_padding_mask", TensorProto.INT32, [2, 2]))
+    assert_mlx_error(model, feeds)
