@@ -1,4 +1,4 @@
-// Op family: MultiHeadAttention (com.microsoft 1), following ORT's CPU kernel.
+// Op family: MultiHeadAttention and Attention (com.microsoft 1), ORT's AttentionCPUBase kernels.
 //
 //  - query [B, S, N * H]; key/value [B, L, N * H(v)] (self or cross attention, L may differ from
 //    S), each plus its slice of the optional input-projection bias [N*H + N*H + N*Hv]; or key/value
@@ -17,6 +17,12 @@
 //    cache_indirection (the decoder-masked forms), the qk output, key_padding_mask of shape
 //    [3B + 2] or [B, L] with a past (ORT rejects that: with a past it takes [B, P + L]), and the
 //    4-D key form with a bias or a past (ORT rejects both).
+//  - Attention: input [B, S, Din] times the merged weights [Din, D + D + Dv] plus bias (float32),
+//    split into Q/K/V (qkv_hidden_sizes, else thirds); past [2, B, N, P, H] prepended, present
+//    [2, B, N, P + S, H]; mask_index [B] (end positions), [2B] (ends, then starts: left padding),
+//    [B, T] or [B, S, T]; then the attention above. The optional bias may be absent (ORT's CPU
+//    kernel crashes then). Declined: do_rotary, past_present_share_buffer / past_sequence_length,
+//    4-D and [3B + 2] masks, past with attention_bias (ORT rejects it).
 #include <cmath>
 #include <limits>
 
@@ -198,10 +204,91 @@ std::vector<mx::array> TranslateMultiHeadAttention(const OpContext& c) {
   return outs;
 }
 
+enum AttentionInput : size_t { kInput, kWeights, kQkvBias, kMaskIndex, kPast, kBiasQk, kPastSeqLen };
+
+Claim ClaimContribAttention(const NodeView& v) {
+  const Node& n = v.node();
+  for (const auto& [name, attr] : n.attributes) {
+    bool known = false;
+    for (const char* k : {"num_heads", "unidirectional", "scale", "mask_filter_value", "qkv_hidden_sizes",
+                          "do_rotary", "past_present_share_buffer", "rotary_embedding_dim"})
+      known = known || name == k;
+    if (!known) return Claim::No("attribute " + name + " not supported");
+  }
+  if (n.AttrInt("num_heads", 0) <= 0) return Claim::No("num_heads must be positive");
+  if (n.AttrInt("do_rotary", 0) != 0) return Claim::No("do_rotary not supported");
+  if (n.AttrInt("past_present_share_buffer", 0) != 0 || v.has_input(kPastSeqLen))
+    return Claim::No("past_present_share_buffer / past_sequence_length not supported");
+  const int64_t uni = n.AttrInt("unidirectional", 0);
+  if (uni != 0 && uni != 1) return Claim::No("unidirectional must be 0 or 1");
+  const ElemType t = v.input_type(kInput);
+  if (!IsOneOf(t, {ElemType::kFloat, ElemType::kFloat16, ElemType::kBFloat16}))
+    return Claim::No(TypeReason(v, 0));
+  for (size_t i : {kWeights, kQkvBias, kPast, kBiasQk})
+    if (v.has_input(i) && v.input_type(i) != t) return Claim::No(TypeReason(v, i, "differs from input's"));
+  for (size_t i = 0; i < 2; ++i)
+    if (v.has_output(i) && v.output_type(i) != t) return Claim::No("an output type differs from input's");
+  if (v.num_outputs() > 2 && v.has_output(2)) return Claim::No("output 2 not supported");
+  if (v.input_rank(kInput) != 3 || v.input_rank(kWeights) != 2)
+    return Claim::No("input must be 3-D, weights 2-D");
+  if (v.has_input(kPast) && !v.has_output(1)) return Claim::No("past without the present output");
+  if (v.has_input(kPast) && v.has_input(kBiasQk))
+    return Claim::No("past with attention_bias (ORT rejects it)");
+  if (v.has_input(kMaskIndex)) {
+    if (v.input_type(kMaskIndex) != ElemType::kInt32) return Claim::No(TypeReason(v, kMaskIndex));
+    const auto m = v.input_shape(kMaskIndex), in = v.input_shape(kInput);
+    if (!m || m->empty() || m->size() > 3)
+      return Claim::No("mask_index must have rank 1, 2 or 3 (4-D not supported)");
+    if (m->size() == 1 && (!in || (*in)[0] < 0 || ((*m)[0] != (*in)[0] && (*m)[0] != 2 * (*in)[0])))
+      return Claim::No("1-D mask_index other than [batch] or [2 * batch] (e.g. [3 * batch + 2])");
+  }
+  return Claim::Yes();
+}
+
+std::vector<mx::array> TranslateContribAttention(const OpContext& c) {
+  const mx::Stream s = c.stream;
+  const int heads = static_cast<int>(c.node.AttrInt("num_heads", 0));
+  const mx::array &x = c.input(kInput), &w = c.input(kWeights);
+  if (w.shape(0) != x.shape(2)) c.Fail("weights must be [input_hidden_size, hidden + hidden + v_hidden]");
+  std::vector<int64_t> sizes = c.node.AttrInts("qkv_hidden_sizes").value_or(std::vector<int64_t>{});
+  if (sizes.empty()) sizes.assign(3, w.shape(1) / 3);
+  if (sizes.size() != 3 || sizes[0] != sizes[1] || sizes[0] + sizes[1] + sizes[2] != w.shape(1))
+    c.Fail("qkv_hidden_sizes must be [hidden, hidden, v_hidden] summing to the weights' columns");
+  // The projection in float32, as ORT's CPU kernel (its GEMM accumulates onto the bias).
+  mx::array qkv = mx::matmul(mx::astype(x, mx::float32, s), mx::astype(w, mx::float32, s), s);
+  if (c.has_input(kQkvBias)) qkv = mx::add(qkv, mx::astype(c.input(kQkvBias), mx::float32, s), s);
+  qkv = mx::astype(qkv, x.dtype(), s);
+  const int d = static_cast<int>(sizes[0]), dv = static_cast<int>(sizes[2]);
+  auto part = [&](int from, int to) {
+    return mx::slice(qkv, {0, 0, from}, {qkv.shape(0), qkv.shape(1), to}, s);
+  };
+  const mx::array q = SplitHeads(c, part(0, d), heads, "Q");
+  mx::array k = SplitHeads(c, part(d, 2 * d), heads, "K"),
+            v = SplitHeads(c, part(2 * d, 2 * d + dv), heads, "V");
+  int past_len = 0;
+  if (c.has_input(kPast)) {
+    const mx::array& past = c.input(kPast);
+    if (past.ndim() != 5 || past.shape(0) != 2 || past.shape(1) != q.shape(0) || past.shape(2) != heads ||
+        past.shape(4) != k.shape(3) || d != dv)
+      c.Fail("past must be [2, batch, num_heads, past_length, head_size] (and hidden sizes equal)");
+    past_len = past.shape(3);
+    const mx::Shape one = {1, past.shape(1), heads, past_len, past.shape(4)};
+    k = mx::concatenate({mx::squeeze(mx::slice(past, {0, 0, 0, 0, 0}, one, s), 0, s), k}, 2, s);
+    v = mx::concatenate(
+        {mx::squeeze(mx::slice(past, {1, 0, 0, 0, 0}, {2, one[1], one[2], one[3], one[4]}, s), 0, s), v}, 2,
+        s);
+  }
+  std::vector<mx::array> outs = {AttendHeads(c, q, k, v, past_len, kMaskIndex, kBiasQk)};
+  if (c.num_outputs() > 1) outs.push_back(mx::stack({k, v}, 0, s));
+  while (outs.size() < c.num_outputs()) outs.push_back(mx::zeros({0}, x.dtype(), s));
+  return outs;
+}
+
 }  // namespace
 
 void RegisterContribAttentionOps(OpRegistry& r) {
   r.Add({"com.microsoft", "MultiHeadAttention", 1, 1, ClaimMultiHeadAttention, TranslateMultiHeadAttention});
+  r.Add({"com.microsoft", "Attention", 1, 1, ClaimContribAttention, TranslateContribAttention});
 }
 
 }  // namespace mlx_ep

@@ -1,4 +1,4 @@
-"""Parity tests of com.microsoft MultiHeadAttention (src/ops/attention_contrib_mha.cc) against
+"""Parity tests of com.microsoft MultiHeadAttention and Attention (src/ops/attention_contrib_mha.cc) against
 ORT's CPU EP: self and cross attention, projection bias, key padding masks (1-D lengths, 2-D,
 3-D), attention_bias, past/present, unidirectional, scale, mask_filter_value, 4-D key/value."""
 import numpy as np
@@ -110,4 +110,81 @@ def test_2d_mask_of_kv_length_with_past_errors():
     feeds["key_padding_mask"] = (np.random.default_rng(1).random((2, 2)) < 0.7).astype(np.int32)
     model.graph.node[0].input[4] = "key_padding_mask"
     model.graph.input.append(helper.make_tensor_value_info("key_padding_mask", TensorProto.INT32, [2, 2]))
+    assert_mlx_error(model, feeds)
+
+
+ATTENTION_INPUTS = ["input", "weights", "bias", "mask_index", "past", "attention_bias"]
+
+
+def attention(batch, seq, in_hidden, heads, head_size, v_head_size=None, dtype=np.float32, bias=True, mask=None,
+              attn_bias=False, past_len=None, seed=0, **attrs):
+    """(model, feeds) of a com.microsoft Attention node; `mask`: None, "lengths", "start_end", "2d", "3d"."""
+    rng = np.random.default_rng(seed)
+    v_head_size = v_head_size or head_size
+    arr = lambda *shape: random_array(shape, dtype, rng, -1.0, 1.0)  # noqa: E731
+    d, dv = heads * head_size, heads * v_head_size
+    total = seq + (past_len or 0)
+    feeds = dict.fromkeys(ATTENTION_INPUTS)
+    feeds.update(input=arr(batch, seq, in_hidden), weights=arr(in_hidden, 2 * d + dv))
+    if bias:
+        feeds["bias"] = arr(2 * d + dv)
+    if mask == "lengths":
+        feeds["mask_index"] = rng.integers(1, total + 1, size=batch).astype(np.int32)
+    elif mask == "start_end":
+        end = rng.integers(total // 2 + 1, total + 1, size=batch)
+        feeds["mask_index"] = np.concatenate([end, rng.integers(0, total // 2 + 1, size=batch)]).astype(np.int32)
+    elif mask == "2d":
+        feeds["mask_index"] = (rng.random((batch, total)) < 0.7).astype(np.int32)
+    elif mask == "3d":
+        feeds["mask_index"] = (rng.random((batch, seq, total)) < 0.7).astype(np.int32)
+    if attn_bias:
+        feeds["attention_bias"] = arr(batch, 1, seq, total)
+    if past_len is not None:
+        feeds["past"] = arr(2, batch, heads, past_len, head_size)
+    if v_head_size != head_size:
+        attrs["qkv_hidden_sizes"] = [d, d, dv]
+    outputs = ["output", "present"] if past_len is not None else ["output"]
+    return ms_model("Attention", feeds, {"num_heads": heads, **attrs}, outputs, dtype)
+
+
+@pytest.mark.parametrize("mask", [None, "lengths", "start_end", "2d", "3d"])
+@pytest.mark.parametrize("unidirectional", [0, 1])
+def test_attention_masks(mask, unidirectional):
+    check(*attention(2, 5, 12, 2, 4, mask=mask, unidirectional=unidirectional))
+
+
+@pytest.mark.parametrize("seq", [1, 3])
+@pytest.mark.parametrize("options", [{}, {"mask": "2d", "unidirectional": 1}], ids=["plain", "masked"])
+def test_attention_past_present(seq, options):
+    check(*attention(2, seq, 8, 2, 4, past_len=4, **options))
+
+
+def test_attention_v_hidden_scale_filter():
+    check(*attention(3, 4, 6, 2, 4, v_head_size=3, mask="2d", scale=0.4, mask_filter_value=-2.0))
+
+
+def test_attention_without_bias():
+    """ORT's CPU kernel crashes without the (optional) bias; the reference is its run with a zero
+    bias, which is the same computation."""
+    model, feeds = attention(2, 3, 6, 2, 4, bias=False, mask="lengths")
+    ref_model, ref_feeds = attention(2, 3, 6, 2, 4, bias=True, mask="lengths")
+    ref_feeds.update(input=feeds["input"], weights=feeds["weights"], mask_index=feeds["mask_index"])
+    ref_feeds["bias"] = np.zeros_like(ref_feeds["bias"])
+    check_parity(model, feeds, rtol=1e-5, atol=1e-5, expected=run_cpu(ref_model, ref_feeds))
+
+
+def test_attention_float16():
+    model, feeds = attention(2, 4, 8, 2, 8, dtype=np.float16, mask="lengths")
+    if cpu_or_none(model, feeds) is None:
+        pytest.skip("ORT's CPU EP has no float16 Attention")
+    check_parity(model, feeds)
+
+
+@pytest.mark.parametrize("case", ["do_rotary", "past_with_attention_bias"])
+def test_attention_rejected_by_ort_is_not_claimed(case):
+    """ORT's CPU kernel rejects these; the EP declines them, so the run errors as on CPU."""
+    if case == "do_rotary":
+        model, feeds = attention(2, 3, 8, 2, 4, do_rotary=1)
+    else:
+        model, feeds = attention(2, 1, 8, 2, 4, past_len=3, attn_bias=True)
     assert_mlx_error(model, feeds)
