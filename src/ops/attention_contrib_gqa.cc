@@ -25,8 +25,10 @@
 //    once to T. Without softcap this is MLX's fused scaled_dot_product_attention (its mask and
 //    sinks are exactly these); with softcap it is composed.
 //  - do_rotary rotates Q and K (not V) with cos_cache/sin_cache [max_position, rotary_dim / 2] at
-//    the positions above, in float32 rounded to T (ORT stores the rotated Q/K in T).
-//  - Declined: position_ids, quantized caches (k_scale/v_scale, k_quant_type/v_quant_type),
+//    the positions above, in float32 rounded to T (ORT stores the rotated Q/K in T). position_ids
+//    (int64 data) replace them: [b, s] per token, except on the first prompt, where ORT reads only
+//    position_ids[0, 0] (positions [0, 0] + s for every entry).
+//  - Declined: quantized caches (k_scale/v_scale, k_quant_type/v_quant_type),
 //    q_norm_weight/k_norm_weight, sliding_window_cache, causal=0, qk_output/output_qk, a key
 //    of sequence length 0 (the "shared KV" form), local_window_size 0 and smooth_softmax together
 //    with head_sink (ORT rejects it).
@@ -93,10 +95,12 @@ Claim ClaimGroupQueryAttention(const NodeView& v) {
     return Claim::No(TypeReason(v, 0));
   for (size_t i : {kKey, kValue, kPastKey, kPastValue, kCos, kSin, kBias, kHeadSink})
     if (v.has_input(i) && v.input_type(i) != t) return Claim::No(TypeReason(v, i, "differs from query's"));
-  for (size_t i : {kPositionIds, kKScale, kVScale, kQNorm, kKNorm})
+  for (size_t i : {kKScale, kVScale, kQNorm, kKNorm})
     if (v.has_input(i))
-      return Claim::No("input " + std::to_string(i) +
-                       " (position_ids, k/v scales or q/k norm weights) not supported");
+      return Claim::No("input " + std::to_string(i) + " (k/v scales or q/k norm weights) not supported");
+  if (v.has_input(kPositionIds) &&
+      (v.input_type(kPositionIds) != ElemType::kInt64 || n.AttrInt("do_rotary", 0) != 1))
+    return Claim::No("position_ids must be int64 and come with do_rotary=1");
   if (v.has_output(3)) return Claim::No("output_qk not supported");
   for (size_t i = 0; i < 3; ++i)
     if (v.has_output(i) && v.output_type(i) != t) return Claim::No("an output type differs from query's");
@@ -172,6 +176,16 @@ mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st) {
   const int seq = x.shape(2);
   const mx::array i = mx::reshape(mx::arange(seq, mx::int32, s), {1, 1, seq, 1}, s);
   mx::array pos = mx::add(st.offset, i, s);  // [B, 1, S, 1]
+  if (c.has_input(kPositionIds)) {
+    const mx::array& ids = c.input(kPositionIds);
+    if (ids.ndim() != 2 || ids.shape(0) != x.shape(0) || ids.shape(1) < seq)
+      c.Fail("position_ids must be [batch, sequence_length]");
+    const mx::array given = mx::reshape(
+        mx::astype(mx::slice(ids, {0, 0}, {ids.shape(0), seq}, s), mx::int32, s), {x.shape(0), 1, seq, 1}, s);
+    // On the first prompt ORT reads only position_ids[0, 0]: positions [0, 0] + s for every entry.
+    const mx::array first_row = mx::add(mx::slice(given, {0, 0, 0, 0}, {1, 1, 1, 1}, s), i, s);
+    pos = mx::where(st.first, first_row, given, s);
+  }
   // MLX's gather does not check bounds (ORT errors on positions past the cache): clamp.
   pos = mx::clip(pos, mx::array(0, mx::int32), mx::array(cos_cache.shape(0) - 1, mx::int32), s);
   pos = mx::reshape(pos, {x.shape(0), 1, seq}, s);
