@@ -188,3 +188,13 @@ def test_attention_rejected_by_ort_is_not_claimed(case):
     else:
         model, feeds = attention(2, 1, 8, 2, 4, past_len=3, attn_bias=True)
     assert_mlx_error(model, feeds)
+
+
+def test_attention_bfloat16_against_float32():
+    """The projection rounds Q/K/V to bfloat16 (as the float16 path does to float16): the float32
+    reference fed bfloat16-rounded inputs differs from it by bfloat16 roundings only."""
+    model, feeds = attention(2, 3, 8, 2, 4, mask="lengths", unidirectional=1)
+    feeds = {k: (v.astype(BF16).astype(np.float32) if v.dtype == np.float32 else v) for k, v in feeds.items()}
+    expected = run_cpu(model, feeds)
+    bf16_model, _ = attention(2, 3, 8, 2, 4, dtype=BF16, mask="lengths", unidirectional=1)
+    check_bf16(bf16_model, {k: (v.astype(BF16) if v.dtype == np.float32 else v) for k, v in feeds.items()}, expected)
