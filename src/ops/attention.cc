@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ops/attention_internal.h"
 #include "ops/claim_util.h"
 #include "ops/registry.h"
 
@@ -97,15 +98,6 @@ Claim ClaimAttention(const NodeView& v) {
   return Claim::Yes();
 }
 
-/** [B, S, heads*D] -> [B, heads, S, D]. */
-mx::array SplitHeads(const OpContext& c, const mx::array& x, int heads, const char* what) {
-  if (x.shape(2) % heads != 0)
-    c.Fail(std::string(what) + " hidden size " + std::to_string(x.shape(2)) + " is not divisible by " +
-           std::to_string(heads) + " heads");
-  const mx::array r = mx::reshape(x, {x.shape(0), x.shape(1), heads, x.shape(2) / heads}, c.stream);
-  return mx::transpose(r, {0, 2, 1, 3}, c.stream);
-}
-
 /** where(allowed, 0, -inf) in dtype t. */
 mx::array AllowedToBias(const mx::array& allowed, mx::Dtype t, mx::Stream s) {
   return mx::where(allowed, mx::array(0.f, t), mx::array(-INFINITY, t), s);
@@ -168,16 +160,6 @@ mx::array Softmax(const mx::array& x, mx::Stream s) {
   mx::array sum = mx::astype(mx::sum(mx::astype(e, mx::float32, s), -1, true, s), t, s);
   sum = mx::where(mx::equal(sum, zero, s), mx::array(1.f, t), sum, s);
   return Divide(e, sum, s);
-}
-
-/** a @ b^T-style products with GQA: a [B, H, S, D], b [B, Hkv, L, D'] -> [B, H, S, ...]. */
-mx::array GroupedMatmul(const mx::array& a, const mx::array& b, int groups, mx::Stream s) {
-  if (groups == 1) return mx::matmul(a, b, s);
-  const int B = a.shape(0), H = a.shape(1);
-  const mx::array a5 = mx::reshape(a, {B, H / groups, groups, a.shape(2), a.shape(3)}, s);
-  const mx::array b5 = mx::expand_dims(b, 2, s);
-  const mx::array y = mx::matmul(a5, b5, s);
-  return mx::reshape(y, {B, H, y.shape(3), y.shape(4)}, s);
 }
 
 /** Q, K, V as [B, heads, S, D], past_key/past_value prepended to K and V (present_*). */
@@ -279,7 +261,7 @@ std::vector<mx::array> TranslateAttention(const OpContext& c) {
   }
   probs = mx::astype(probs, t, s);
   mx::array y = GroupedMatmul(probs, v, groups, s);  // [B, H, S, Dv]
-  if (c.input(0).ndim() == 3) y = mx::reshape(mx::transpose(y, {0, 2, 1, 3}, s), {batch, q_len, -1}, s);
+  if (c.input(0).ndim() == 3) y = MergeHeads(y, s);
 
   std::vector<mx::array> outs = {y};
   if (c.num_outputs() > 1) outs.push_back(k);

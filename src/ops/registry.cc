@@ -56,6 +56,8 @@ const OpRegistry& OpRegistry::Get() {
     RegisterContribActivationOps(r);
     RegisterContribMatmulOps(r);
     RegisterQuantizedOps(r);
+    RegisterGroupQueryAttentionOps(r);
+    RegisterContribAttentionOps(r);
     return r;
   }();
   return registry;

@@ -51,6 +51,8 @@ void RegisterResizeOps(OpRegistry& r);  // Resize Upsample
 void RegisterPadOps(OpRegistry& r);     // Pad
 void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
 void RegisterQuantizedOps(OpRegistry& r);  // com.microsoft MatMulNBits GatherBlockQuantized
+void RegisterGroupQueryAttentionOps(OpRegistry& r);  // com.microsoft GroupQueryAttention
+void RegisterContribAttentionOps(OpRegistry& r);  // com.microsoft MultiHeadAttention Attention
 void RegisterTensorMiscOps(
     OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum CumProd TopK CenterCropPad EyeLike
 void RegisterContribNormalizationOps(OpRegistry& r);  // (Skip)(Simplified)LayerNormalization contrib ops

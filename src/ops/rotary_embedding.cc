@@ -1,4 +1,4 @@
-// Op family: RotaryEmbedding (ai.onnx 23), rotary positional embeddings (RoPE).
+// Op family: RotaryEmbedding (ai.onnx 23, com.microsoft 1), rotary positional embeddings (RoPE).
 //
 //  - X is [batch, heads, seq, head_size] (4-D) or [batch, seq, heads * head_size] (3-D, with the
 //    num_heads attribute). The first rotary_embedding_dim values of each head (all of them when the
@@ -9,6 +9,11 @@
 //  - float16/bfloat16 compute in float32 and round once.
 //  - ORT errors on position ids outside [0, max_position); a compiled MLX graph cannot raise on
 //    data and MLX's gather does not check bounds, so they are clamped (never read out of bounds).
+//  - com.microsoft RotaryEmbedding-1 (ORT's contrib op): inputs (X, position_ids, cos_cache,
+//    sin_cache); position_ids are int64 data, [batch, seq] or one value p (positions p + s); the
+//    caches are always [max_position, rotary_dim / 2]. 3-D X without num_heads has heads of
+//    2 * cos_cache.shape[1]. Declined: is_packed_batching, a scale other than 1.
+#include "ops/attention_internal.h"
 #include "ops/claim_util.h"
 #include "ops/registry.h"
 
@@ -81,31 +86,72 @@ std::vector<mx::array> TranslateRotaryEmbedding(const OpContext& c) {
   const mx::array cos = mx::expand_dims(CacheRows(c, 1, batch, seq, half), heads_axis, s);
   const mx::array sin = mx::expand_dims(CacheRows(c, 2, batch, seq, half), heads_axis, s);
 
-  const mx::Shape lead(xs.shape().begin(), xs.shape().end() - 1);
-  auto cut = [&](int from, int to) {
-    mx::Shape start(4, 0), stop = xs.shape();
-    start[3] = from;
-    stop[3] = to;
-    return mx::slice(xs, start, stop, s);
+  const mx::array y = ApplyRotary(xs, cos, sin, rot, interleaved, s);
+  return {mx::reshape(y, x.shape(), s)};
+}
+
+Claim ClaimContribRotaryEmbedding(const NodeView& v) {
+  const Node& n = v.node();
+  for (const auto& [name, attr] : n.attributes)
+    if (name != "num_heads" && name != "rotary_embedding_dim" && name != "interleaved" && name != "scale" &&
+        name != "is_packed_batching")
+      return Claim::No("attribute " + name + " not supported");
+  if (n.AttrInt("is_packed_batching", 0) != 0)
+    return Claim::No("is_packed_batching (ragged batches) not supported");
+  if (n.AttrFloat("scale", 1.f) != 1.f) return Claim::No("scale other than 1 not supported");
+  const ElemType t = v.input_type(0);
+  if (!IsOneOf(t, {ElemType::kFloat, ElemType::kFloat16, ElemType::kBFloat16}))
+    return Claim::No(TypeReason(v, 0));
+  if (v.input_type(1) != ElemType::kInt64) return Claim::No(TypeReason(v, 1));
+  if (v.input_type(2) != t || v.input_type(3) != t)
+    return Claim::No("cos_cache/sin_cache type differs from input");
+  if (v.output_type(0) != t) return Claim::No("output type differs from the input type");
+  const int64_t interleaved = n.AttrInt("interleaved", 0);
+  if (interleaved != 0 && interleaved != 1) return Claim::No("interleaved=" + std::to_string(interleaved));
+  if (n.AttrInt("rotary_embedding_dim", 0) < 0 || n.AttrInt("num_heads", 0) < 0)
+    return Claim::No("negative rotary_embedding_dim/num_heads");
+  const auto r = v.input_rank(0);
+  if (!r || (*r != 3 && *r != 4)) return Claim::No("input must have rank 3 or 4");
+  if (*r == 3 && n.AttrInt("rotary_embedding_dim", 0) > 0 && n.AttrInt("num_heads", 0) == 0)
+    return Claim::No("3-D input with rotary_embedding_dim needs num_heads");
+  return Claim::Yes();
+}
+
+std::vector<mx::array> TranslateContribRotaryEmbedding(const OpContext& c) {
+  const mx::Stream s = c.stream;
+  const mx::array &x = c.input(0), &cos_cache = c.input(2), &sin_cache = c.input(3);
+  if (cos_cache.ndim() != 2 || cos_cache.shape() != sin_cache.shape() || cos_cache.shape(0) == 0)
+    c.Fail("cos_cache/sin_cache must be [max_position, rotary_dim / 2]");
+  const bool three_d = x.ndim() == 3;
+  const int batch = x.shape(0), seq = three_d ? x.shape(1) : x.shape(2);
+  const int heads_attr = static_cast<int>(c.node.AttrInt("num_heads", 0));
+  const int heads = !three_d         ? x.shape(1)
+                    : heads_attr > 0 ? heads_attr
+                                     : x.shape(2) / (2 * cos_cache.shape(1));
+  if (heads <= 0 || (three_d && x.shape(2) % heads != 0))
+    c.Fail("the hidden size is not a multiple of the heads");
+  const int head_size = three_d ? x.shape(2) / heads : x.shape(3);
+  const int64_t rot_attr = c.node.AttrInt("rotary_embedding_dim", 0);
+  const int rot = rot_attr > 0 ? static_cast<int>(rot_attr) : head_size;
+  if (rot > head_size || rot % 2 != 0 || cos_cache.shape(1) != rot / 2)
+    c.Fail("cos_cache must be [max_position, rotary_dim / 2] with an even rotary_dim <= head_size");
+  if (x.size() == 0) return {mx::astype(x, x.dtype(), s)};
+
+  mx::array pos = c.input(1);
+  if (pos.size() == 1)  // one start position: p + s for every batch entry
+    pos = mx::add(mx::reshape(pos, {1, 1}, s), mx::reshape(mx::arange(seq, pos.dtype(), s), {1, seq}, s), s);
+  else if (pos.shape() != mx::Shape{batch, seq})
+    c.Fail("position_ids must be [batch, sequence] or hold one value");
+  pos = mx::broadcast_to(
+      mx::clip(pos, mx::array(0, pos.dtype()), mx::array(cos_cache.shape(0) - 1, pos.dtype()), s),
+      {batch, seq}, s);
+  const int heads_axis = three_d ? 2 : 1;
+  auto rows = [&](const mx::array& cache) {
+    return mx::expand_dims(mx::astype(mx::take(cache, pos, 0, s), mx::float32, s), heads_axis, s);
   };
-  const mx::array rotated = mx::astype(cut(0, rot), mx::float32, s);
-  mx::array x1 = rotated, x2 = rotated;
-  if (interleaved) {
-    mx::Shape pairs = lead;
-    pairs.insert(pairs.end(), {half, 2});
-    const mx::array p = mx::reshape(rotated, pairs, s);
-    x1 = mx::squeeze(mx::slice(p, {0, 0, 0, 0, 0}, {pairs[0], pairs[1], pairs[2], half, 1}, s), 4, s);
-    x2 = mx::squeeze(mx::slice(p, {0, 0, 0, 0, 1}, {pairs[0], pairs[1], pairs[2], half, 2}, s), 4, s);
-  } else {
-    x1 = mx::slice(rotated, {0, 0, 0, 0}, {lead[0], lead[1], lead[2], half}, s);
-    x2 = mx::slice(rotated, {0, 0, 0, half}, {lead[0], lead[1], lead[2], rot}, s);
-  }
-  const mx::array real = mx::subtract(mx::multiply(cos, x1, s), mx::multiply(sin, x2, s), s);
-  const mx::array imag = mx::add(mx::multiply(sin, x1, s), mx::multiply(cos, x2, s), s);
-  mx::array y = interleaved ? mx::reshape(mx::stack({real, imag}, 4, s), rotated.shape(), s)
-                            : mx::concatenate({real, imag}, 3, s);
-  y = mx::astype(y, x.dtype(), s);
-  if (rot < head_size) y = mx::concatenate({y, cut(rot, head_size)}, 3, s);
+  const mx::array xs = three_d ? mx::reshape(x, {batch, seq, heads, head_size}, s) : x;
+  const mx::array y =
+      ApplyRotary(xs, rows(cos_cache), rows(sin_cache), rot, c.node.AttrInt("interleaved", 0) == 1, s);
   return {mx::reshape(y, x.shape(), s)};
 }
 
@@ -113,6 +159,8 @@ std::vector<mx::array> TranslateRotaryEmbedding(const OpContext& c) {
 
 void RegisterRotaryEmbeddingOps(OpRegistry& r) {
   r.Add({"", "RotaryEmbedding", 23, 23, ClaimRotaryEmbedding, TranslateRotaryEmbedding});
+  r.Add({"com.microsoft", "RotaryEmbedding", 1, 1, ClaimContribRotaryEmbedding,
+         TranslateContribRotaryEmbedding});
 }
 
 }  // namespace mlx_ep

@@ -1,0 +1,322 @@
+// Op family: GroupQueryAttention (com.microsoft 1), following ORT's CPU kernel.
+//
+//  - query [B, S, H * D] with key/value [B, S, Hkv * D], or packed QKV [B, S, (H + 2 Hkv) * D]
+//    (key and value absent). Query head h reads kv head h / (H / Hkv).
+//  - seqlens_k [B] (int32, total length - 1 per batch entry) and total_sequence_length (int32
+//    scalar, the batch maximum) are data: they change every decode step, and the compiled graph
+//    must not. Every decision ORT takes on them is an MLX computation here:
+//      first prompt  = (S == total_sequence_length)
+//      offset_b      = first prompt ? 0 : seqlens_k[b] + 1 - S   (where the new rows go)
+//      positions     = offset_b + s   (rotary; padding rows of a prompt too)
+//  - past_key/past_value [B, Hkv, P, D] are the shared buffer layout: present has the same shape,
+//    rows [0, offset_b) copied from past, the S new rows written at offset_b, later rows zero (as
+//    ORT's CPU kernel writes them when present is a buffer of its own). Without past, present is
+//    the new K/V ([B, Hkv, S, D]).
+//  - ORT sizes present as max(total_sequence_length, P) (S without past), a value a compiled graph
+//    cannot have as a shape. The translation fixes it at P (S without past); an input whose
+//    total_sequence_length says otherwise (the non-shared layout, present = past + new, needs the
+//    declared present shape to tell apart) gets NaN outputs instead of plausible wrong numbers.
+//  - Query row s of batch b attends keys [start, end): end = min(offset_b + s + 1, seqlens_k[b] + 1),
+//    start = offset_b + s + 1 - local_window_size with a window, else 0; none (a padding row of
+//    a prompt with a short window) gives zeros, as in ORT.
+//  - Scores are float32 as in ORT (float16 inputs are widened first): scale * Q K^T, then
+//    softcap * tanh(x / softcap), then + attention_bias, softmax over the attended keys with
+//    head_sink (or 0 for smooth_softmax) as an extra logit in the denominator, times V, rounded
+//    once to T. Without softcap this is MLX's fused scaled_dot_product_attention (its mask and
+//    sinks are exactly these); with softcap it is composed.
+//  - do_rotary rotates Q and K (not V) with cos_cache/sin_cache [max_position, rotary_dim / 2] at
+//    the positions above, in float32 rounded to T (ORT stores the rotated Q/K in T). position_ids
+//    (int64 data) replace them: [b, s] per token, except on the first prompt, where ORT reads only
+//    position_ids[0, 0] (positions [0, 0] + s for every entry).
+//  - Declined: quantized caches (k_scale/v_scale, k_quant_type/v_quant_type),
+//    q_norm_weight/k_norm_weight, sliding_window_cache, causal=0, qk_output/output_qk, a key
+//    of sequence length 0 (the "shared KV" form), local_window_size 0 and smooth_softmax together
+//    with head_sink (ORT rejects it).
+#include <cmath>
+
+#include "ops/attention_internal.h"
+#include "ops/claim_util.h"
+#include "ops/registry.h"
+
+namespace mlx_ep {
+namespace {
+
+enum GqaInput : size_t {
+  kQuery,
+  kKey,
+  kValue,
+  kPastKey,
+  kPastValue,
+  kSeqlensK,
+  kTotalLength,
+  kCos,
+  kSin,
+  kPositionIds,
+  kBias,
+  kHeadSink,
+  kKScale,
+  kVScale,
+  kQNorm,
+  kKNorm,
+};
+
+Claim ClaimAttributes(const Node& n) {
+  for (const auto& [name, attr] : n.attributes) {
+    bool known = false;
+    for (const char* k :
+         {"num_heads", "kv_num_heads", "scale", "softcap", "local_window_size", "do_rotary",
+          "rotary_interleaved", "smooth_softmax", "causal", "qk_output", "sliding_window_cache",
+          "k_quant_type", "v_quant_type", "kv_cache_bit_width", "qk_norm_epsilon"})
+      known = known || name == k;
+    if (!known) return Claim::No("attribute " + name + " not supported");
+  }
+  const int64_t heads = n.AttrInt("num_heads", 0), kv_heads = n.AttrInt("kv_num_heads", 0);
+  if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
+    return Claim::No("num_heads must be a positive multiple of kv_num_heads");
+  if (n.AttrInt("causal", 1) != 1) return Claim::No("causal=0 (bidirectional) not supported");
+  if (n.AttrInt("qk_output", 0) != 0) return Claim::No("qk_output not supported");
+  if (n.AttrInt("sliding_window_cache", 0) != 0) return Claim::No("sliding_window_cache not supported");
+  if (n.AttrString("k_quant_type", "NONE") != "NONE" || n.AttrString("v_quant_type", "NONE") != "NONE" ||
+      n.AttrInt("kv_cache_bit_width", 0) != 0)
+    return Claim::No("quantized KV caches not supported");
+  const int64_t window = n.AttrInt("local_window_size", -1);
+  if (window == 0 || window < -1) return Claim::No("local_window_size=" + std::to_string(window));
+  const int64_t rotary = n.AttrInt("do_rotary", 0), interleaved = n.AttrInt("rotary_interleaved", 0);
+  if ((rotary != 0 && rotary != 1) || (interleaved != 0 && interleaved != 1))
+    return Claim::No("do_rotary/rotary_interleaved must be 0 or 1");
+  return Claim::Yes();
+}
+
+Claim ClaimGroupQueryAttention(const NodeView& v) {
+  const Node& n = v.node();
+  if (Claim a = ClaimAttributes(n); !a.ok) return a;
+  const ElemType t = v.input_type(kQuery);
+  if (!IsOneOf(t, {ElemType::kFloat, ElemType::kFloat16, ElemType::kBFloat16}))
+    return Claim::No(TypeReason(v, 0));
+  for (size_t i : {kKey, kValue, kPastKey, kPastValue, kCos, kSin, kBias, kHeadSink})
+    if (v.has_input(i) && v.input_type(i) != t) return Claim::No(TypeReason(v, i, "differs from query's"));
+  for (size_t i : {kKScale, kVScale, kQNorm, kKNorm})
+    if (v.has_input(i))
+      return Claim::No("input " + std::to_string(i) + " (k/v scales or q/k norm weights) not supported");
+  if (v.has_input(kPositionIds) &&
+      (v.input_type(kPositionIds) != ElemType::kInt64 || n.AttrInt("do_rotary", 0) != 1))
+    return Claim::No("position_ids must be int64 and come with do_rotary=1");
+  if (v.has_output(3)) return Claim::No("output_qk not supported");
+  for (size_t i = 0; i < 3; ++i)
+    if (v.has_output(i) && v.output_type(i) != t) return Claim::No("an output type differs from query's");
+  if (v.has_input(kKey) != v.has_input(kValue)) return Claim::No("key and value must come together");
+  if (v.has_input(kPastKey) != v.has_input(kPastValue))
+    return Claim::No("past_key and past_value must come together");
+  if (v.has_input(kPastKey) && (!v.has_output(1) || !v.has_output(2)))
+    return Claim::No("past_key without the present_key/present_value outputs");
+  if (!v.has_input(kSeqlensK) || v.input_type(kSeqlensK) != ElemType::kInt32 || !v.has_input(kTotalLength) ||
+      v.input_type(kTotalLength) != ElemType::kInt32)
+    return Claim::No("seqlens_k and total_sequence_length must be int32");
+  if (v.has_input(kCos) != v.has_input(kSin)) return Claim::No("cos_cache and sin_cache must come together");
+  if ((n.AttrInt("do_rotary", 0) == 1) != v.has_input(kCos))
+    return Claim::No("cos_cache/sin_cache are given exactly when do_rotary=1");
+  if (v.has_input(kHeadSink) && n.AttrInt("smooth_softmax", 0) == 1)
+    return Claim::No("head_sink together with smooth_softmax (ORT rejects it)");
+  if (v.input_rank(kQuery) != 3) return Claim::No("query must have rank 3");
+  if (auto ks = v.input_shape(kKey); ks && ks->size() == 3 && (*ks)[1] == 0)
+    return Claim::No("key of sequence length 0 (the shared-KV form) not supported");
+  return Claim::Yes();
+}
+
+/** Q [B, H, S, D], K and V [B, Hkv, S, D] from the separate or packed inputs. */
+struct Heads {
+  mx::array q, k, v;
+};
+
+Heads SplitQkv(const OpContext& c, int heads, int kv_heads) {
+  const mx::Stream s = c.stream;
+  const mx::array& query = c.input(kQuery);
+  if (query.ndim() != 3) c.Fail("query must be [batch, sequence, hidden]");
+  if (c.has_input(kKey)) {
+    Heads h{SplitHeads(c, query, heads, "query"), SplitHeads(c, c.input(kKey), kv_heads, "key"),
+            SplitHeads(c, c.input(kValue), kv_heads, "value")};
+    if (h.k.shape(0) != h.q.shape(0) || h.k.shape(2) != h.q.shape(2) || h.k.shape(3) != h.q.shape(3) ||
+        h.v.shape() != h.k.shape())
+      c.Fail("key/value must be [batch, sequence, kv_num_heads * head_size] like query");
+    return h;
+  }
+  const mx::array all = SplitHeads(c, query, heads + 2 * kv_heads, "packed QKV");
+  const int B = all.shape(0), S = all.shape(2), D = all.shape(3);
+  auto part = [&](int from, int to) { return mx::slice(all, {0, from, 0, 0}, {B, to, S, D}, s); };
+  return {part(0, heads), part(heads, heads + kv_heads), part(heads + kv_heads, heads + 2 * kv_heads)};
+}
+
+/** The step's facts derived from seqlens_k / total_sequence_length, as arrays. */
+struct Step {
+  mx::array total;   ///< [B, 1, 1, 1] int32: seqlens_k + 1
+  mx::array offset;  ///< [B, 1, 1, 1] int32: where the new rows go (0 on the first prompt)
+  mx::array first;   ///< scalar bool: the first prompt (S == total_sequence_length)
+};
+
+Step StepOf(const OpContext& c, int batch, int seq) {
+  const mx::Stream s = c.stream;
+  const mx::array& seqlens = c.input(kSeqlensK);
+  if (seqlens.size() != static_cast<size_t>(batch)) c.Fail("seqlens_k must hold batch_size values");
+  if (c.input(kTotalLength).size() != 1) c.Fail("total_sequence_length must hold one value");
+  const mx::array total = mx::add(mx::reshape(seqlens, {batch, 1, 1, 1}, s), mx::array(1, mx::int32), s);
+  const mx::array first = mx::equal(mx::reshape(c.input(kTotalLength), {}, s), mx::array(seq, mx::int32), s);
+  const mx::array offset =
+      mx::where(first, mx::array(0, mx::int32), mx::subtract(total, mx::array(seq, mx::int32), s), s);
+  return {total, offset, first};
+}
+
+/** Q or K [B, heads, S, D] rotated at the step's positions offset_b + s. */
+mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st) {
+  const mx::Stream s = c.stream;
+  const mx::array &cos_cache = c.input(kCos), &sin_cache = c.input(kSin);
+  if (cos_cache.ndim() != 2 || cos_cache.shape() != sin_cache.shape() || cos_cache.shape(0) == 0)
+    c.Fail("cos_cache/sin_cache must be [max_position, rotary_dim / 2]");
+  const int rot = 2 * cos_cache.shape(1);
+  if (rot > x.shape(3)) c.Fail("rotary_dim exceeds head_size");
+  const int seq = x.shape(2);
+  const mx::array i = mx::reshape(mx::arange(seq, mx::int32, s), {1, 1, seq, 1}, s);
+  mx::array pos = mx::add(st.offset, i, s);  // [B, 1, S, 1]
+  if (c.has_input(kPositionIds)) {
+    const mx::array& ids = c.input(kPositionIds);
+    if (ids.ndim() != 2 || ids.shape(0) != x.shape(0) || ids.shape(1) < seq)
+      c.Fail("position_ids must be [batch, sequence_length]");
+    const mx::array given = mx::reshape(
+        mx::astype(mx::slice(ids, {0, 0}, {ids.shape(0), seq}, s), mx::int32, s), {x.shape(0), 1, seq, 1}, s);
+    // On the first prompt ORT reads only position_ids[0, 0]: positions [0, 0] + s for every entry.
+    const mx::array first_row = mx::add(mx::slice(given, {0, 0, 0, 0}, {1, 1, 1, 1}, s), i, s);
+    pos = mx::where(st.first, first_row, given, s);
+  }
+  // MLX's gather does not check bounds (ORT errors on positions past the cache): clamp.
+  pos = mx::clip(pos, mx::array(0, mx::int32), mx::array(cos_cache.shape(0) - 1, mx::int32), s);
+  pos = mx::reshape(pos, {x.shape(0), 1, seq}, s);
+  auto rows = [&](const mx::array& cache) { return mx::astype(mx::take(cache, pos, 0, s), mx::float32, s); };
+  return ApplyRotary(x, rows(cos_cache), rows(sin_cache), rot, c.node.AttrInt("rotary_interleaved", 0) == 1,
+                     s);
+}
+
+/** present [B, Hkv, L, D]: past rows below the offset, the new rows at it, zeros after. */
+mx::array Present(const OpContext& c, const mx::array& fresh, const Step& st, size_t past_input) {
+  const mx::Stream s = c.stream;
+  if (!c.has_input(past_input)) return fresh;
+  const mx::array& past = c.input(past_input);
+  if (past.ndim() != 4 || past.shape(0) != fresh.shape(0) || past.shape(1) != fresh.shape(1) ||
+      past.shape(3) != fresh.shape(3))
+    c.Fail("past_key/past_value must be [batch, kv_num_heads, max_length, head_size]");
+  const int len = past.shape(2), seq = fresh.shape(2);
+  const mx::array j = mx::reshape(mx::arange(len, mx::int32, s), {1, 1, len, 1}, s);
+  const mx::array row = mx::subtract(j, st.offset, s);  // [B, 1, L, 1]: row of `fresh` at j
+  const mx::array in_fresh = mx::logical_and(mx::greater_equal(row, mx::array(0, mx::int32), s),
+                                             mx::less(row, mx::array(seq, mx::int32), s), s);
+  const mx::array rows =
+      mx::broadcast_to(mx::clip(row, mx::array(0, mx::int32), mx::array(seq - 1, mx::int32), s),
+                       {past.shape(0), past.shape(1), len, past.shape(3)}, s);
+  const mx::array written = mx::take_along_axis(fresh, rows, 2, s);
+  const mx::array kept = mx::where(mx::less(j, st.offset, s), past, mx::array(0.f, past.dtype()), s);
+  return mx::where(in_fresh, written, kept, s);
+}
+
+/** Which keys each query row attends: [B, 1, S, L] bool, and [B, 1, S, 1] whether any. */
+std::pair<mx::array, mx::array> KeyMask(const OpContext& c, const Step& st, int seq, int len) {
+  const mx::Stream s = c.stream;
+  const mx::array i = mx::reshape(mx::arange(seq, mx::int32, s), {1, 1, seq, 1}, s);
+  const mx::array j = mx::reshape(mx::arange(len, mx::int32, s), {1, 1, 1, len}, s);
+  const mx::array causal_end = mx::add(mx::add(st.offset, i, s), mx::array(1, mx::int32), s);
+  const mx::array end = mx::minimum(causal_end, st.total, s);
+  mx::array start = mx::array(0, mx::int32);
+  const int64_t window = c.node.AttrInt("local_window_size", -1);
+  // ORT places the window at the causal end, before capping it at the entry's length: a padding
+  // row of a prompt may see fewer than `window` keys, or none (its output is then zero).
+  if (window > 0) start = mx::subtract(causal_end, mx::array(static_cast<int>(window), mx::int32), s);
+  const mx::array mask = mx::logical_and(mx::less(j, end, s), mx::greater_equal(j, start, s), s);
+  return {mask, mx::less(start, end, s)};
+}
+
+/** attention_bias [B|1, H|1, S, total] as float32 [.., S, L] (zero columns past its end). */
+mx::array Bias(const OpContext& c, int seq, int len) {
+  const mx::Stream s = c.stream;
+  mx::array bias = mx::astype(c.input(kBias), mx::float32, s);
+  if (bias.ndim() != 4 || bias.shape(2) != seq || bias.shape(3) > len)
+    c.Fail("attention_bias must be [batch or 1, num_heads or 1, sequence, total_sequence_length]");
+  if (bias.shape(3) < len)
+    bias = mx::pad(bias, {{0, 0}, {0, 0}, {0, 0}, {0, len - bias.shape(3)}}, mx::array(0.f), "constant", s);
+  return bias;
+}
+
+/** softmax(scores with sinks as an extra logit) @ v, composed (scores float32 [B, H, S, L]). */
+mx::array ComposedAttention(const mx::array& scores, const mx::array& v,
+                            const std::optional<mx::array>& sinks, int groups, mx::Stream s) {
+  mx::array x = scores;
+  if (sinks) {
+    const mx::array sink =
+        mx::broadcast_to(mx::reshape(*sinks, {1, -1, 1, 1}, s), {x.shape(0), x.shape(1), x.shape(2), 1}, s);
+    x = mx::concatenate({sink, x}, 3, s);
+  }
+  mx::array p = mx::softmax(x, std::vector<int>{3}, true, s);
+  if (sinks) p = mx::slice(p, {0, 0, 0, 1}, p.shape(), s);
+  return GroupedMatmul(p, v, groups, s);
+}
+
+std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
+  const Node& n = c.node;
+  const mx::Stream s = c.stream;
+  const int heads = static_cast<int>(n.AttrInt("num_heads", 0)),
+            kv_heads = static_cast<int>(n.AttrInt("kv_num_heads", 0));
+  auto [q, k, v] = SplitQkv(c, heads, kv_heads);
+  const mx::Dtype t = q.dtype();
+  const int batch = q.shape(0), seq = q.shape(2), head_size = q.shape(3);
+  const Step st = StepOf(c, batch, seq);
+  if (n.AttrInt("do_rotary", 0) == 1) {
+    q = Rotate(c, q, st);
+    k = Rotate(c, k, st);
+  }
+  const mx::array present_k = Present(c, k, st, kPastKey), present_v = Present(c, v, st, kPastValue);
+  const int len = present_k.shape(2);
+
+  const float scale_attr = n.AttrFloat("scale", 0.f);
+  const float scale = scale_attr == 0.f ? 1.f / std::sqrt(static_cast<float>(head_size)) : scale_attr;
+  const mx::array qf = mx::astype(q, mx::float32, s), kf = mx::astype(present_k, mx::float32, s),
+                  vf = mx::astype(present_v, mx::float32, s);
+  const auto [mask, any_key] = KeyMask(c, st, seq, len);
+  std::optional<mx::array> sinks;
+  if (c.has_input(kHeadSink))
+    sinks = mx::astype(mx::reshape(c.input(kHeadSink), {-1}, s), mx::float32, s);
+  else if (n.AttrInt("smooth_softmax", 0) == 1)
+    sinks = mx::zeros({heads}, mx::float32, s);
+  if (sinks && sinks->shape(0) != heads) c.Fail("head_sink must hold num_heads values");
+
+  const float softcap = n.AttrFloat("softcap", 0.f);
+  mx::array y = qf;
+  if (softcap > 0.f) {
+    mx::array scores =
+        mx::multiply(GroupedMatmul(qf, mx::swapaxes(kf, 2, 3, s), heads / kv_heads, s), mx::array(scale), s);
+    const mx::array cap(softcap);
+    scores = mx::multiply(mx::tanh(mx::divide(scores, cap, s), s), cap, s);
+    if (c.has_input(kBias)) scores = mx::add(scores, Bias(c, seq, len), s);
+    scores = mx::where(mask, scores, mx::array(-INFINITY), s);
+    y = ComposedAttention(scores, vf, sinks, heads / kv_heads, s);
+  } else {
+    const mx::array m =
+        c.has_input(kBias) ? mx::where(mask, Bias(c, seq, len), mx::array(-INFINITY), s) : mask;
+    y = mx::fast::scaled_dot_product_attention(qf, kf, vf, scale, "array", m, sinks, false, s);
+  }
+  y = mx::where(any_key, y, mx::array(0.f), s);
+  // The shape ORT would give present (see the header): other total_sequence_lengths poison the outputs.
+  const mx::array total = mx::reshape(c.input(kTotalLength), {}, s);
+  const mx::array fits = c.has_input(kPastKey) ? mx::less_equal(total, mx::array(len, mx::int32), s)
+                                               : mx::equal(total, mx::array(seq, mx::int32), s);
+  auto poison = [&](const mx::array& x) { return mx::where(fits, x, mx::array(NAN, x.dtype()), s); };
+  std::vector<mx::array> outs = {poison(mx::astype(MergeHeads(y, s), t, s))};
+  if (c.num_outputs() > 1) outs.push_back(poison(present_k));
+  if (c.num_outputs() > 2) outs.push_back(poison(present_v));
+  while (outs.size() < c.num_outputs()) outs.push_back(mx::zeros({0}, t, s));  // unused output_qk slot
+  return outs;
+}
+
+}  // namespace
+
+void RegisterGroupQueryAttentionOps(OpRegistry& r) {
+  r.Add(
+      {"com.microsoft", "GroupQueryAttention", 1, 1, ClaimGroupQueryAttention, TranslateGroupQueryAttention});
+}
+
+}  // namespace mlx_ep
