@@ -46,6 +46,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterPadOps(r);
     RegisterRotaryEmbeddingOps(r);
     RegisterTensorMiscOps(r);
+    RegisterControlFlowOps(r);
     return r;
   }();
   return registry;

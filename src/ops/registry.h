@@ -47,6 +47,7 @@ void RegisterExtraActivationOps(OpRegistry& r);     // PRelu ThresholdedRelu Cel
 void RegisterResizeOps(OpRegistry& r);  // Resize Upsample
 void RegisterPadOps(OpRegistry& r);     // Pad
 void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
+void RegisterControlFlowOps(OpRegistry& r);  // If Loop Scan (bodies traced inline)
 void RegisterTensorMiscOps(
     OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum CumProd TopK CenterCropPad EyeLike
 
