@@ -294,3 +294,21 @@ def test_if_around_conv_lstm_is_one_partition():
                         [("w", w), ("wl", wl), ("rl", rl)])
     x = rng.standard_normal((2, 4, 7)).astype(np.float32)
     one_partition(model, [{"x": x, "use_net": np.array(True)}, {"x": x, "use_net": np.array(False)}])
+
+
+def test_if_branch_reads_a_value_computed_on_cpu():
+    # d = Det(m) runs on CPU (no MLX translation); the branches read it only as an outer-scope
+    # value (an implicit input of the If). ORT's fusion passes it to the fused node as an input.
+    then_g = body([helper.make_node("Mul", ["x", "d"], ["p"])], [vi("p", F32)], name="then")
+    else_g = body([helper.make_node("Sub", ["x", "d"], ["q"])], [vi("q", F32)], name="else")
+    nodes = [helper.make_node("Det", ["m"], ["d"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    model = graph_model(nodes, [vi("x", F32, [3, 4]), vi("m", F32, [2, 2]), vi("c", BOOL, [])], [vi("y", F32, None)])
+    rng = np.random.default_rng(0)
+    for c in (True, False):
+        f = {"x": rng.standard_normal((3, 4)).astype(np.float32), "m": rng.standard_normal((2, 2)).astype(np.float32),
+             "c": np.array(c)}
+        _, nodes_run = run_mlx_nodes(model, f)
+        assert [p for _, p in nodes_run].count(EP) == 1, nodes_run  # the If's partition
+        for g, r in zip(run_mlx_nodes(model, f)[0], run_cpu(model, f)):
+            assert_close(g, r)
