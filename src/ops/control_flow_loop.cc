@@ -163,56 +163,115 @@ mx::array ScanSlice(const OpContext& c, const mx::array& x, int axis, int t) {
   return mx::squeeze(mx::slice(x, start, stop, c.stream), axis, c.stream);
 }
 
-std::vector<mx::array> TranslateScan(const OpContext& c) {
-  const size_t num_scan_in = static_cast<size_t>(c.node.AttrInt("num_scan_inputs", 0));
-  const size_t num_states = c.num_inputs() - num_scan_in, num_scan_out = c.num_outputs() - num_states;
-  const auto in_dirs = ScanAttr(c.node, "scan_input_directions", num_scan_in, 0);
-  const auto in_axes = ScanAttr(c.node, "scan_input_axes", num_scan_in, 0);
-  const auto out_dirs = ScanAttr(c.node, "scan_output_directions", num_scan_out, 0);
-  const auto out_axes = ScanAttr(c.node, "scan_output_axes", num_scan_out, 0);
+// How a Scan walks its sequences: per scan input a direction and an axis, per scan output too.
+struct ScanSpec {
+  std::vector<int64_t> in_dirs, in_axes, out_dirs, out_axes;
+};
+
+// Traces the body along the scan inputs `xs` from `states`: the final states, then the stacked
+// scan outputs.
+std::vector<mx::array> RunScan(const OpContext& c, const std::vector<mx::array>& states,
+                               const std::vector<mx::array>& xs, const ScanSpec& spec, size_t num_scan_out) {
   std::vector<int> axes;
   int length = -1;
-  for (size_t k = 0; k < num_scan_in; ++k) {
-    const mx::array& x = c.input(num_states + k);
-    axes.push_back(NormalizeAxis(c, in_axes[k], x.ndim()));
-    if (length >= 0 && x.shape(axes[k]) != length) c.Fail("scan inputs have different sequence lengths");
-    length = x.shape(axes[k]);
+  for (size_t k = 0; k < xs.size(); ++k) {
+    axes.push_back(NormalizeAxis(c, spec.in_axes[k], xs[k].ndim()));
+    if (length >= 0 && xs[k].shape(axes[k]) != length) c.Fail("scan inputs have different sequence lengths");
+    length = xs[k].shape(axes[k]);
   }
   if (length > kMaxUnrolledIterations)
     c.Fail("the sequence length " + std::to_string(length) + " exceeds the unroll bound");
   std::vector<TracedValue> state;
-  for (size_t k = 0; k < num_states; ++k) state.push_back({c.input(k), nullptr});
+  for (const auto& s : states) state.push_back({s, nullptr});
   std::vector<std::vector<mx::array>> scans(num_scan_out);
   std::vector<mx::array> like;
   // With no steps the body is still traced once, unused, on zero slices: it gives the shapes.
   for (int t = 0; t < std::max(length, 1); ++t) {
     std::vector<TracedValue> in = state;
-    for (size_t k = 0; k < num_scan_in; ++k) {
-      const mx::array& x = c.input(num_states + k);
+    for (size_t k = 0; k < xs.size(); ++k) {
       if (length == 0) {
-        mx::Shape shape = x.shape();
+        mx::Shape shape = xs[k].shape();
         shape.erase(shape.begin() + axes[k]);
-        in.push_back({mx::zeros(shape, x.dtype(), c.stream), nullptr});
+        in.push_back({mx::zeros(shape, xs[k].dtype(), c.stream), nullptr});
       } else {
-        in.push_back({ScanSlice(c, x, axes[k], in_dirs[k] ? length - 1 - t : t), nullptr});
+        in.push_back({ScanSlice(c, xs[k], axes[k], spec.in_dirs[k] ? length - 1 - t : t), nullptr});
       }
     }
     std::vector<TracedValue> out = c.TraceSubgraph("body", in);
-    if (out.size() != num_states + num_scan_out) c.Fail("the body has an unexpected number of outputs");
-    if (length == 0) {
-      for (size_t k = 0; k < num_scan_out; ++k) like.push_back(out[num_states + k].array);
-      break;
-    }
-    for (size_t k = 0; k < num_states; ++k) state[k] = {out[k].array, nullptr};
-    for (size_t k = 0; k < num_scan_out; ++k) scans[k].push_back(out[num_states + k].array);
+    if (out.size() != states.size() + num_scan_out) c.Fail("the body has an unexpected number of outputs");
+    for (size_t k = 0; k < num_scan_out; ++k)
+      (length == 0 ? like : scans[k]).push_back(out[states.size() + k].array);
+    if (length == 0) break;
+    for (size_t k = 0; k < states.size(); ++k) state[k] = {out[k].array, nullptr};
   }
   std::vector<mx::array> result;
   for (auto& s : state) result.push_back(s.array);
   for (size_t k = 0; k < num_scan_out; ++k) {
-    if (out_dirs[k]) std::reverse(scans[k].begin(), scans[k].end());
+    if (spec.out_dirs[k]) std::reverse(scans[k].begin(), scans[k].end());
     const mx::array& one = scans[k].empty() ? like[k] : scans[k][0];
-    result.push_back(StackIterations(c, scans[k], NormalizeAxis(c, out_axes[k], one.ndim() + 1), one));
+    result.push_back(StackIterations(c, scans[k], NormalizeAxis(c, spec.out_axes[k], one.ndim() + 1), one));
   }
+  return result;
+}
+
+std::vector<mx::array> TranslateScan(const OpContext& c) {
+  const size_t num_scan_in = static_cast<size_t>(c.node.AttrInt("num_scan_inputs", 0));
+  const size_t num_states = c.num_inputs() - num_scan_in, num_scan_out = c.num_outputs() - num_states;
+  const ScanSpec spec{ScanAttr(c.node, "scan_input_directions", num_scan_in, 0),
+                      ScanAttr(c.node, "scan_input_axes", num_scan_in, 0),
+                      ScanAttr(c.node, "scan_output_directions", num_scan_out, 0),
+                      ScanAttr(c.node, "scan_output_axes", num_scan_out, 0)};
+  std::vector<mx::array> states, xs;
+  for (size_t k = 0; k < c.num_inputs(); ++k) (k < num_states ? states : xs).push_back(c.input(k));
+  return RunScan(c, states, xs, spec, num_scan_out);
+}
+
+// Scan-8: input 0 is sequence_lens (declined unless absent), every state and scan value has a
+// leading batch axis, and the scan axis is 1. Each batch item is scanned on its own.
+Claim ClaimScan8(const NodeView& v) {
+  const Graph* body = v.node().Subgraph("body");
+  const SubgraphFacts* facts = v.subgraph("body");
+  if (!facts || !body) return Claim::No("no body subgraph");
+  if (v.has_input(0)) return Claim::No("sequence_lens is not supported (only its absence)");
+  const Attribute* m = v.node().Attr("num_scan_inputs");
+  if (!m || m->kind != Attribute::Kind::kInt || m->i < 1 || static_cast<size_t>(m->i) + 1 > v.num_inputs())
+    return Claim::No("num_scan_inputs is missing or out of range");
+  const size_t num_scan_in = static_cast<size_t>(m->i), num_states = v.num_inputs() - 1 - num_scan_in;
+  if (body->inputs.size() != v.num_inputs() - 1 || body->outputs.size() != v.num_outputs() ||
+      v.num_outputs() < num_states)
+    return Claim::No("the body's inputs and outputs do not match the node's");
+  if (ScanAttr(v.node(), "directions", num_scan_in, 0).size() != num_scan_in)
+    return Claim::No("directions does not have one entry per scan input");
+  Claim claim = Claim::Yes();
+  if (auto r = AddBodyRoots(v, *facts, {}, claim); !r.empty()) return Claim::No(r);
+  claim.fold_reason = "a nested loop condition";
+  return claim;
+}
+
+std::vector<mx::array> TranslateScan8(const OpContext& c) {
+  const size_t num_scan_in = static_cast<size_t>(c.node.AttrInt("num_scan_inputs", 0));
+  const size_t num_states = c.num_inputs() - 1 - num_scan_in, num_scan_out = c.num_outputs() - num_states;
+  const ScanSpec spec{ScanAttr(c.node, "directions", num_scan_in, 0), std::vector<int64_t>(num_scan_in, 0),
+                      std::vector<int64_t>(num_scan_out, 0), std::vector<int64_t>(num_scan_out, 0)};
+  const int batch = c.input(1).ndim() ? c.input(1).shape(0) : 0;
+  const mx::array& first_scan = c.input(1 + num_states);
+  if (batch == 0) c.Fail("an empty batch is not supported");
+  if (first_scan.ndim() < 2) c.Fail("a scan input lacks the batch and sequence axes");
+  if (static_cast<int64_t>(batch) * first_scan.shape(1) > kMaxUnrolledIterations)
+    c.Fail("batch x sequence length exceeds the unroll bound of " + std::to_string(kMaxUnrolledIterations));
+  std::vector<std::vector<mx::array>> per_item(c.num_outputs());
+  for (int b = 0; b < batch; ++b) {
+    std::vector<mx::array> states, xs;
+    for (size_t k = 1; k < c.num_inputs(); ++k) {
+      const mx::array& x = c.input(k);
+      if (x.ndim() == 0 || x.shape(0) != batch) c.Fail("inputs differ in batch size");
+      (k <= num_states ? states : xs).push_back(ScanSlice(c, x, 0, b));
+    }
+    std::vector<mx::array> outs = RunScan(c, states, xs, spec, num_scan_out);
+    for (size_t k = 0; k < outs.size(); ++k) per_item[k].push_back(outs[k]);
+  }
+  std::vector<mx::array> result;
+  for (auto& items : per_item) result.push_back(StackIterations(c, items, 0, items[0]));
   return result;
 }
 
@@ -220,6 +279,7 @@ std::vector<mx::array> TranslateScan(const OpContext& c) {
 
 void RegisterLoopScanOps(OpRegistry& r) {
   r.Add({"", "Loop", 1, 23, ClaimLoop, TranslateLoop});
+  r.Add({"", "Scan", 8, 8, ClaimScan8, TranslateScan8});
   r.Add({"", "Scan", 9, 23, ClaimScan, TranslateScan});
 }
 

@@ -312,3 +312,32 @@ def test_if_branch_reads_a_value_computed_on_cpu():
         assert [p for _, p in nodes_run].count(EP) == 1, nodes_run  # the If's partition
         for g, r in zip(run_mlx_nodes(model, f)[0], run_cpu(model, f)):
             assert_close(g, r)
+
+
+def scan8_model(directions, with_lens=False):
+    """Scan-8: batch axis 0, sequence axis 1; sequence_lens first (absent unless `with_lens`)."""
+    nodes = [helper.make_node("Add", ["s_in", "x_t"], ["s_out"]), helper.make_node("Tanh", ["s_out"], ["y_t"])]
+    b = body(nodes, [vi("s_out", F32, None), vi("y_t", F32, None)], [vi("s_in", F32, [3]), vi("x_t", F32, [3])])
+    node = helper.make_node("Scan", ["lens" if with_lens else "", "s0", "x"], ["s", "y"], body=b, num_scan_inputs=1,
+                            directions=directions)
+    inputs = [vi("s0", F32, [2, 3]), vi("x", F32, [2, 4, 3])] + ([vi("lens", I64, [2])] if with_lens else [])
+    return graph_model([node], inputs, [vi("s", F32, None), vi("y", F32, None)], opset=8)
+
+
+@pytest.mark.parametrize("directions", [[0], [1]], ids=["forward", "reverse"])
+def test_scan8(directions):
+    rng = np.random.default_rng(0)
+    f = {"s0": rng.standard_normal((2, 3)).astype(np.float32), "x": rng.standard_normal((2, 4, 3)).astype(np.float32)}
+    one_partition(scan8_model(directions), [f])
+
+
+def test_scan8_sequence_lens_is_declined():
+    rng = np.random.default_rng(0)
+    f = {"s0": rng.standard_normal((2, 3)).astype(np.float32), "x": rng.standard_normal((2, 4, 3)).astype(np.float32),
+         "lens": np.array([4, 2], np.int64)}
+    model = scan8_model([0], with_lens=True)
+    outs, report, _ = run_mlx_with_report(model, [f])
+    (declined,) = [d for g in report["graphs"] for d in g["declined"] if d["op_type"] == "Scan"]
+    assert "sequence_lens" in declined["reason"], declined
+    for g, r in zip(outs[0], run_cpu(model, f)):
+        assert_close(g, r)
