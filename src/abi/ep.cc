@@ -28,6 +28,39 @@ size_t MaxCompiled() {
   return static_cast<size_t>(std::stoul(v));
 }
 
+// Why `holder`'s only node cannot take its bodies whole, or "" when it can. A value that must
+// fold (a loop condition's carried counter) is unknown from here: ORT has not built the
+// holder's graph yet, so neither its producer nor whether it is a constant can be read. It
+// counts as runtime data: a body left unclaimed when its holder is declined after all would run
+// on CPU, while a body partitioned on its own still runs on MLX.
+std::string HolderDeclines(const Graph& holder) {
+  const Node& node = holder.nodes.at(0);
+  const Claim claim = ClaimNode(node, holder, OpRegistry::Get());
+  if (!claim.ok) return claim.reason;
+  const std::vector<std::string> inputs = node.AllInputs();
+  for (size_t k : claim.fold_inputs) {
+    const ValueInfo* v = holder.Value(inputs.at(k));
+    if (!inputs[k].empty() && !(v && v->is_constant_initializer))
+      return claim.fold_reason + ": it depends on '" + inputs[k] +
+             "', which is not a constant (a data-dependent result)";
+  }
+  return "";
+}
+
+// A holder whose body was partitioned on its own (see ClaimGraph) is declined with the reason
+// found then, not "its body node MLXExecutionProvider_... has no translation". Keyed by the
+// holder's first output (names of nodes may be empty; values are unique).
+void ExplainHolders(const Graph& graph, const std::map<std::string, std::string>& reasons,
+                    Partitioning& partitioning) {
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& node = graph.nodes[i];
+    if (!node.has_subgraphs || node.outputs.empty() || partitioning.decisions[i].claimed) continue;
+    auto it = reasons.find(node.outputs[0]);
+    if (it != reasons.end())
+      partitioning.decisions[i].reason = "its bodies were partitioned on their own first: " + it->second;
+  }
+}
+
 }  // namespace
 
 MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger)
@@ -90,8 +123,18 @@ void ORT_API_CALL MlxEp::ReleaseNodeComputeInfosImpl(OrtEp*, OrtNodeComputeInfo*
 }
 
 void MlxEp::ClaimGraph(const OrtGraph* ort_graph, OrtEpGraphSupportInfo* support_info) {
+  // ORT partitions bodies of If/Loop/Scan before the graph holding them. When the node holding
+  // this body will be claimed whole (its bodies traced inline), claim nothing here: fusing body
+  // nodes now would hide them from that claim.
+  if (Ort::ConstNode parent = Ort::ConstGraph{ort_graph}.GetParentNode(); parent != nullptr) {
+    const Graph holder = ReadNodeAlone(parent, kClaimConstantBytes);
+    const std::string reason = HolderDeclines(holder);
+    if (reason.empty()) return;
+    holder_reasons_[holder.nodes.at(0).outputs.at(0)] = reason;
+  }
   Graph graph = ReadGraph(ort_graph, kClaimConstantBytes);
   Partitioning partitioning = PartitionGraph(graph, OpRegistry::Get());
+  ExplainHolders(graph, holder_reasons_, partitioning);
   LogClaims(graph, partitioning);
   report_.AddGraph(graph, partitioning);
 

@@ -1,6 +1,7 @@
 // OrtEp: GetCapability (claim + partition) and Compile (plan + runner per fused node).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -40,6 +41,9 @@ class MlxEp : public OrtEp {
   /** ONNXRUNTIME_EP_MLX_REPORT as it was when the session was created: a session released
    *  later (by a garbage collector, say) still writes its own report where it was asked to. */
   std::string report_path_;
+  /** Why a node holding subgraphs could not take its bodies whole when ORT asked about a body
+   *  first (by node name): the reason shown when that node is declined later. */
+  std::map<std::string, std::string> holder_reasons_;
 };
 
 }  // namespace mlx_ep

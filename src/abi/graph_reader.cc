@@ -31,6 +31,7 @@ ValueInfo ReadValueInfo(const Ort::ConstValueInfo& vi) {
     if (!dims.empty()) v.shape = dims;
   }
   v.is_constant_initializer = vi.IsConstantInitializer();
+  v.is_outer_scope = vi.IsFromOuterScope();
   return v;
 }
 
@@ -92,10 +93,40 @@ void Record(Graph& g, const Ort::ConstValueInfo& vi, size_t max_constant_bytes) 
   g.values.emplace(name, std::move(v));
 }
 
-}  // namespace
+Graph ReadConstGraph(Ort::ConstGraph graph, size_t max_constant_bytes);
 
-Graph ReadGraph(const OrtGraph* ort_graph, size_t max_constant_bytes) {
-  Ort::ConstGraph graph{ort_graph};
+Node ReadNode(const Ort::ConstNode& ort_node, Graph& g, size_t max_constant_bytes) {
+  Node n;
+  n.name = ort_node.GetName();
+  n.op_type = ort_node.GetOperatorType();
+  n.domain = ort_node.GetDomain();
+  if (n.domain == "ai.onnx") n.domain.clear();
+  n.since_version = ort_node.GetSinceVersion();
+  for (const auto& vi : ort_node.GetInputs()) {
+    n.inputs.push_back(vi == nullptr ? std::string() : vi.GetName());
+    Record(g, vi, max_constant_bytes);
+  }
+  for (const auto& vi : ort_node.GetOutputs()) {
+    n.outputs.push_back(vi == nullptr ? std::string() : vi.GetName());
+    Record(g, vi, max_constant_bytes);
+  }
+  for (const auto& attr : ort_node.GetAttributes()) n.attributes.emplace(attr.GetName(), ReadAttribute(attr));
+  size_t num_subgraphs = 0;
+  Ort::ThrowOnError(Ort::GetApi().Node_GetNumSubgraphs(ort_node, &num_subgraphs));
+  n.has_subgraphs = num_subgraphs > 0;
+  if (!n.has_subgraphs) return n;
+  for (const auto& vi : ort_node.GetImplicitInputs()) {
+    if (vi == nullptr) continue;
+    n.implicit_inputs.push_back(vi.GetName());
+    Record(g, vi, max_constant_bytes);
+  }
+  for (const auto& sub : ort_node.GetSubgraphs()) {
+    n.subgraphs[sub.attr_name] = std::make_shared<Graph>(ReadConstGraph(sub.sub_graph, max_constant_bytes));
+  }
+  return n;
+}
+
+Graph ReadConstGraph(Ort::ConstGraph graph, size_t max_constant_bytes) {
   Graph g;
   g.name = graph.GetName();
   for (const auto& vi : graph.GetInputs()) {
@@ -107,29 +138,20 @@ Graph ReadGraph(const OrtGraph* ort_graph, size_t max_constant_bytes) {
     g.outputs.push_back(vi.GetName());
   }
   for (const auto& vi : graph.GetInitializers()) Record(g, vi, max_constant_bytes);
+  for (const auto& ort_node : graph.GetNodes()) g.nodes.push_back(ReadNode(ort_node, g, max_constant_bytes));
+  g.IndexProducers();
+  return g;
+}
 
-  for (const auto& ort_node : graph.GetNodes()) {
-    Node n;
-    n.name = ort_node.GetName();
-    n.op_type = ort_node.GetOperatorType();
-    n.domain = ort_node.GetDomain();
-    if (n.domain == "ai.onnx") n.domain.clear();
-    n.since_version = ort_node.GetSinceVersion();
-    for (const auto& vi : ort_node.GetInputs()) {
-      n.inputs.push_back(vi == nullptr ? std::string() : vi.GetName());
-      Record(g, vi, max_constant_bytes);
-    }
-    for (const auto& vi : ort_node.GetOutputs()) {
-      n.outputs.push_back(vi == nullptr ? std::string() : vi.GetName());
-      Record(g, vi, max_constant_bytes);
-    }
-    for (const auto& attr : ort_node.GetAttributes())
-      n.attributes.emplace(attr.GetName(), ReadAttribute(attr));
-    size_t num_subgraphs = 0;
-    Ort::ThrowOnError(Ort::GetApi().Node_GetNumSubgraphs(ort_node, &num_subgraphs));
-    n.has_subgraphs = num_subgraphs > 0;
-    g.nodes.push_back(std::move(n));
-  }
+}  // namespace
+
+Graph ReadGraph(const OrtGraph* ort_graph, size_t max_constant_bytes) {
+  return ReadConstGraph(Ort::ConstGraph{ort_graph}, max_constant_bytes);
+}
+
+Graph ReadNodeAlone(const OrtNode* node, size_t max_constant_bytes) {
+  Graph g;
+  g.nodes.push_back(ReadNode(Ort::ConstNode{node}, g, max_constant_bytes));
   g.IndexProducers();
   return g;
 }

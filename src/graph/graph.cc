@@ -139,6 +139,17 @@ std::optional<std::vector<int64_t>> Node::AttrInts(const std::string& attr_name)
   return std::nullopt;
 }
 
+std::vector<std::string> Node::AllInputs() const {
+  std::vector<std::string> all = inputs;
+  all.insert(all.end(), implicit_inputs.begin(), implicit_inputs.end());
+  return all;
+}
+
+const Graph* Node::Subgraph(const std::string& attr) const {
+  auto it = subgraphs.find(attr);
+  return it == subgraphs.end() ? nullptr : it->second.get();
+}
+
 std::string Node::QualifiedOp() const { return (domain.empty() ? "ai.onnx" : domain) + "::" + op_type; }
 
 std::string Node::Label() const { return name.empty() ? op_type + "#" + std::to_string(index) : name; }

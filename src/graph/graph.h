@@ -15,6 +15,8 @@
 
 namespace mlx_ep {
 
+struct Graph;
+
 /** A host tensor with owned bytes (row-major). */
 struct Tensor {
   ElemType type = ElemType::kUndefined;
@@ -48,6 +50,8 @@ struct ValueInfo {
   /** Dims, -1 where symbolic or unknown; nullopt when even the rank is unknown. */
   std::optional<std::vector<int64_t>> shape;
   bool is_constant_initializer = false;
+  /** A subgraph's reference to a value of an enclosing graph (resolved there when tracing). */
+  bool is_outer_scope = false;
   /** Data of a constant initializer, when it was copied (small ones always; all of them at Compile). */
   std::shared_ptr<const Tensor> constant;
 };
@@ -63,6 +67,17 @@ struct Node {
   std::vector<std::string> outputs;
   std::map<std::string, Attribute> attributes;
   bool has_subgraphs = false;
+  /** Values of enclosing scopes that the subgraphs read (If/Loop/Scan bodies): inputs of the node
+   *  for ordering, partitioning and the fused node's inputs, though not in `inputs`. */
+  std::vector<std::string> implicit_inputs;
+  /** The graph-valued attributes (then_branch, else_branch, body), by attribute name. */
+  std::map<std::string, std::shared_ptr<const Graph>> subgraphs;
+
+  /** `inputs` followed by `implicit_inputs`: every value the node depends on. A claim's
+   *  host_inputs index this list (an index past `inputs` names an implicit input). */
+  std::vector<std::string> AllInputs() const;
+  /** The subgraph of attribute `attr`, or nullptr. */
+  const Graph* Subgraph(const std::string& attr) const;
 
   /** The attribute, or nullptr. */
   const Attribute* Attr(const std::string& name) const;
@@ -80,7 +95,8 @@ struct Node {
   std::string Label() const;
 };
 
-/** A graph snapshot. `nodes` are in topological order. */
+/** A graph snapshot. `nodes` are in topological order. A subgraph (a body of If/Loop/Scan)
+ *  records the outer-scope values its nodes read as values with is_outer_scope set. */
 struct Graph {
   std::string name;
   std::vector<Node> nodes;

@@ -41,6 +41,23 @@ bool NodeView::is_constant_input(size_t i) const {
   return v && v->is_constant_initializer;
 }
 
+const SubgraphFacts* NodeView::subgraph(const std::string& attr) const {
+  if (!subgraphs_) return nullptr;
+  auto it = subgraphs_->find(attr);
+  return it == subgraphs_->end() ? nullptr : &it->second;
+}
+
+std::vector<TracedValue> OpContext::TraceSubgraph(const std::string& attr,
+                                                  const std::vector<TracedValue>& inputs) const {
+  if (!tracer_) Fail("cannot trace subgraph '" + attr + "' here");
+  return tracer_(attr, inputs);
+}
+
+void OpContext::SetHostOutput(size_t k, std::shared_ptr<const Tensor> value) const {
+  if (host_outputs_.size() <= k) host_outputs_.resize(k + 1);
+  host_outputs_[k] = std::move(value);
+}
+
 const mx::array& OpContext::input(size_t i) const {
   if (!has_input(i)) Fail("input " + std::to_string(i) + " is absent");
   return *inputs_[i];

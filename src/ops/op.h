@@ -2,7 +2,11 @@
 // translation (node + input arrays -> output arrays), registered per (domain, op, opset range).
 #pragma once
 
+#include <functional>
+#include <map>
+#include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -23,17 +27,43 @@ struct Claim {
    *  the trace's host lane (values folded from shapes and constants); a value that depends on
    *  runtime data is read from ORT's tensor, and the compiled graph is specialised on it. */
   std::vector<size_t> host_inputs;
+  /** Host inputs that must derive from constants and shapes alone: the partitioner declines the
+   *  node (with `fold_reason` and the value named) when one depends on runtime data, instead of
+   *  specialising the compiled function on values that change every run (a loop condition). */
+  std::vector<size_t> fold_inputs;
+  std::string fold_reason;
+  /** Host inputs worth specialising on even when computed from partition inputs by folding ops
+   *  (an If condition from a sample-rate input): that chain stays in the node's partition, and
+   *  the inputs it starts from are read on the host (one compiled function per value). */
+  std::vector<size_t> specialise_inputs;
 
   /** A positive claim. */
-  static Claim Yes(std::vector<size_t> host_inputs = {}) { return {true, "", std::move(host_inputs)}; }
+  static Claim Yes(std::vector<size_t> host_inputs = {}) {
+    return {true, "", std::move(host_inputs), {}, "", {}};
+  }
   /** A refusal with a reason shown in the claim report. */
-  static Claim No(std::string reason) { return {false, std::move(reason), {}}; }
+  static Claim No(std::string reason) { return {false, std::move(reason), {}, {}, "", {}}; }
+};
+
+/** What the claim of a node with subgraphs learns about one body (every body node is claimable,
+ *  recursively, or the node is declined before its own claim runs). Host values are tracked by
+ *  their roots: the body inputs and outer-scope values a value's host lane derives from
+ *  (constants and shapes add no root). */
+struct SubgraphFacts {
+  /** Roots of every value some body node reads on the host. */
+  std::set<std::string> host_roots;
+  /** Roots of the values among those that must fold (a nested Loop's condition, say). */
+  std::set<std::string> fold_roots;
+  /** Per body output: the roots of its host value, or nullopt when it depends on runtime data. */
+  std::vector<std::optional<std::set<std::string>>> output_roots;
 };
 
 /** What a claim sees: the node and the static facts (types, shapes, constants) about its values. */
 class NodeView {
  public:
-  NodeView(const Node& node, const Graph& graph) : node_(node), graph_(graph) {}
+  NodeView(const Node& node, const Graph& graph,
+           const std::map<std::string, SubgraphFacts>* subgraphs = nullptr)
+      : node_(node), graph_(graph), subgraphs_(subgraphs) {}
 
   /** The node. */
   const Node& node() const { return node_; }
@@ -57,12 +87,27 @@ class NodeView {
   const Tensor* constant_input(size_t i) const;
   /** True when input `i` is a constant initializer (data copied or not). */
   bool is_constant_input(size_t i) const;
+  /** Facts about the body of graph attribute `attr`, or nullptr when the node has none. */
+  const SubgraphFacts* subgraph(const std::string& attr) const;
 
  private:
   const ValueInfo* input_info(size_t i) const;
   const Node& node_;
   const Graph& graph_;
+  const std::map<std::string, SubgraphFacts>* subgraphs_;
 };
+
+/** A value crossing into or out of a traced subgraph: its array and, when known while tracing,
+ *  its host value. */
+struct TracedValue {
+  mx::array array;
+  std::shared_ptr<const Tensor> host;
+};
+
+/** Traces the body of a graph attribute inline: binds the body's inputs (in order) and returns
+ *  its outputs. Body nodes resolve outer-scope names against the enclosing trace. */
+using SubgraphTracer =
+    std::function<std::vector<TracedValue>(const std::string& attr, const std::vector<TracedValue>& inputs)>;
 
 /** What a translation sees: traced input arrays, host values, attributes, expected output types. */
 class OpContext {
@@ -85,8 +130,11 @@ class OpContext {
   bool has_input(size_t i) const { return i < inputs_.size() && inputs_[i].has_value(); }
   /** Input `i`; throws when absent. */
   const mx::array& input(size_t i) const;
-  /** Host value of input `i`; the claim must have listed `i` in host_inputs. */
+  /** Host value of input `i`; the claim must have listed `i` in host_inputs. Indices past the
+   *  explicit inputs name implicit (outer-scope) inputs, as in Node::AllInputs. */
   const Tensor& host(size_t i) const;
+  /** Host value of input `i` when the trace knows one (listed or not), else nullptr. */
+  const Tensor* host_if_known(size_t i) const { return i < host_.size() ? host_[i] : nullptr; }
   /** Host value of input `i` as int64 values. */
   std::vector<int64_t> host_ints(size_t i) const { return host(i).ToInt64(); }
   /** Number of output slots. */
@@ -98,10 +146,22 @@ class OpContext {
   /** Throws std::invalid_argument("[MlxEp][Op] node: message"). */
   [[noreturn]] void Fail(const std::string& message) const;
 
+  /** Traces the subgraph of attribute `attr` (If/Loop/Scan translations only). */
+  std::vector<TracedValue> TraceSubgraph(const std::string& attr,
+                                         const std::vector<TracedValue>& inputs) const;
+  /** Makes the node's output `k` known on the host lane too (a value a body computed there). */
+  void SetHostOutput(size_t k, std::shared_ptr<const Tensor> value) const;
+  /** Host values set with SetHostOutput, by output slot (entries may be null). */
+  const std::vector<std::shared_ptr<const Tensor>>& host_outputs() const { return host_outputs_; }
+  /** Installs the tracer TraceSubgraph uses (the plan's trace does). */
+  void set_subgraph_tracer(SubgraphTracer tracer) { tracer_ = std::move(tracer); }
+
  private:
   std::vector<std::optional<mx::array>> inputs_;
   std::vector<const Tensor*> host_;
   std::vector<ElemType> output_types_;
+  SubgraphTracer tracer_;
+  mutable std::vector<std::shared_ptr<const Tensor>> host_outputs_;
 };
 
 /** Decides whether a node can run exactly on MLX. Never throws (a throw counts as "no"). */

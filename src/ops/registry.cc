@@ -58,6 +58,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterQuantizedOps(r);
     RegisterGroupQueryAttentionOps(r);
     RegisterContribAttentionOps(r);
+    RegisterControlFlowOps(r);
     return r;
   }();
   return registry;

@@ -53,6 +53,7 @@ void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
 void RegisterQuantizedOps(OpRegistry& r);  // com.microsoft MatMulNBits GatherBlockQuantized
 void RegisterGroupQueryAttentionOps(OpRegistry& r);  // com.microsoft GroupQueryAttention
 void RegisterContribAttentionOps(OpRegistry& r);  // com.microsoft MultiHeadAttention Attention
+void RegisterControlFlowOps(OpRegistry& r);  // If Loop Scan (bodies traced inline)
 void RegisterTensorMiscOps(
     OpRegistry& r);  // DepthToSpace SpaceToDepth Trilu CumSum CumProd TopK CenterCropPad EyeLike
 void RegisterContribNormalizationOps(OpRegistry& r);  // (Skip)(Simplified)LayerNormalization contrib ops

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <exception>
+#include <map>
+#include <optional>
 #include <set>
+#include <unordered_map>
 
 namespace mlx_ep {
 namespace {
@@ -21,7 +24,7 @@ std::string CheckValueTypes(const Node& node, const Graph& graph) {
              ", which MLX does not support on this device";
     return "";
   };
-  for (const auto& in : node.inputs)
+  for (const auto& in : node.AllInputs())
     if (auto r = check(in, "input"); !r.empty()) return r;
   for (const auto& out : node.outputs)
     if (auto r = check(out, "output"); !r.empty()) return r;
@@ -52,6 +55,103 @@ std::vector<bool> FoldableNodes(const Graph& graph, const std::vector<size_t>& o
   return foldable;
 }
 
+// A graph input that is one integer or bool (a sample rate, a mode flag): worth specialising on.
+// ORT reports a scalar with no dims, like a value of unknown shape: both count.
+bool IsScalarSetting(const Graph& graph, const std::string& name) {
+  const ValueInfo* v = graph.Value(name);
+  if (!v || !v->is_tensor || v->is_constant_initializer) return false;
+  const bool integral =
+      v->type == ElemType::kBool || v->type == ElemType::kInt32 || v->type == ElemType::kInt64;
+  if (!integral) return false;
+  if (!v->shape) return true;
+  return std::all_of(v->shape->begin(), v->shape->end(), [](int64_t d) { return d == 1; });
+}
+
+// True for each node whose outputs fold once the scalar settings they derive from are read on
+// the host: foldable nodes, and folding ops over those, constants and scalar integer graph
+// inputs. A host input a claim lets specialise (an If condition) may come from such a node of
+// its own partition.
+std::vector<bool> SpecialisableNodes(const Graph& graph, const std::vector<size_t>& order,
+                                     const std::vector<Claim>& claims, const std::vector<bool>& foldable,
+                                     const OpRegistry& registry) {
+  std::vector<bool> result = foldable;
+  for (size_t v : order) {
+    const Node& node = graph.nodes[v];
+    if (result[v] || !claims[v].ok) continue;
+    const OpSpec* spec = registry.Find(node.domain, node.op_type, node.since_version);
+    if (spec->host_eval != HostEval::kFromValues) continue;
+    result[v] = std::all_of(node.inputs.begin(), node.inputs.end(), [&](const std::string& in) {
+      if (in.empty()) return true;
+      const ValueInfo* info = graph.Value(in);
+      if (info && info->is_constant_initializer) return true;
+      const int p = graph.Producer(in);
+      return p >= 0 ? static_cast<bool>(result[p]) : IsScalarSetting(graph, in);
+    });
+  }
+  return result;
+}
+
+std::string Describe(const Node& node) { return node.Label() + " (" + node.op_type + ")"; }
+
+// The host-lane roots of a body value: nothing for constants, the value itself for body inputs
+// and outer-scope values, what its producer derived for the rest (nullopt: runtime data).
+using Roots = std::optional<std::set<std::string>>;
+
+Roots RootsOf(const Graph& body, const std::unordered_map<std::string, Roots>& produced,
+              const std::string& name) {
+  if (name.empty()) return std::set<std::string>{};
+  if (auto it = produced.find(name); it != produced.end()) return it->second;
+  const ValueInfo* v = body.Value(name);
+  if (v && v->is_constant_initializer && !v->is_outer_scope) return std::set<std::string>{};
+  return std::set<std::string>{name};
+}
+
+// Claims every node of a body (recursively, through ClaimNode) and derives which values its
+// host lane can hold while the body is traced inline. Fails with the first declined node.
+std::optional<SubgraphFacts> AnalyseBody(const Graph& body, const OpRegistry& registry, std::string* reason) {
+  SubgraphFacts facts;
+  std::unordered_map<std::string, Roots> produced;
+  for (size_t v : TopologicalOrder(body)) {
+    const Node& node = body.nodes[v];
+    const Claim claim = ClaimNode(node, body, registry);
+    if (!claim.ok) {
+      *reason = "body node " + Describe(node) + " is declined: " + claim.reason;
+      return std::nullopt;
+    }
+    const std::vector<std::string> inputs = node.AllInputs();
+    for (size_t k : claim.host_inputs) {
+      Roots r = RootsOf(body, produced, inputs.at(k));
+      if (!r) {
+        *reason = "body node " + Describe(node) + " reads '" + inputs[k] +
+                  "' on the host, and it depends on runtime data inside the body";
+        return std::nullopt;
+      }
+      facts.host_roots.insert(r->begin(), r->end());
+      if (std::find(claim.fold_inputs.begin(), claim.fold_inputs.end(), k) != claim.fold_inputs.end())
+        facts.fold_roots.insert(r->begin(), r->end());
+    }
+    const OpSpec* spec = registry.Find(node.domain, node.op_type, node.since_version);
+    Roots out_roots;
+    if (spec->host_eval == HostEval::kFromShapes) {
+      out_roots = std::set<std::string>{};
+    } else if (spec->host_eval == HostEval::kFromValues) {
+      out_roots = std::set<std::string>{};
+      for (const auto& in : inputs) {
+        Roots r = RootsOf(body, produced, in);
+        if (!r) {
+          out_roots.reset();
+          break;
+        }
+        out_roots->insert(r->begin(), r->end());
+      }
+    }
+    for (const auto& out : node.outputs)
+      if (!out.empty()) produced[out] = out_roots;
+  }
+  for (const auto& out : body.outputs) facts.output_roots.push_back(RootsOf(body, produced, out));
+  return facts;
+}
+
 }  // namespace
 
 Claim ClaimNode(const Node& node, const Graph& graph, const OpRegistry& registry) {
@@ -70,10 +170,18 @@ Claim ClaimNode(const Node& node, const Graph& graph, const OpRegistry& registry
   if (!spec)
     return Claim::No("no MLX translation for " + node.QualifiedOp() + " (opset " +
                      std::to_string(node.since_version) + ")");
-  if (node.has_subgraphs) return Claim::No("nodes with subgraphs are not supported yet");
   if (auto reason = CheckValueTypes(node, graph); !reason.empty()) return Claim::No(reason);
   try {
-    return spec->claim(NodeView(node, graph));
+    // A node with subgraphs is claimable only when every node of its bodies is.
+    std::map<std::string, SubgraphFacts> facts;
+    if (node.has_subgraphs && node.subgraphs.empty()) return Claim::No("its subgraphs were not read");
+    for (const auto& [attr, body] : node.subgraphs) {
+      std::string reason;
+      auto f = AnalyseBody(*body, registry, &reason);
+      if (!f) return Claim::No("subgraph '" + attr + "': " + reason);
+      facts.emplace(attr, std::move(*f));
+    }
+    return spec->claim(NodeView(node, graph, node.has_subgraphs ? &facts : nullptr));
   } catch (const std::exception& e) {
     return Claim::No(std::string("claim failed: ") + e.what());
   } catch (...) {
@@ -87,7 +195,7 @@ std::vector<size_t> TopologicalOrder(const Graph& graph) {
   std::vector<size_t> pending(n, 0);
   for (size_t i = 0; i < n; ++i) {
     std::set<int> producers;
-    for (const auto& in : graph.nodes[i].inputs)
+    for (const auto& in : graph.nodes[i].AllInputs())
       if (int p = graph.Producer(in); p >= 0 && static_cast<size_t>(p) != i) producers.insert(p);
     pending[i] = producers.size();
     for (int p : producers) consumers[p].push_back(i);
@@ -113,10 +221,12 @@ namespace {
 // (that path would leave C and come back: not convex).
 class Clusterer {
  public:
-  Clusterer(const Graph& graph, const std::vector<Claim>& claims, const std::vector<bool>& foldable)
+  Clusterer(const Graph& graph, const std::vector<Claim>& claims, const std::vector<bool>& foldable,
+            const std::vector<bool>& specialisable)
       : graph_(graph),
         claims_(claims),
         foldable_(foldable),
+        specialisable_(specialisable),
         cluster_of_(graph.nodes.size(), -1),
         deps_(graph.nodes.size()) {}
 
@@ -155,7 +265,9 @@ class Clusterer {
  private:
   std::vector<int> Producers(size_t v) const {
     std::vector<int> producers;
-    for (const auto& in : graph_.nodes[v].inputs) producers.push_back(graph_.Producer(in));
+    // Implicit inputs (outer-scope values of bodies) count like inputs: for convexity, for
+    // host-ness (a claim's host index may name one) and for the fused node's inputs.
+    for (const auto& in : graph_.nodes[v].AllInputs()) producers.push_back(graph_.Producer(in));
     return producers;
   }
 
@@ -166,7 +278,11 @@ class Clusterer {
       if (cluster_of_[p] == c) {
         // A host input computed inside the cluster must fold at trace time.
         const auto& host = claims_[v].host_inputs;
-        if (!foldable_[p] && std::find(host.begin(), host.end(), k) != host.end()) return false;
+        const auto& special = claims_[v].specialise_inputs;
+        const bool specialises =
+            specialisable_[p] && std::find(special.begin(), special.end(), k) != special.end();
+        if (!foldable_[p] && !specialises && std::find(host.begin(), host.end(), k) != host.end())
+          return false;
       } else if (deps_[p].count(c)) {
         return false;
       }
@@ -195,12 +311,11 @@ class Clusterer {
   const Graph& graph_;
   const std::vector<Claim>& claims_;
   const std::vector<bool>& foldable_;
+  const std::vector<bool>& specialisable_;
   std::vector<int> cluster_of_;
   std::vector<std::set<int>> deps_;
   std::vector<std::set<int>> cluster_deps_;  // clusters that some node of c depends on
 };
-
-std::string Describe(const Node& node) { return node.Label() + " (" + node.op_type + ")"; }
 
 // Why `value` (made by `p`, read by input k of `v`) crosses from one side to the other.
 std::string BoundaryReason(const Graph& graph, const std::vector<Claim>& claims,
@@ -221,16 +336,35 @@ std::vector<Boundary> ExplainBoundaries(const Graph& graph, const std::vector<Cl
   std::vector<Boundary> boundaries;
   std::set<std::pair<std::string, size_t>> seen;  // (value, consumer)
   for (size_t v = 0; v < graph.nodes.size(); ++v) {
-    const Node& node = graph.nodes[v];
-    for (size_t k = 0; k < node.inputs.size(); ++k) {
-      const int p = graph.Producer(node.inputs[k]);
-      if (p < 0 || cluster_of[p] == cluster_of[v] || !seen.insert({node.inputs[k], v}).second) continue;
+    const std::vector<std::string> inputs = graph.nodes[v].AllInputs();
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const int p = graph.Producer(inputs[k]);
+      if (p < 0 || cluster_of[p] == cluster_of[v] || !seen.insert({inputs[k], v}).second) continue;
       if (cluster_of[p] < 0 && cluster_of[v] < 0) continue;  // CPU to CPU
-      boundaries.push_back({node.inputs[k], static_cast<size_t>(p), v, cluster_of[p], cluster_of[v],
+      boundaries.push_back({inputs[k], static_cast<size_t>(p), v, cluster_of[p], cluster_of[v],
                             BoundaryReason(graph, claims, foldable, p, v, k)});
     }
   }
   return boundaries;
+}
+
+// A claim's fold_inputs must be constants or foldable values; one that depends on runtime data
+// declines the node (control-flow nodes never fold, so no other node's foldability changes).
+void DeclineUnfoldedInputs(const Graph& graph, const std::vector<bool>& foldable,
+                           std::vector<Claim>& claims) {
+  for (size_t v = 0; v < graph.nodes.size(); ++v) {
+    if (!claims[v].ok) continue;
+    const std::vector<std::string> inputs = graph.nodes[v].AllInputs();
+    for (size_t k : claims[v].fold_inputs) {
+      const std::string& in = inputs.at(k);
+      const ValueInfo* info = graph.Value(in);
+      const int p = graph.Producer(in);
+      if (in.empty() || (info && info->is_constant_initializer) || (p >= 0 && foldable[p])) continue;
+      claims[v] = Claim::No(claims[v].fold_reason + ": it depends on '" + in +
+                            "', which is runtime data (a data-dependent result)");
+      break;
+    }
+  }
 }
 
 }  // namespace
@@ -246,7 +380,10 @@ Partitioning PartitionGraph(const Graph& graph, const OpRegistry& registry) {
   }
   const std::vector<size_t> order = TopologicalOrder(graph);
   const std::vector<bool> foldable = FoldableNodes(graph, order, claims, registry);
-  Clusterer clusterer(graph, claims, foldable);
+  DeclineUnfoldedInputs(graph, foldable, claims);
+  for (size_t i = 0; i < n; ++i) result.decisions[i] = {claims[i].ok, claims[i].reason};
+  const std::vector<bool> specialisable = SpecialisableNodes(graph, order, claims, foldable, registry);
+  Clusterer clusterer(graph, claims, foldable, specialisable);
   for (size_t v : order) clusterer.Add(v, result.clusters);
   result.boundaries = ExplainBoundaries(graph, claims, foldable, clusterer.cluster_of());
   return result;

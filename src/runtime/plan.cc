@@ -41,8 +41,10 @@ void MarkHostValues(Plan& plan, const Graph& graph,
     for (const auto& out : plan.nodes[i].node.outputs)
       if (!out.empty()) producer[out] = i;
   std::set<std::string> needed;
-  for (const PlanNode& pn : plan.nodes)
-    for (size_t k : pn.host_inputs) needed.insert(pn.node.inputs.at(k));
+  for (const PlanNode& pn : plan.nodes) {
+    const std::vector<std::string> inputs = pn.node.AllInputs();
+    for (size_t k : pn.host_inputs) needed.insert(inputs.at(k));
+  }
   for (size_t i = plan.nodes.size(); i-- > 0;) {
     PlanNode& pn = plan.nodes[i];
     for (const auto& out : pn.node.outputs)
@@ -61,6 +63,8 @@ void MarkHostValues(Plan& plan, const Graph& graph,
       plan.input_is_host[it->second] = true;
     } else if (const ValueInfo* v = graph.Value(name); v && v->constant) {
       plan.host_constants[name] = v->constant;
+    } else if (plan.is_subgraph) {
+      // An outer-scope value: the enclosing node's claim listed it as a host input.
     } else {
       throw std::invalid_argument("[MlxEp] value '" + name +
                                   "' must be known on the host but is not available");
@@ -70,10 +74,22 @@ void MarkHostValues(Plan& plan, const Graph& graph,
 
 }  // namespace
 
-Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::string> input_names,
-               std::vector<std::string> output_names, const OpRegistry& registry) {
+namespace {
+
+// Copies the constant `name` into the plan (and its host lane when small), once.
+void AddConstant(Plan& plan, const Graph& graph, const std::string& name,
+                 const std::unordered_map<std::string, size_t>& input_index) {
+  const ValueInfo* v = graph.Value(name);
+  if (!v || !v->constant || input_index.count(name) || plan.constants.count(name)) return;
+  plan.constants.emplace(name, ToArray(*v->constant));
+  if (v->constant->NumElements() <= kMaxFoldedElements) plan.host_constants[name] = v->constant;
+}
+
+Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::string> input_names,
+                 std::vector<std::string> output_names, const OpRegistry& registry, bool is_subgraph) {
   Plan plan;
   plan.name = name;
+  plan.is_subgraph = is_subgraph;
   plan.input_names = std::move(input_names);
   plan.output_names = std::move(output_names);
   plan.input_is_host.assign(plan.input_names.size(), false);
@@ -87,7 +103,11 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
     if (!claim.ok)
       throw std::invalid_argument("[MlxEp] " + node.Label() + " (" + node.op_type +
                                   ") can no longer be claimed: " + claim.reason);
-    PlanNode pn{node, registry.Find(node.domain, node.op_type, node.since_version), claim.host_inputs};
+    PlanNode pn{node, registry.Find(node.domain, node.op_type, node.since_version), claim.host_inputs, {}};
+    // Bodies become plans of their own, with their initializers as constants.
+    for (const auto& [attr, body] : node.subgraphs)
+      pn.subplans[attr] = std::make_shared<const Plan>(BuildPlanOf(
+          *body, name + "/" + node.Label() + "/" + attr, body->inputs, body->outputs, registry, true));
     for (const auto& out : node.outputs) {
       const ValueInfo* v = graph.Value(out);
       if (!v) continue;
@@ -95,14 +115,11 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
       if (v->shape && std::all_of(v->shape->begin(), v->shape->end(), [](int64_t d) { return d >= 0; }))
         plan.value_shapes[out] = *v->shape;
     }
-    for (const auto& in : node.inputs) {
-      const ValueInfo* v = graph.Value(in);
-      if (!v || !v->constant || input_index.count(in) || plan.constants.count(in)) continue;
-      plan.constants.emplace(in, ToArray(*v->constant));
-      if (v->constant->NumElements() <= kMaxFoldedElements) plan.host_constants[in] = v->constant;
-    }
+    // Implicit inputs too: the bodies read this graph's constants by name.
+    for (const auto& in : node.AllInputs()) AddConstant(plan, graph, in, input_index);
     plan.nodes.push_back(std::move(pn));
   }
+  for (const auto& out : plan.output_names) AddConstant(plan, graph, out, input_index);
   MarkHostValues(plan, graph, input_index);
   for (const auto& out : plan.output_names) {
     const ValueInfo* v = graph.Value(out);
@@ -110,6 +127,13 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
     plan.output_types.push_back(v->type);
   }
   return plan;
+}
+
+}  // namespace
+
+Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::string> input_names,
+               std::vector<std::string> output_names, const OpRegistry& registry) {
+  return BuildPlanOf(graph, name, std::move(input_names), std::move(output_names), registry, false);
 }
 
 namespace {
@@ -130,9 +154,32 @@ std::shared_ptr<const Tensor> ToHostTensor(const mx::array& a, mx::Stream stream
 // value (the host lane). Nodes whose inputs are all on the host lane fold.
 class PlanTrace {
  public:
-  PlanTrace(const Plan& plan, mx::Stream stream, TraceInfo* info)
-      : plan_(plan), stream_(stream), host_stream_(mx::default_stream(mx::Device::cpu)), info_(info) {
+  PlanTrace(const Plan& plan, mx::Stream stream, TraceInfo* info, const PlanTrace* parent = nullptr)
+      : plan_(plan),
+        stream_(stream),
+        host_stream_(mx::default_stream(mx::Device::cpu)),
+        info_(info),
+        parent_(parent) {
     for (const auto& [name, t] : plan.host_constants) host_[name] = t;
+  }
+
+  // A body's inputs: arrays and, where the enclosing translation knows them, host values.
+  void BindTraced(const std::vector<TracedValue>& inputs) {
+    if (inputs.size() != plan_.input_names.size())
+      throw std::invalid_argument("[MlxEp] subgraph " + plan_.name + " takes " +
+                                  std::to_string(plan_.input_names.size()) + " inputs, got " +
+                                  std::to_string(inputs.size()));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      Note(inputs[i].array);
+      values_.insert_or_assign(plan_.input_names[i], inputs[i].array);
+      if (inputs[i].host) host_[plan_.input_names[i]] = inputs[i].host;
+    }
+  }
+
+  std::vector<TracedValue> TracedOutputs() const {
+    std::vector<TracedValue> outputs;
+    for (const auto& name : plan_.output_names) outputs.push_back({*Array(name), Host(name)});
+    return outputs;
   }
 
   void BindInputs(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) {
@@ -150,13 +197,16 @@ class PlanTrace {
     if (pn.must_fold && !fold)
       throw std::logic_error("[MlxEp] " + pn.node.Label() +
                              ": an input has no host value, so the node cannot fold");
-    std::vector<mx::array> outs = pn.spec->translate(Context(pn, fold));
+    std::optional<OpContext> ctx(Context(pn, fold));
+    std::vector<mx::array> outs = pn.spec->translate(*ctx);
     if (fold && !pn.must_fold && TooLargeToFold(outs)) {
       // A large value nobody needs on the host stays an MLX computation (a broadcast full()
       // is cheaper than a dense constant); nothing was evaluated yet.
       fold = false;
-      outs = pn.spec->translate(Context(pn, false));
+      ctx.emplace(Context(pn, false));
+      outs = pn.spec->translate(*ctx);
     }
+    const auto& host_outputs = ctx->host_outputs();
     CheckOutputCount(pn, outs);
     if (fold && info_) ++info_->folded;
     for (size_t k = 0; k < pn.node.outputs.size() && k < outs.size(); ++k) {
@@ -166,6 +216,8 @@ class PlanTrace {
         auto host = ToHostTensor(outs[k], host_stream_);
         outs[k] = ToArray(*host);  // a constant of the traced graph
         host_[name] = std::move(host);
+      } else if (k < host_outputs.size() && host_outputs[k]) {
+        host_[name] = host_outputs[k];  // a body computed it on its host lane
       }
       CheckOutput(plan_, pn, k, outs[k]);
       Note(outs[k]);
@@ -185,39 +237,67 @@ class PlanTrace {
     if (pn.spec->host_eval == HostEval::kFromShapes) return true;
     if (pn.spec->host_eval != HostEval::kFromValues) return false;
     return std::all_of(pn.node.inputs.begin(), pn.node.inputs.end(),
-                       [&](const std::string& in) { return in.empty() || host_.count(in); });
+                       [&](const std::string& in) { return in.empty() || Host(in); });
+  }
+
+  // The host value of `name` here or in an enclosing trace, or null.
+  std::shared_ptr<const Tensor> Host(const std::string& name) const {
+    if (name.empty()) return nullptr;
+    if (auto it = host_.find(name); it != host_.end()) return it->second;
+    return parent_ && !Produces(name) ? parent_->Host(name) : nullptr;
+  }
+
+  // True when `name` is a value of this trace's own scope (input, constant or produced).
+  bool Produces(const std::string& name) const { return values_.count(name) || plan_.constants.count(name); }
+
+  // Traces body `attr` of `pn` inline, resolving its outer-scope names against this trace.
+  std::vector<TracedValue> TraceBody(const PlanNode& pn, const std::string& attr,
+                                     const std::vector<TracedValue>& inputs) const {
+    auto it = pn.subplans.find(attr);
+    if (it == pn.subplans.end())
+      throw std::logic_error("[MlxEp] " + pn.node.Label() + " has no subgraph '" + attr + "'");
+    PlanTrace body(*it->second, stream_, info_, this);
+    body.BindTraced(inputs);
+    for (const PlanNode& node : it->second->nodes) body.Run(node);
+    return body.TracedOutputs();
   }
 
   // The node's context. A folding node reads host values (as CPU arrays) and runs on MLX's
   // CPU device, so nothing of it is traced; Shape and Size read only their inputs' shapes.
   OpContext Context(const PlanNode& pn, bool fold) {
     const bool from_values = fold && pn.spec->host_eval == HostEval::kFromValues;
+    const std::vector<std::string> all_inputs = pn.node.AllInputs();
     std::vector<std::optional<mx::array>> inputs;
-    std::vector<const Tensor*> host(pn.node.inputs.size(), nullptr);
-    for (size_t k = 0; k < pn.node.inputs.size(); ++k) {
-      const std::string& in = pn.node.inputs[k];
-      auto h = in.empty() ? host_.end() : host_.find(in);
-      if (h != host_.end()) host[k] = h->second.get();
-      inputs.push_back(from_values && h != host_.end() ? std::optional<mx::array>(ToArray(*h->second))
-                                                       : Array(in));
+    std::vector<const Tensor*> host(all_inputs.size(), nullptr);
+    for (size_t k = 0; k < all_inputs.size(); ++k) {
+      std::shared_ptr<const Tensor> h = Host(all_inputs[k]);
+      host[k] = h.get();  // kept alive by host_ (here or in an enclosing trace)
+      if (k < pn.node.inputs.size())
+        inputs.push_back(from_values && h ? std::optional<mx::array>(ToArray(*h)) : Array(all_inputs[k]));
     }
     for (size_t k : pn.host_inputs)
-      if (!host[k])
-        throw std::logic_error("[MlxEp] " + pn.node.Label() + ": input '" + pn.node.inputs[k] +
+      if (!host.at(k))
+        throw std::logic_error("[MlxEp] " + pn.node.Label() + ": input '" + all_inputs[k] +
                                "' has no host value in partition " + plan_.name);
     std::vector<ElemType> out_types;
     for (const auto& out : pn.node.outputs) {
       auto t = plan_.value_types.find(out);
       out_types.push_back(t == plan_.value_types.end() ? ElemType::kUndefined : t->second);
     }
-    return OpContext(pn.node, std::move(inputs), std::move(host), std::move(out_types),
-                     fold ? host_stream_ : stream_);
+    OpContext ctx(pn.node, std::move(inputs), std::move(host), std::move(out_types),
+                  fold ? host_stream_ : stream_);
+    if (!pn.subplans.empty())
+      ctx.set_subgraph_tracer([this, &pn](const std::string& attr, const std::vector<TracedValue>& in) {
+        return TraceBody(pn, attr, in);
+      });
+    return ctx;
   }
 
   std::optional<mx::array> Array(const std::string& name) const {
     if (name.empty()) return std::nullopt;
     if (auto it = values_.find(name); it != values_.end()) return it->second;
     if (auto it = plan_.constants.find(name); it != plan_.constants.end()) return it->second;
+    if (parent_) return parent_->Array(name);
     throw std::logic_error("[MlxEp] value '" + name + "' is not available in partition " + plan_.name);
   }
 
@@ -243,6 +323,7 @@ class PlanTrace {
   mx::Stream stream_;
   mx::Stream host_stream_;
   TraceInfo* info_;
+  const PlanTrace* parent_;
   std::unordered_map<std::string, mx::array> values_;
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_;
 };

@@ -2,6 +2,7 @@
 // so it outlives the OrtGraph it was built from.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -13,11 +14,16 @@
 
 namespace mlx_ep {
 
+struct Plan;
+
 /** One node of the plan with its translation and the inputs it reads on the host. */
 struct PlanNode {
   Node node;
   const OpSpec* spec = nullptr;
+  /** Indices into node.AllInputs() (past node.inputs: implicit inputs). */
   std::vector<size_t> host_inputs;
+  /** Plans of the node's bodies (If/Loop/Scan), by attribute name; traced inline on request. */
+  std::map<std::string, std::shared_ptr<const Plan>> subplans;
   /** Some consumer needs an output of this node as a host value: it must fold when traced. */
   bool must_fold = false;
 };
@@ -39,6 +45,8 @@ struct Plan {
   std::unordered_map<std::string, ElemType> value_types;
   /** Static shapes of produced values, where ORT knows every dim (checked after each node). */
   std::unordered_map<std::string, std::vector<int64_t>> value_shapes;
+  /** True for the plan of a body: names it neither produces nor holds come from the enclosing trace. */
+  bool is_subgraph = false;
 };
 
 /** Builds the plan for a fused cluster. `graph` holds the cluster's nodes with all constant

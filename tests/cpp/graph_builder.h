@@ -19,6 +19,12 @@ class GraphBuilder {
     g_.inputs.push_back(name);
     return *this;
   }
+  /** A value of an enclosing graph that this body reads. */
+  GraphBuilder& Outer(const std::string& name, ElemType t = ElemType::kFloat) {
+    Declare(name, t, {});
+    g_.values[name].is_outer_scope = true;
+    return *this;
+  }
   GraphBuilder& Constant(const std::string& name, Tensor t) {
     ValueInfo v;
     v.name = name;

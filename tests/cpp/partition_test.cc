@@ -220,3 +220,104 @@ TEST(Partition, ClustersNeverDependOnEachOther) {
 
 }  // namespace
 }  // namespace mlx_ep
+
+namespace mlx_ep {
+namespace {
+
+// A fake control-flow op: claimed when its body is (the claim sees SubgraphFacts); it reads on
+// the host whatever its body reads there (roots mapped to implicit-input indices).
+Claim ClaimHolder(const NodeView& v) {
+  const SubgraphFacts* f = v.subgraph("body");
+  if (!f) return Claim::No("no facts");
+  std::vector<size_t> host;
+  for (const auto& root : f->host_roots)
+    for (size_t j = 0; j < v.node().implicit_inputs.size(); ++j)
+      if (v.node().implicit_inputs[j] == root) host.push_back(v.node().inputs.size() + j);
+  return Claim::Yes(host);
+}
+
+const OpRegistry& HolderRegistry() {
+  static const OpRegistry r = [] {
+    OpRegistry reg;
+    reg.Add({"", "Yes", 1, 100, [](const NodeView&) { return Claim::Yes(); }, PassThrough});
+    reg.Add({"", "No", 1, 100, [](const NodeView&) { return Claim::No("fake decline"); }, PassThrough});
+    reg.Add({"", "NeedsHost", 1, 100, [](const NodeView&) { return Claim::Yes({1}); }, PassThrough});
+    reg.Add({"", "Fold", 1, 100, [](const NodeView&) { return Claim::Yes(); }, PassThrough,
+             HostEval::kFromValues});
+    reg.Add({"", "Holder", 1, 100, ClaimHolder, PassThrough});
+    return reg;
+  }();
+  return r;
+}
+
+// A node holding `body` (attribute "body") that reads outer-scope `implicit` values.
+Graph WithHolder(GraphBuilder b, Graph body, std::vector<std::string> implicit, const std::string& in,
+                 const std::string& out) {
+  Graph g = b.AddNode("Holder", {in}, {out}).Output(out).Build();
+  Node& holder = g.nodes.back();
+  holder.has_subgraphs = true;
+  holder.implicit_inputs = std::move(implicit);
+  holder.subgraphs["body"] = std::make_shared<Graph>(std::move(body));
+  return g;
+}
+
+TEST(Partition, NodeWithADeclinedBodyNodeIsDeclinedWithItsReason) {
+  Graph body = GraphBuilder()
+                   .Outer("outer")
+                   .AddNode("Yes", {"outer"}, {"t"})
+                   .AddNode("No", {"t"}, {"r"})
+                   .Output("r")
+                   .Build();
+  Graph g = WithHolder(GraphBuilder().Input("x").AddNode("Yes", {"x"}, {"outer"}), std::move(body), {"outer"},
+                       "x", "y");
+  Partitioning p = PartitionGraph(g, HolderRegistry());
+  EXPECT_FALSE(p.decisions[1].claimed);
+  EXPECT_NE(p.decisions[1].reason.find("subgraph 'body'"), std::string::npos) << p.decisions[1].reason;
+  EXPECT_NE(p.decisions[1].reason.find("fake decline"), std::string::npos) << p.decisions[1].reason;
+}
+
+// x -> a -> No -> outer; the holder reads a explicitly and outer only through its body (an
+// implicit input). In a's cluster it would make the path a -> No -> outer -> holder leave that
+// cluster and come back: convexity (and the topological order) must count implicit inputs.
+TEST(Partition, ImplicitInputsCountForConvexityAndOrder) {
+  Graph body = GraphBuilder().Outer("outer").AddNode("Yes", {"outer"}, {"r"}).Output("r").Build();
+  Graph g = WithHolder(GraphBuilder()
+                           .Input("x")
+                           .AddNode("Yes", {"x"}, {"a"})
+                           .AddNode("No", {"a"}, {"n"})
+                           .AddNode("Yes", {"n"}, {"outer"}),
+                       std::move(body), {"outer"}, "a", "y");
+  std::swap(g.nodes[0], g.nodes[3]);  // holder first: only the implicit edge orders it last
+  g.IndexProducers();
+  EXPECT_EQ(TopologicalOrder(g).back(), 0u);
+  Partitioning p = PartitionGraph(g, HolderRegistry());
+  ASSERT_TRUE(p.decisions[0].claimed) << p.decisions[0].reason;
+  std::vector<int> cluster_of(g.nodes.size(), -1);
+  for (size_t c = 0; c < p.clusters.size(); ++c)
+    for (size_t v : p.clusters[c]) cluster_of[v] = static_cast<int>(c);
+  EXPECT_NE(cluster_of[0], cluster_of[3]);  // holder apart from a's producer
+  EXPECT_EQ(cluster_of[0], cluster_of[2]);  // with outer's producer
+}
+
+// A body node reading an outer value on the host makes that implicit input a host input of the
+// holder: computed from runtime data, it is cut into an earlier partition; folded, it stays.
+TEST(Partition, BodyHostInputsBecomeHostInputsOfTheHolder) {
+  auto body = [] {
+    return GraphBuilder()
+        .Input("b")
+        .Outer("outer")
+        .AddNode("NeedsHost", {"b", "outer"}, {"r"})
+        .Output("r")
+        .Build();
+  };
+  Graph runtime =
+      WithHolder(GraphBuilder().Input("x").AddNode("Yes", {"x"}, {"outer"}), body(), {"outer"}, "x", "y");
+  EXPECT_EQ(PartitionGraph(runtime, HolderRegistry()).clusters.size(), 2u);
+  Tensor two{ElemType::kInt64, {}, std::vector<uint8_t>(8, 0)};
+  Graph folded = WithHolder(GraphBuilder().Input("x").Constant("k", two).AddNode("Fold", {"k"}, {"outer"}),
+                            body(), {"outer"}, "x", "y");
+  EXPECT_EQ(PartitionGraph(folded, HolderRegistry()).clusters.size(), 1u);
+}
+
+}  // namespace
+}  // namespace mlx_ep
