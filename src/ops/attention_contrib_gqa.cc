@@ -14,8 +14,10 @@
 //    the new K/V ([B, Hkv, S, D]).
 //  - ORT sizes present as max(total_sequence_length, P) (S without past), a value a compiled graph
 //    cannot have as a shape. The translation fixes it at P (S without past); an input whose
-//    total_sequence_length says otherwise (the non-shared layout, present = past + new, needs the
-//    declared present shape to tell apart) gets NaN outputs instead of plausible wrong numbers.
+//    total_sequence_length says otherwise (the non-shared layout, present = past + new) gets NaN
+//    outputs instead of plausible wrong numbers -- unless the trace knows total_sequence_length
+//    on its host lane (genai's builder computes it from the attention mask's shape, which folds):
+//    then present is sized max(total, P) as ORT does, and both layouts are exact.
 //  - Query row s of batch b attends keys [start, end): end = min(offset_b + s + 1, seqlens_k[b] + 1),
 //    start = offset_b + s + 1 - local_window_size with a window, else 0; none (a padding row of
 //    a prompt with a short window) gives zeros, as in ORT.
@@ -194,15 +196,29 @@ mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st) {
                      s);
 }
 
+/** present's length L: ORT's max(total_sequence_length, P) when the trace knows the total (it is
+ *  folded from the attention mask's shape in genai's layout, so the compiled graph is already
+ *  specialised on it), else P, the shared-buffer layout (checked at run time, see the header). */
+int PresentLength(const OpContext& c) {
+  const int past_len = c.input(kPastKey).ndim() == 4 ? c.input(kPastKey).shape(2) : 0;
+  const Tensor* total = c.host_if_known(kTotalLength);
+  if (!total || total->NumElements() != 1) return past_len;
+  return std::max<int>(past_len, static_cast<int>(total->ToInt64()[0]));
+}
+
 /** present [B, Hkv, L, D]: past rows below the offset, the new rows at it, zeros after. */
 mx::array Present(const OpContext& c, const mx::array& fresh, const Step& st, size_t past_input) {
   const mx::Stream s = c.stream;
   if (!c.has_input(past_input)) return fresh;
-  const mx::array& past = c.input(past_input);
+  mx::array past = c.input(past_input);
   if (past.ndim() != 4 || past.shape(0) != fresh.shape(0) || past.shape(1) != fresh.shape(1) ||
       past.shape(3) != fresh.shape(3))
     c.Fail("past_key/past_value must be [batch, kv_num_heads, max_length, head_size]");
-  const int len = past.shape(2), seq = fresh.shape(2);
+  const int len = PresentLength(c), seq = fresh.shape(2);
+  // The non-shared layout: present = past + new rows, a buffer of its own (zero-padded here).
+  if (len > past.shape(2))
+    past = mx::pad(past, {{0, 0}, {0, 0}, {0, len - past.shape(2)}, {0, 0}}, mx::array(0, past.dtype()),
+                   "constant", s);
   const mx::array j = mx::reshape(mx::arange(len, mx::int32, s), {1, 1, len, 1}, s);
   const mx::array row = mx::subtract(j, st.offset, s);  // [B, 1, L, 1]: row of `fresh` at j
   const mx::array in_fresh = mx::logical_and(mx::greater_equal(row, mx::array(0, mx::int32), s),
@@ -300,7 +316,8 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
     y = mx::fast::scaled_dot_product_attention(qf, kf, vf, scale, "array", m, sinks, false, s);
   }
   y = mx::where(any_key, y, mx::array(0.f), s);
-  // The shape ORT would give present (see the header): other total_sequence_lengths poison the outputs.
+  // The shape ORT would give present (see the header): other total_sequence_lengths poison the
+  // outputs (never reached when the trace knew the total: present was sized from it).
   const mx::array total = mx::reshape(c.input(kTotalLength), {}, s);
   const mx::array fits = c.has_input(kPastKey) ? mx::less_equal(total, mx::array(len, mx::int32), s)
                                                : mx::equal(total, mx::array(seq, mx::int32), s);
