@@ -22,7 +22,8 @@ rapidocr-onnxruntime==$RAPIDOCR_ONNXRUNTIME_VERSION||rapidocr_onnxruntime/models
 rapidocr-onnxruntime==$RAPIDOCR_ONNXRUNTIME_VERSION||rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx|ppocr_mobile_v2_cls.onnx|e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c
 nudenet==$NUDENET_VERSION||nudenet/320n.onnx|nudenet_320n.onnx|c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f
 magika==$MAGIKA_VERSION|--only-binary=:all: --platform manylinux_2_28_x86_64|magika/models/standard_v3_3/model.onnx|magika_standard_v3_3.onnx|fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c
-silero-vad==$SILERO_VAD_VERSION||silero_vad/data/silero_vad_16k_sequence.onnx|silero_vad_16k_sequence.onnx|9ccdacc4719d8aa7e45a77536bfabec45a03ba1f2fad5e241ab4060b24238a85"
+silero-vad==$SILERO_VAD_VERSION||silero_vad/data/silero_vad_16k_sequence.onnx|silero_vad_16k_sequence.onnx|9ccdacc4719d8aa7e45a77536bfabec45a03ba1f2fad5e241ab4060b24238a85
+silero-vad==$SILERO_VAD_VERSION||silero_vad/data/silero_vad.onnx|silero_vad.onnx|1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
 
 sha_ok() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
 

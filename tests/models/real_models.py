@@ -95,6 +95,14 @@ def silero_feeds(seconds=1.0, sr=16000):
             "h": np.zeros((1, 1, 128), np.float32), "c": np.zeros((1, 1, 128), np.float32)}
 
 
+def silero_vad_feeds():
+    """silero_vad (the streaming model, whose network sits in an If on the sample rate `sr`):
+    the chunks of silero_feeds as a batch of 16 kHz windows (64 context + 512 samples), state zero."""
+    chunks = silero_feeds()["input"][:8]
+    return {"input": chunks, "state": np.zeros((2, chunks.shape[0], 128), np.float32),
+            "sr": np.array(16000, np.int64)}
+
+
 REAL_MODELS = {
     "ppocr_v4_det": ("ppocr_v4_det.onnx", ppocr_det_feeds),
     "ppocr_v4_rec": ("ppocr_v4_rec.onnx", ppocr_rec_feeds),
@@ -102,6 +110,7 @@ REAL_MODELS = {
     "nudenet_320n": ("nudenet_320n.onnx", nudenet_feeds),
     "magika_standard_v3_3": ("magika_standard_v3_3.onnx", magika_feeds),
     "silero_vad_16k_sequence": ("silero_vad_16k_sequence.onnx", silero_feeds),
+    "silero_vad": ("silero_vad.onnx", silero_vad_feeds),
 }
 
 
