@@ -226,6 +226,12 @@ def run_mlx(model, feeds, runs=1):
     return outs, sum(1 for _, provider in nodes if provider == EP), len(nodes)
 
 
+# ORT's refusal of a node no EP took: "no kernel" from the CPU EP, or, when the session also has an
+# EP with device memory (MLX on a GPU), the memcpy transformer's "provider type not set" that ORT
+# raises first for such a node. Either proves that the EP declined it.
+NO_KERNEL = r"NOT_IMPLEMENTED|Could not find an implementation|transformer_memcpy"
+
+
 def cpu_or_none(model, feeds):
     """ORT CPU outputs, or None where ORT's CPU EP has no kernel for this node/types."""
     try:
