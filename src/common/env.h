@@ -38,7 +38,7 @@ constexpr const char* kDevice = "ONNXRUNTIME_EP_MLX_DEVICE";           // "cpu" 
 constexpr const char* kDeclineOps = "ONNXRUNTIME_EP_MLX_DECLINE_OPS";  // comma-separated op types left to ORT
 constexpr const char* kMaxCompiled = "ONNXRUNTIME_EP_MLX_MAX_COMPILED";  // compiled functions kept per partition
 constexpr const char* kDeviceMemory =
-    "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY";  // "0": no GPU allocator/data transfer (host copies)
+    "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY";  // "1": GPU allocator/data transfer (opt-in); "force": on CPU too
 constexpr const char* kSpinMicros = "ONNXRUNTIME_EP_MLX_SPIN_US";  // hand-off spin bound (0: off)
 constexpr const char* kBlasThreads =
     "ONNXRUNTIME_EP_MLX_BLAS_THREADS";  // OpenBLAS threads (Linux, default 1)

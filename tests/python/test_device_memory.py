@@ -122,12 +122,14 @@ def check_state_stays_on_device():
 @pytest.mark.skipif(not on_gpu(), reason="the EP registers device memory on a GPU runtime device only; "
                     "this MLX runs on the CPU (ORT's host memory is wrapped there without a copy)")
 def test_state_stays_on_device_across_runs():
-    check_in_child_process()
+    # Device memory is opt-in on GPUs (docs/gpu_memory.md): measured on the H200, this check
+    # fails at bind_output(name, "gpu"), which asks ORT for NVIDIA-vendor memory.
+    check_in_child_process(ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="1")
 
 
 def test_state_stays_in_ep_memory_forced_on_cpu():
     if on_gpu():
-        pytest.skip("on a GPU the device-memory path is the default (the test above)")
+        pytest.skip("on a GPU the device-memory path is tested without forcing (the test above)")
     check_in_child_process(ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="force")
 
 
