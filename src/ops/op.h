@@ -65,6 +65,13 @@ class NodeView {
 };
 
 /** What a translation sees: traced input arrays, host values, attributes, expected output types. */
+/** A condition on runtime data a translation cannot check while tracing (a compiled MLX graph
+ *  cannot raise): `ok` must be all true once evaluated, or the run fails with `message`. */
+struct RuntimeCheck {
+  mx::array ok;
+  std::string message;  ///< "[MlxEp][Op] node: ..."; must not depend on the input shapes
+};
+
 class OpContext {
  public:
   OpContext(const Node& node, std::vector<std::optional<mx::array>> inputs,
@@ -97,8 +104,14 @@ class OpContext {
   mx::Dtype output_dtype(size_t i) const;
   /** Throws std::invalid_argument("[MlxEp][Op] node: message"). */
   [[noreturn]] void Fail(const std::string& message) const;
+  /** Fails the run with Fail's message unless every element of `ok` (bool) is true: checked
+   *  after evaluation, at the cost of one scalar output of the compiled graph. */
+  void Require(const mx::array& ok, const std::string& message) const;
+  /** Where Require records its checks (set by the trace). */
+  void set_checks(std::vector<RuntimeCheck>* checks) { checks_ = checks; }
 
  private:
+  std::vector<RuntimeCheck>* checks_ = nullptr;
   std::vector<std::optional<mx::array>> inputs_;
   std::vector<const Tensor*> host_;
   std::vector<ElemType> output_types_;

@@ -8,7 +8,8 @@
 //  - interleaved=1 pairs (x[2i], x[2i+1]); interleaved=0 pairs (x[i], x[i + rotary_dim / 2]).
 //  - float16/bfloat16 compute in float32 and round once.
 //  - ORT errors on position ids outside [0, max_position); a compiled MLX graph cannot raise on
-//    data and MLX's gather does not check bounds, so they are clamped (never read out of bounds).
+//    data and MLX's gather does not check bounds, so they are clamped (never read out of bounds)
+//    and a runtime check (OpContext::Require) fails the run after evaluation, as ORT does.
 #include "ops/claim_util.h"
 #include "ops/registry.h"
 
@@ -45,6 +46,9 @@ mx::array CacheRows(const OpContext& c, size_t i, int batch, int seq, int half) 
     const mx::array& pos = c.input(3);
     if (cache.ndim() != 2 || cache.shape(0) == 0) c.Fail("caches must be [max_position, rotary_dim / 2]");
     if (pos.shape() != mx::Shape{batch, seq}) c.Fail("position_ids must be [batch, sequence]");
+    c.Require(mx::logical_and(mx::greater_equal(pos, mx::array(0, pos.dtype()), s),
+                              mx::less(pos, mx::array(cache.shape(0), pos.dtype()), s), s),
+              "position_ids value out of range [0, max_position)");
     const mx::array ids =
         mx::clip(pos, mx::array(0, pos.dtype()), mx::array(cache.shape(0) - 1, pos.dtype()), s);
     cache = mx::take(cache, ids, 0, s);

@@ -1,5 +1,8 @@
 #include "runtime/plan.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -16,7 +19,9 @@ std::string ShapeString(const mx::Shape& s) {
   return os.str() + ']';
 }
 
-// Catches translation bugs at the node that has them, not as a wrong number downstream.
+// Catches translation bugs at the node that has them, not as a wrong number downstream. Only the
+// element type: a declared static shape may be stale (exporters stamp them, ORT only warns when
+// a produced value disagrees), so the real shape wins, as on ORT's CPU EP.
 void CheckOutput(const Plan& plan, const PlanNode& pn, size_t k, const mx::array& a) {
   const std::string& name = pn.node.outputs[k];
   auto t = plan.value_types.find(name);
@@ -24,11 +29,31 @@ void CheckOutput(const Plan& plan, const PlanNode& pn, size_t k, const mx::array
     throw std::logic_error("[MlxEp][" + pn.node.op_type + "] " + pn.node.Label() + ": output " +
                            std::to_string(k) + " is " + ElemName(FromMlxDtype(a.dtype())) + ", expected " +
                            ElemName(t->second));
-  auto s = plan.value_shapes.find(name);
-  if (s != plan.value_shapes.end() && mx::Shape(s->second.begin(), s->second.end()) != a.shape())
-    throw std::logic_error("[MlxEp][" + pn.node.op_type + "] " + pn.node.Label() + ": output " +
-                           std::to_string(k) + " has shape " + ShapeString(a.shape()) +
-                           ", ORT expects a different static shape");
+}
+
+// Bytes of `a`, saturating instead of wrapping for absurd shapes.
+size_t ByteSize(const mx::array& a) {
+  size_t n = a.itemsize();
+  for (int d : a.shape()) {
+    if (d > 0 && n > std::numeric_limits<size_t>::max() / static_cast<size_t>(d))
+      return std::numeric_limits<size_t>::max();
+    n *= static_cast<size_t>(std::max(d, 0));
+  }
+  return n;
+}
+
+// MLX's CPU allocator returns a null buffer when malloc fails and its kernels then write through
+// it (SIGSEGV). So reserve what a trace needs before anything is evaluated: if the address space
+// cannot hold it, fail like ORT's CPU EP ("Failed to allocate memory") instead of dying. Large
+// malloc()s are mmap()s that touch no page, so the probe costs microseconds.
+void EnsureAllocatable(size_t bytes, const std::string& what) {
+  constexpr size_t kProbeFrom = size_t{16} << 20;  // below this, ORT's own buffers fail first
+  if (bytes < kProbeFrom) return;
+  void* p = bytes == std::numeric_limits<size_t>::max() ? nullptr : std::malloc(bytes);
+  if (!p)
+    throw std::runtime_error("[MlxEp] Failed to allocate memory: " + what + " needs " +
+                             std::to_string(bytes) + " bytes");
+  std::free(p);
 }
 
 // Marks what must be known on the host: each node's host inputs and, behind a value produced by
@@ -88,13 +113,8 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
       throw std::invalid_argument("[MlxEp] " + node.Label() + " (" + node.op_type +
                                   ") can no longer be claimed: " + claim.reason);
     PlanNode pn{node, registry.Find(node.domain, node.op_type, node.since_version), claim.host_inputs};
-    for (const auto& out : node.outputs) {
-      const ValueInfo* v = graph.Value(out);
-      if (!v) continue;
-      plan.value_types[out] = v->type;
-      if (v->shape && std::all_of(v->shape->begin(), v->shape->end(), [](int64_t d) { return d >= 0; }))
-        plan.value_shapes[out] = *v->shape;
-    }
+    for (const auto& out : node.outputs)
+      if (const ValueInfo* v = graph.Value(out)) plan.value_types[out] = v->type;
     for (const auto& in : node.inputs) {
       const ValueInfo* v = graph.Value(in);
       if (!v || !v->constant || input_index.count(in) || plan.constants.count(in)) continue;
@@ -133,6 +153,9 @@ class PlanTrace {
   PlanTrace(const Plan& plan, mx::Stream stream, TraceInfo* info)
       : plan_(plan), stream_(stream), host_stream_(mx::default_stream(mx::Device::cpu)), info_(info) {
     for (const auto& [name, t] : plan.host_constants) host_[name] = t;
+    for (size_t i = 0; i < plan.nodes.size(); ++i)
+      for (const auto& in : plan.nodes[i].node.inputs) last_use_[in] = i;
+    for (const auto& out : plan.output_names) last_use_[out] = plan.nodes.size();  // never released
   }
 
   void BindInputs(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) {
@@ -150,33 +173,45 @@ class PlanTrace {
     if (pn.must_fold && !fold)
       throw std::logic_error("[MlxEp] " + pn.node.Label() +
                              ": an input has no host value, so the node cannot fold");
+    const size_t checks_before = checks_.size();
     std::vector<mx::array> outs = pn.spec->translate(Context(pn, fold));
     if (fold && !pn.must_fold && TooLargeToFold(outs)) {
       // A large value nobody needs on the host stays an MLX computation (a broadcast full()
       // is cheaper than a dense constant); nothing was evaluated yet.
       fold = false;
+      checks_.erase(checks_.begin() + checks_before, checks_.end());
       outs = pn.spec->translate(Context(pn, false));
     }
+    if (fold) RunChecksNow(checks_before);
     CheckOutputCount(pn, outs);
     if (fold && info_) ++info_->folded;
     for (size_t k = 0; k < pn.node.outputs.size() && k < outs.size(); ++k) {
       const std::string& name = pn.node.outputs[k];
       if (name.empty()) continue;
       if (fold) {
+        EnsureAllocatable(ByteSize(outs[k]),
+                          pn.node.Label() + " (" + pn.node.op_type + ") folded on the host");
         auto host = ToHostTensor(outs[k], host_stream_);
         outs[k] = ToArray(*host);  // a constant of the traced graph
         host_[name] = std::move(host);
       }
       CheckOutput(plan_, pn, k, outs[k]);
       Note(outs[k]);
+      Count(pn, name, ByteSize(outs[k]));
       values_.insert_or_assign(name, outs[k]);
     }
+    Release(ran_++, pn);
   }
 
   std::vector<mx::array> Outputs() {
     std::vector<mx::array> outputs;
-    for (const auto& name : plan_.output_names)
+    for (const auto& name : plan_.output_names) {
       outputs.push_back(mx::contiguous(*Array(name), false, stream_));
+      bytes_ = std::max(bytes_, live_ = SaturatingAdd(live_, ByteSize(outputs.back())));  // ORT's copy
+    }
+    EnsureAllocatable(bytes_, "partition " + plan_.name + " (largest value: output of " + largest_ + ", " +
+                                  std::to_string(largest_bytes_) + " bytes)");
+    if (!checks_.empty()) outputs.push_back(FirstFailedCheck());
     return outputs;
   }
 
@@ -210,8 +245,10 @@ class PlanTrace {
       auto t = plan_.value_types.find(out);
       out_types.push_back(t == plan_.value_types.end() ? ElemType::kUndefined : t->second);
     }
-    return OpContext(pn.node, std::move(inputs), std::move(host), std::move(out_types),
-                     fold ? host_stream_ : stream_);
+    OpContext c(pn.node, std::move(inputs), std::move(host), std::move(out_types),
+                fold ? host_stream_ : stream_);
+    c.set_checks(&checks_);
+    return c;
   }
 
   std::optional<mx::array> Array(const std::string& name) const {
@@ -225,6 +262,55 @@ class PlanTrace {
     return std::any_of(outs.begin(), outs.end(), [](const mx::array& a) {
       return static_cast<int64_t>(a.size()) > kMaxFoldedElements;
     });
+  }
+
+  // A folded node's checks hold host data: evaluate them at once.
+  void RunChecksNow(size_t from) {
+    for (size_t i = from; i < checks_.size(); ++i) {
+      mx::eval(checks_[i].ok);
+      if (!checks_[i].ok.item<bool>()) throw std::invalid_argument(checks_[i].message);
+    }
+    checks_.erase(checks_.begin() + from, checks_.end());
+  }
+
+  // -1 when every check holds, else the index of the first that fails; the messages go to info_.
+  mx::array FirstFailedCheck() {
+    mx::array code(-1, mx::int32);
+    for (size_t i = checks_.size(); i-- > 0;)
+      code = mx::where(checks_[i].ok, code, mx::array(static_cast<int32_t>(i), mx::int32), stream_);
+    if (info_)
+      for (const auto& check : checks_) info_->check_messages.push_back(check.message);
+    return code;
+  }
+
+  static size_t SaturatingAdd(size_t a, size_t b) {
+    return a > std::numeric_limits<size_t>::max() - b ? std::numeric_limits<size_t>::max() : a + b;
+  }
+
+  // The peak of live bytes when the nodes run in plan order, each value live from its node to its
+  // last consumer (a partition output to the end), as ORT's CPU EP would allocate them.
+  void Count(const PlanNode& pn, const std::string& name, size_t bytes) {
+    live_ = SaturatingAdd(live_, bytes);
+    live_bytes_[name] = bytes;
+    bytes_ = std::max(bytes_, live_);
+    if (bytes >= largest_bytes_) {
+      largest_bytes_ = bytes;
+      largest_ = pn.node.Label() + " (" + pn.node.op_type + ")";
+    }
+  }
+
+  // After node `index` ran: the values it was the last consumer of are dead, and its outputs that
+  // nobody reads.
+  void Release(size_t index, const PlanNode& pn) {
+    std::vector<std::string> done = pn.node.inputs;
+    done.insert(done.end(), pn.node.outputs.begin(), pn.node.outputs.end());
+    for (const auto& name : done) {
+      auto last = last_use_.find(name);
+      auto live = live_bytes_.find(name);
+      if (live == live_bytes_.end() || (last != last_use_.end() && last->second != index)) continue;
+      live_ -= std::min(live_, live->second);
+      live_bytes_.erase(live);
+    }
   }
 
   void Note(const mx::array& a) {
@@ -245,6 +331,14 @@ class PlanTrace {
   TraceInfo* info_;
   std::unordered_map<std::string, mx::array> values_;
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_;
+  std::vector<RuntimeCheck> checks_;                    // OpContext::Require, of nodes not folded
+  std::unordered_map<std::string, size_t> last_use_;    // value -> index of its last consumer
+  std::unordered_map<std::string, size_t> live_bytes_;  // produced values still live
+  size_t ran_ = 0;                                      // nodes traced so far
+  size_t live_ = 0;
+  size_t bytes_ = 0;  // peak of live_, for EnsureAllocatable
+  size_t largest_bytes_ = 0;
+  std::string largest_;
 };
 
 }  // namespace

@@ -58,9 +58,11 @@ mx::Device PartitionRunner::ChooseDevice(const std::vector<mx::array>& inputs,
 }
 
 std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inputs,
-                                              const std::vector<const Tensor*>& host, mx::Device device) {
+                                              const std::vector<const Tensor*>& host, mx::Device device,
+                                              std::vector<std::string>* check_messages) {
   TraceInfo info;
   std::vector<mx::array> outputs = TracePlan(plan_, inputs, host, mx::default_stream(device), &info);
+  if (check_messages) *check_messages = std::move(info.check_messages);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.traces;
   stats_.folded_nodes += info.folded;
@@ -139,22 +141,32 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   std::vector<const Tensor*> host_ptrs(inputs.size(), nullptr);
   for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
   std::vector<mx::array> outputs;
+  auto check_messages = std::make_shared<std::vector<std::string>>();
   if (!compile_) {
-    outputs = Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs));
+    outputs = Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs), check_messages.get());
   } else {
     CacheEntry& entry = Lookup(key.str(), [&] {
       const mx::Device device = ChooseDevice(arrays, host_ptrs);
-      auto traced = [this, host_ptrs, device](const std::vector<mx::array>& in) {
-        return Trace(in, host_ptrs, device);
+      auto traced = [this, host_ptrs, device, check_messages](const std::vector<mx::array>& in) {
+        return Trace(in, host_ptrs, device, check_messages.get());
       };
-      return CacheEntry{mx::compile(traced), host, {}};
+      return CacheEntry{mx::compile(traced), host, {}, check_messages};
     });
     outputs = entry.fn(arrays);
+    check_messages = entry.check_messages;
   }
   mx::eval(outputs);
+  // The runtime checks' verdict (TracePlan) is the output after the partition's outputs.
+  if (outputs.size() > plan_.output_names.size()) {
+    const int32_t failed = outputs.back().item<int32_t>();
+    if (failed >= 0)
+      throw std::invalid_argument(static_cast<size_t>(failed) < check_messages->size()
+                                      ? check_messages->at(failed)
+                                      : "[MlxEp] a runtime check of partition " + plan_.name + " failed");
+  }
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
   // output, and an output that aliases an input (Identity) still points at live memory.
-  for (size_t k = 0; k < outputs.size(); ++k) {
+  for (size_t k = 0; k < plan_.output_names.size(); ++k) {
     const mx::array& a = outputs[k];
     void* dst = sink(k, std::vector<int64_t>(a.shape().begin(), a.shape().end()), a.nbytes());
     if (a.nbytes()) std::memcpy(dst, a.data<uint8_t>(), a.nbytes());

@@ -65,6 +65,8 @@ class PartitionRunner {
     MlxFunction fn;
     std::vector<std::shared_ptr<const Tensor>> host_values;  // baked into fn, kept alive with it
     std::list<std::string>::iterator lru;                    // this entry's place in lru_
+    /** What fn's runtime checks say when they fail (filled by its first trace). */
+    std::shared_ptr<std::vector<std::string>> check_messages;
   };
 
   /** The device a signature runs on: the runtime device, except that graphs holding an empty
@@ -74,7 +76,7 @@ class PartitionRunner {
   mx::Device ChooseDevice(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) const;
   /** Traces the plan for `device` and counts the trace. */
   std::vector<mx::array> Trace(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host,
-                               mx::Device device);
+                               mx::Device device, std::vector<std::string>* check_messages = nullptr);
   /** The compiled function for `key`, made by `make` on a miss; keeps the cache bound. */
   CacheEntry& Lookup(const std::string& key, const std::function<CacheEntry()>& make);
   /** The body of Run, on the MLX thread. */
