@@ -134,6 +134,9 @@ std::optional<mx::array> AttentionBias(const OpContext& c, mx::Dtype t, int batc
   if (c.has_input(6)) {
     nonpad = mx::astype(mx::reshape(c.input(6), {-1, 1, 1, 1}, s), mx::int32, s);  // [B, 1, 1, 1]
     if (nonpad->shape(0) != batch) c.Fail("nonpad_kv_seqlen must hold batch_size values");
+    c.Require(mx::logical_and(mx::greater_equal(*nonpad, mx::array(0, mx::int32), s),
+                              mx::less_equal(*nonpad, mx::array(kv_len, mx::int32), s), s),
+              "nonpad_kv_seqlen is out of range [0, total_sequence_length]");
   }
   const mx::array j = mx::reshape(mx::arange(kv_len, mx::int32, s), {1, kv_len}, s);
   if (c.node.AttrInt("is_causal", 0) == 1) {

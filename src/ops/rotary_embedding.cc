@@ -80,6 +80,8 @@ std::vector<mx::array> TranslateRotaryEmbedding(const OpContext& c) {
   // Work as [batch, seq, heads, head] (3-D) or [batch, heads, seq, head] (4-D); the caches are
   // [batch, seq, half] and gain a size-1 heads dim at the matching place.
   const mx::array xs = three_d ? mx::reshape(x, {batch, seq, heads, head_size}, s) : x;
+  if (c.has_input(3) && c.input(3).shape() != mx::Shape{batch, seq})
+    c.Fail("position_ids must be [batch, sequence]");  // checked for empty X too, as ORT does
   if (x.size() == 0) return {mx::astype(x, x.dtype(), s)};
   const int heads_axis = three_d ? 2 : 1;
   const mx::array cos = mx::expand_dims(CacheRows(c, 1, batch, seq, half), heads_axis, s);

@@ -228,8 +228,10 @@ Claim ClaimSlice10(const NodeView& v) {
 
 std::vector<mx::array> TranslateSlice10(const OpContext& c) {
   std::vector<int64_t> axes, steps;
-  if (c.has_input(3)) axes = c.host_ints(3);
-  if (c.has_input(4)) steps = c.host_ints(4);
+  const size_t n = c.host(1).NumElements();
+  // Given axes/steps must match starts, empty ones too (SliceImpl reads empty as "absent").
+  if (c.has_input(3) && (axes = c.host_ints(3)).size() != n) c.Fail("Starts and axes shape mismatch");
+  if (c.has_input(4) && (steps = c.host_ints(4)).size() != n) c.Fail("Starts and steps shape mismatch");
   return {SliceImpl(c, c.input(0), c.host_ints(1), c.host_ints(2), axes, steps, true)};
 }
 

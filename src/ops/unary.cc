@@ -152,8 +152,17 @@ std::vector<mx::array> TranslateClipInputs(const OpContext& c) {
     return mx::reshape(b, {}, c.stream);
   };
   // Clamping is exact in any dtype: no float32 detour needed for float16/bfloat16.
-  if (c.has_input(1)) y = ClampAbove(y, bound(1), c.stream);
-  if (c.has_input(2)) y = ClampBelow(y, bound(2), c.stream);
+  // An absent bound is the type's range, as in ORT: -inf/inf clamp to lowest()/max() then.
+  const mx::Dtype d = y.dtype();
+  const bool floating = mx::issubdtype(d, mx::floating);
+  if (c.has_input(1))
+    y = ClampAbove(y, bound(1), c.stream);
+  else if (floating)
+    y = ClampAbove(y, mx::array(mx::finfo(d).min, d), c.stream);
+  if (c.has_input(2))
+    y = ClampBelow(y, bound(2), c.stream);
+  else if (floating)
+    y = ClampBelow(y, mx::array(mx::finfo(d).max, d), c.stream);
   return {y};
 }
 

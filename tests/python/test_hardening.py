@@ -198,6 +198,50 @@ def test_rotary_embedding_position_out_of_range_is_an_error():
     assert "out of range" in mlx_error(model, feeds)
 
 
+@pytest.mark.parametrize("op,message", [("Div", "division by zero"), ("Mod", "modulo by zero")])
+@pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int64])
+def test_integer_division_by_zero_is_an_error(op, message, dtype):
+    model, feeds = node_model(op, [("a", np.array([3, 4, 5], dtype)), ("b", np.array([1, 0, 2], dtype))])
+    assert message in cpu_error(model, feeds)
+    assert message in mlx_error(model, feeds)
+    feeds["b"] = np.array([1, 3, 2], dtype)
+    check_parity(model, feeds)
+
+
+@pytest.mark.parametrize("flag", ["exclusive", "reverse"])
+def test_cumsum_flag_other_than_0_1_is_left_to_ort(flag):
+    model, feeds = node_model("CumSum", [("x", np.arange(4, dtype=np.float32))], {flag: 2}, opset=14,
+                              host=[("axis", np.array(0, np.int64))], out_dtype=np.float32)
+    cpu_error(model, feeds)  # ORT rejects it when it creates the kernel; the EP declines the node
+    with pytest.raises(Exception, match=f"{flag} can only be 0 or 1"):
+        mlx_session(model).run(None, feeds)
+
+
+@pytest.mark.parametrize("which", [3, 4])
+def test_slice_axes_or_steps_of_another_length_is_an_error(which):
+    host = [("starts", np.array([0, 1], np.int64)), ("ends", np.array([2, 3], np.int64)),
+            ("axes", np.array([0, 1], np.int64)), ("steps", np.array([1, 1], np.int64))]
+    host[which - 1] = (host[which - 1][0], np.zeros(0, np.int64))
+    model, feeds = node_model("Slice", [("x", np.ones((4, 4), np.float32))], opset=13, host=host,
+                              host_as_input=True, out_dtype=np.float32)
+    assert "shape mismatch" in cpu_error(model, feeds)
+    assert "shape mismatch" in mlx_error(model, feeds)
+
+
+def test_lstm_sequence_lens_out_of_range_is_an_error():
+    rng = np.random.default_rng(0)
+    seq, batch, inp, hidden = 2, 2, 3, 4
+    data = [("x", rng.standard_normal((seq, batch, inp)).astype(np.float32)),
+            ("w", rng.standard_normal((1, 4 * hidden, inp)).astype(np.float32)),
+            ("r", rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32)),
+            ("b", np.zeros((1, 8 * hidden), np.float32)), ("lens", np.array([2, 5], np.int32))]
+    model, feeds = node_model("LSTM", data, {"hidden_size": hidden}, opset=14, out_dtype=np.float32)
+    assert "sequence_lens" in cpu_error(model, feeds)
+    assert "sequence_lens" in mlx_error(model, feeds)
+    feeds["lens"] = np.array([2, 1], np.int32)
+    check_parity(model, feeds)
+
+
 # ---- (5) no leak -------------------------------------------------------------------------------
 
 def rss_bytes():
