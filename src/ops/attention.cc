@@ -99,6 +99,7 @@ Claim ClaimAttention(const NodeView& v) {
 
 /** [B, S, heads*D] -> [B, heads, S, D]. */
 mx::array SplitHeads(const OpContext& c, const mx::array& x, int heads, const char* what) {
+  if (heads <= 0) c.Fail(std::string(what) + " number of heads must be greater than 0");
   if (x.shape(2) % heads != 0)
     c.Fail(std::string(what) + " hidden size " + std::to_string(x.shape(2)) + " is not divisible by " +
            std::to_string(heads) + " heads");
@@ -201,6 +202,8 @@ HeadInputs ToHeads(const OpContext& c) {
   const int batch = q.shape(0), heads = q.shape(1), kv_heads = k.shape(1);
   if (k.shape(0) != batch || v.shape(0) != batch || v.shape(1) != kv_heads || k.shape(3) != q.shape(3))
     c.Fail("Q, K, V shapes do not agree");
+  // heads == 0 passed the multiple test and then divided by zero (SIGFPE) in GroupedMatmul.
+  if (heads <= 0) c.Fail("Q number of heads must be greater than 0");
   if (kv_heads == 0 || heads % kv_heads != 0) c.Fail("q heads are not a multiple of kv heads");
   const int past_len = c.has_input(4) ? c.input(4).shape(2) : 0;
   if (c.has_input(4)) {
@@ -213,6 +216,7 @@ HeadInputs ToHeads(const OpContext& c) {
     v = mx::concatenate({pv, v}, 2, s);
   }
   if (k.shape(2) != v.shape(2)) c.Fail("K and V sequence lengths differ");
+  if (v.shape(3) <= 0) c.Fail("V head size must be greater than 0");
   if (k.shape(2) == 0) c.Fail("the total kv sequence length is 0 (softmax over no keys)");
   return {q, k, v, past_len};
 }

@@ -24,9 +24,11 @@ inline mx::array NormalizeIndices(const mx::array& idx, int32_t n, mx::Stream s)
 /** Fails the run (after evaluation, OpContext::Require) unless every index lies in [-n, n-1], the
  *  range ORT's kernels accept; the clamped indices above keep the evaluation itself in bounds. */
 inline void RequireInBounds(const OpContext& c, const mx::array& idx, int32_t n) {
-  const mx::array size(n, idx.dtype());
-  c.Require(mx::logical_and(mx::greater_equal(idx, mx::negative(size, c.stream), c.stream),
-                            mx::less(idx, size, c.stream), c.stream),
+  // One fused elementwise compare and all(): measured within noise of no check (reliability.md);
+  // min()/max() reductions instead were slower on MLX's CPU device.
+  const mx::Stream s = c.stream;
+  c.Require(mx::logical_and(mx::greater_equal(idx, mx::array(-n, idx.dtype()), s),
+                            mx::less(idx, mx::array(n, idx.dtype()), s), s),
             "indices element out of data bounds (each must lie within [-n, n-1] for an axis of n)");
 }
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "ops/claim_util.h"
+#include "ops/indexing_internal.h"
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
 #include "ops/tensor_internal.h"
@@ -255,9 +256,7 @@ std::vector<mx::array> TranslateGather(const OpContext& c) {
   mx::array idx = c.input(1);
   if (idx.size() > 0) {
     const mx::array size(n, idx.dtype());
-    c.Require(mx::logical_and(mx::greater_equal(idx, mx::negative(size, c.stream), c.stream),
-                              mx::less(idx, size, c.stream), c.stream),
-              "indices element out of data bounds (each must lie within [-n, n-1] for an axis of n)");
+    indexing::RequireInBounds(c, idx, n);
   }
   if (n > 0 && idx.size() > 0) {
     const mx::array size(n, idx.dtype());

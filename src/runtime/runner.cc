@@ -141,16 +141,18 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   std::vector<const Tensor*> host_ptrs(inputs.size(), nullptr);
   for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
   std::vector<mx::array> outputs;
-  auto check_messages = std::make_shared<std::vector<std::string>>();
+  std::shared_ptr<std::vector<std::string>> check_messages;
   if (!compile_) {
+    check_messages = std::make_shared<std::vector<std::string>>();
     outputs = Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs), check_messages.get());
   } else {
     CacheEntry& entry = Lookup(key.str(), [&] {
       const mx::Device device = ChooseDevice(arrays, host_ptrs);
-      auto traced = [this, host_ptrs, device, check_messages](const std::vector<mx::array>& in) {
-        return Trace(in, host_ptrs, device, check_messages.get());
+      auto messages = std::make_shared<std::vector<std::string>>();
+      auto traced = [this, host_ptrs, device, messages](const std::vector<mx::array>& in) {
+        return Trace(in, host_ptrs, device, messages.get());
       };
-      return CacheEntry{mx::compile(traced), host, {}, check_messages};
+      return CacheEntry{mx::compile(traced), host, {}, messages};
     });
     outputs = entry.fn(arrays);
     check_messages = entry.check_messages;

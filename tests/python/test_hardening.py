@@ -242,6 +242,33 @@ def test_lstm_sequence_lens_out_of_range_is_an_error():
     check_parity(model, feeds)
 
 
+def test_attention_with_no_q_heads_is_an_error():
+    # Was a SIGFPE (0 heads passed the "multiple of kv heads" test, then divided by zero).
+    rng = np.random.default_rng(0)
+    data = [("q", np.zeros((2, 0, 4, 8), np.float32)), ("k", rng.standard_normal((2, 3, 6, 8)).astype(np.float32)),
+            ("v", rng.standard_normal((2, 3, 6, 8)).astype(np.float32))]
+    model, feeds = node_model("Attention", data, opset=23, out_dtype=np.float32)
+    assert "heads must be greater than 0" in cpu_error(model, feeds)
+    assert "heads must be greater than 0" in mlx_error(model, feeds)
+
+
+def test_pad_checks_constant_value_in_every_mode():
+    model, feeds = node_model("Pad", [("x", np.ones((2, 3), np.float32))], {"mode": "wrap"}, opset=19,
+                              host=[("pads", np.array([0, 1, 0, 1], np.int64)),
+                                    ("value", np.ones((2, 3), np.float32))], out_dtype=np.float32)
+    cpu_error(model, feeds)
+    assert "constant_value" in mlx_error(model, feeds)
+
+
+def test_pool_ceil_mode_other_than_0_1_is_left_to_ort():
+    x = np.random.default_rng(0).standard_normal((1, 1, 7, 7)).astype(np.float32)
+    model, feeds = node_model("AveragePool", [("x", x)], {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 64},
+                              opset=19, out_dtype=np.float32)
+    ref = run_cpu(model, feeds)
+    got = mlx_session(model).run(None, feeds)
+    np.testing.assert_array_equal(got[0], ref[0])  # ORT's kernel ran it (the EP declines)
+
+
 # ---- (5) no leak -------------------------------------------------------------------------------
 
 def rss_bytes():
