@@ -4,20 +4,12 @@
 #include <cstdlib>
 #include <limits>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "partition/partition.h"
 
 namespace mlx_ep {
 namespace {
-
-std::string ShapeString(const mx::Shape& s) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
-  return os.str() + ']';
-}
 
 // Catches translation bugs at the node that has them, not as a wrong number downstream. Only the
 // element type: a declared static shape may be stale (exporters stamp them, ORT only warns when
