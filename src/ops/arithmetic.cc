@@ -122,6 +122,8 @@ std::vector<mx::array> TranslateDiv(const OpContext& c) {
       return {mx::astype(mx::divide(mx::astype(a, mx::float32, s), mx::astype(b, mx::float32, s), s), t, s)};
     return {mx::divide(a, b, s)};
   }
+  // ORT's kernel errors on an integer division by zero (no value exists): so does the run.
+  c.Require(mx::not_equal(b, mx::array(0, b.dtype()), s), "Integer division by zero");
   if (mx::issubdtype(t, mx::unsignedinteger)) return {mx::floor_divide(a, b, s)};
   // Signed: a - trunc_rem(a, b) is an exact multiple of b, so the division is exact and
   // floor_divide's rounding (MLX backends differ there for signed integers) does not matter.
@@ -134,6 +136,8 @@ std::vector<mx::array> TranslateMod(const OpContext& c) {
   const mx::Dtype t = a.dtype();
   const auto& s = c.stream;
   const bool fmod = c.node.AttrInt("fmod", 0) == 1;
+  if (!mx::issubdtype(t, mx::floating))
+    c.Require(mx::not_equal(b, mx::array(0, b.dtype()), s), "Integer modulo by zero");
   if (mx::issubdtype(t, mx::unsignedinteger)) return {mx::remainder(a, b, s)};
   if (mx::issubdtype(t, mx::floating)) {
     // fmod(a, b) = sign(a) * fmod(|a|, |b|); for non-negative operands MLX's (floored)

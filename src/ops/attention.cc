@@ -126,6 +126,9 @@ std::optional<mx::array> AttentionBias(const OpContext& c, mx::Dtype t, int batc
   if (c.has_input(6)) {
     nonpad = mx::astype(mx::reshape(c.input(6), {-1, 1, 1, 1}, s), mx::int32, s);  // [B, 1, 1, 1]
     if (nonpad->shape(0) != batch) c.Fail("nonpad_kv_seqlen must hold batch_size values");
+    c.Require(mx::logical_and(mx::greater_equal(*nonpad, mx::array(0, mx::int32), s),
+                              mx::less_equal(*nonpad, mx::array(kv_len, mx::int32), s), s),
+              "nonpad_kv_seqlen is out of range [0, total_sequence_length]");
   }
   const mx::array j = mx::reshape(mx::arange(kv_len, mx::int32, s), {1, kv_len}, s);
   if (c.node.AttrInt("is_causal", 0) == 1) {
@@ -180,6 +183,8 @@ HeadInputs ToHeads(const OpContext& c) {
   const int batch = q.shape(0), heads = q.shape(1), kv_heads = k.shape(1);
   if (k.shape(0) != batch || v.shape(0) != batch || v.shape(1) != kv_heads || k.shape(3) != q.shape(3))
     c.Fail("Q, K, V shapes do not agree");
+  // heads == 0 passed the multiple test and then divided by zero (SIGFPE) in GroupedMatmul.
+  if (heads <= 0) c.Fail("Q number of heads must be greater than 0");
   if (kv_heads == 0 || heads % kv_heads != 0) c.Fail("q heads are not a multiple of kv heads");
   const int past_len = c.has_input(4) ? c.input(4).shape(2) : 0;
   if (c.has_input(4)) {
@@ -192,6 +197,7 @@ HeadInputs ToHeads(const OpContext& c) {
     v = mx::concatenate({pv, v}, 2, s);
   }
   if (k.shape(2) != v.shape(2)) c.Fail("K and V sequence lengths differ");
+  if (v.shape(3) <= 0) c.Fail("V head size must be greater than 0");
   if (k.shape(2) == 0) c.Fail("the total kv sequence length is 0 (softmax over no keys)");
   return {q, k, v, past_len};
 }

@@ -5,7 +5,8 @@
 namespace mlx_ep {
 
 mx::array SplitHeads(const OpContext& c, const mx::array& x, int heads, const char* what) {
-  if (heads <= 0 || x.shape(2) % heads != 0)
+  if (heads <= 0) c.Fail(std::string(what) + " number of heads must be greater than 0");
+  if (x.shape(2) % heads != 0)
     c.Fail(std::string(what) + " hidden size " + std::to_string(x.shape(2)) + " is not divisible by " +
            std::to_string(heads) + " heads");
   const mx::array r = mx::reshape(x, {x.shape(0), x.shape(1), heads, x.shape(2) / heads}, c.stream);

@@ -130,6 +130,8 @@ std::vector<mx::array> TranslateConvTranspose(const OpContext& c) {
   const int nd = static_cast<int>(x.ndim()) - 2;
   const int channels = x.shape(1);
   if (w.shape(0) != channels) c.Fail("W's first dim differs from X's channels");
+  for (int i = 2; i < static_cast<int>(w.ndim()); ++i)
+    if (w.shape(i) <= 0) c.Fail("Kernel size must be positive");  // as ORT
   if (channels % a.group != 0) c.Fail("X's channels are not divisible by group");
   const int m = w.shape(1) * a.group;
 

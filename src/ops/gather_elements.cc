@@ -1,6 +1,7 @@
 // Op family: tensor (selection). GatherElements, registered from RegisterTensorOps (tensor.cc).
 // It only moves data, so every type MLX holds is exact.
 #include "ops/claim_util.h"
+#include "ops/indexing_internal.h"
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
 #include "ops/tensor_internal.h"
@@ -24,7 +25,8 @@ Claim ClaimGatherElements(const NodeView& v) {
 //
 // ONNX indices lie in [-n, n-1]; negative ones count from the end. ORT's CPU kernel errors on
 // indices outside that range; a compiled MLX graph cannot raise on data, so out-of-range indices
-// are clamped into [0, n-1] (never read out of bounds) instead, as for Gather.
+// are clamped into [0, n-1] (never read out of bounds) and a runtime check fails the run after
+// evaluation, as for Gather.
 std::vector<mx::array> TranslateGatherElements(const OpContext& c) {
   const mx::array& x = c.input(0);
   mx::array idx = c.input(1);
@@ -48,6 +50,7 @@ std::vector<mx::array> TranslateGatherElements(const OpContext& c) {
   const int32_t n = x.shape(axis);
   if (n == 0) c.Fail("indices are out of range for an empty axis");
 
+  indexing::RequireInBounds(c, idx, n);
   const mx::array size(n, idx.dtype());
   idx = mx::where(mx::less(idx, mx::array(0, idx.dtype()), c.stream), mx::add(idx, size, c.stream), idx,
                   c.stream);

@@ -133,15 +133,21 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
 
   int64_t norm_size = 1;
   for (int i = static_cast<int>(axis); i < rank; ++i) norm_size *= x.shape(i);
-  const mx::array& scale = c.input(1);
-  if (static_cast<int64_t>(scale.size()) != norm_size)
-    c.Fail("Scale has " + std::to_string(scale.size()) + " values, expected " + std::to_string(norm_size));
+  // Scale and B match X.shape[axis:] or broadcast to it (ORT's rule), flattened to norm_size.
+  const mx::Shape tail(x.shape().begin() + axis, x.shape().end());
+  auto per_element = [&](const mx::array& p) {
+    bool fits = p.ndim() <= x.ndim();  // dims before axis, if any, must be 1
+    for (size_t k = 1; fits && k <= p.ndim(); ++k)
+      fits = p.shape(-k) == 1 || (k <= tail.size() && p.shape(-k) == tail[tail.size() - k]);
+    if (!fits) c.Fail("Scale and (optional) bias must match X.shape[axis:] or be NumPy-broadcastable to it");
+    const mx::array q = p.ndim() > tail.size()
+                            ? mx::reshape(p, mx::Shape(p.shape().end() - tail.size(), p.shape().end()), s)
+                            : p;
+    return q.size() == static_cast<size_t>(norm_size) ? q : mx::broadcast_to(q, tail, s);
+  };
+  const mx::array scale = per_element(c.input(1));
   std::optional<mx::array> bias;
-  if (c.has_input(2)) {
-    bias = c.input(2);
-    if (static_cast<int64_t>(bias->size()) != norm_size)
-      c.Fail("B has " + std::to_string(bias->size()) + " values, expected " + std::to_string(norm_size));
-  }
+  if (c.has_input(2)) bias = per_element(c.input(2));
 
   const bool want_mean = c.num_outputs() > 1 && !n.outputs[1].empty();
   const bool want_inv = c.num_outputs() > 2 && !n.outputs[2].empty();

@@ -79,6 +79,12 @@ void OpContext::Fail(const std::string& message) const {
   throw std::invalid_argument("[MlxEp][" + node.op_type + "] " + node.Label() + ": " + message);
 }
 
+void OpContext::Require(const mx::array& ok, const std::string& message) const {
+  const std::string full = "[MlxEp][" + node.op_type + "] " + node.Label() + ": " + message;
+  if (!checks_) throw std::logic_error(full + " (no place to record the runtime check)");
+  checks_->push_back({mx::all(ok, stream), full});
+}
+
 mx::array ToArray(const Tensor& t) {
   auto dtype = ToMlxDtype(t.type);
   if (!dtype) throw std::invalid_argument("[MlxEp] no MLX dtype for " + ElemName(t.type));

@@ -110,6 +110,13 @@ using SubgraphTracer =
     std::function<std::vector<TracedValue>(const std::string& attr, const std::vector<TracedValue>& inputs)>;
 
 /** What a translation sees: traced input arrays, host values, attributes, expected output types. */
+/** A condition on runtime data a translation cannot check while tracing (a compiled MLX graph
+ *  cannot raise): `ok` must be all true once evaluated, or the run fails with `message`. */
+struct RuntimeCheck {
+  mx::array ok;
+  std::string message;  ///< "[MlxEp][Op] node: ..."; must not depend on the input shapes
+};
+
 class OpContext {
  public:
   OpContext(const Node& node, std::vector<std::optional<mx::array>> inputs,
@@ -145,6 +152,11 @@ class OpContext {
   mx::Dtype output_dtype(size_t i) const;
   /** Throws std::invalid_argument("[MlxEp][Op] node: message"). */
   [[noreturn]] void Fail(const std::string& message) const;
+  /** Fails the run with Fail's message unless every element of `ok` (bool) is true: checked
+   *  after evaluation, at the cost of one scalar output of the compiled graph. */
+  void Require(const mx::array& ok, const std::string& message) const;
+  /** Where Require records its checks (set by the trace). */
+  void set_checks(std::vector<RuntimeCheck>* checks) { checks_ = checks; }
 
   /** Traces the subgraph of attribute `attr` (If/Loop/Scan translations only). */
   std::vector<TracedValue> TraceSubgraph(const std::string& attr,
@@ -157,6 +169,7 @@ class OpContext {
   void set_subgraph_tracer(SubgraphTracer tracer) { tracer_ = std::move(tracer); }
 
  private:
+  std::vector<RuntimeCheck>* checks_ = nullptr;
   std::vector<std::optional<mx::array>> inputs_;
   std::vector<const Tensor*> host_;
   std::vector<ElemType> output_types_;

@@ -103,6 +103,8 @@ mx::array ConstantValue(const OpContext& c, mx::Dtype dtype) {
 }
 
 std::vector<mx::array> TranslatePad(const OpContext& c) {
+  // ORT checks constant_value in every mode, not only where it is used.
+  if (c.has_input(2)) (void)ConstantValue(c, c.input(0).dtype());
   const mx::array& x = c.input(0);
   const std::vector<int64_t> dims = Dims(x);
   const int64_t rank = dims.size();

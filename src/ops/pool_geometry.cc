@@ -33,6 +33,9 @@ std::optional<std::string> AttrsReason(const NodeView& v, bool auto_pad) {
   const PoolAttrs a = ReadAttrs(n);
   const size_t nd = a.kernel.size();
   if (nd == 0 || nd > kMaxSpatialDims) return "kernel_shape has " + std::to_string(nd) + " dims";
+  // ORT reads ceil_mode 1 as ceil and anything else as floor (shape inference: != 0): left to it.
+  if (const int64_t ceil = n.AttrInt("ceil_mode", 0); ceil != 0 && ceil != 1)
+    return "attribute ceil_mode=" + std::to_string(ceil);
   if (a.strides.size() != nd || a.dilations.size() != nd || a.pads.size() != 2 * nd)
     return "strides/dilations/pads do not match kernel_shape's rank";
   for (size_t i = 0; i < nd; ++i) {

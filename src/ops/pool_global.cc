@@ -8,7 +8,7 @@
 //    spatial dim at least the inferred (in-1)*stride - pads + kernel), else the inferred shape; it is
 //    zero except Y.flat[I.flat[e]] = X.flat[e], a later e winning at a repeated index. ORT fails on
 //    an index outside [0, output size); a compiled MLX graph cannot raise on data, so such
-//    elements are left out instead.
+//    elements are left out while it runs and a runtime check fails the run afterwards.
 #include <limits>
 
 #include "ops/pool_internal.h"
@@ -141,6 +141,7 @@ std::vector<mx::array> TranslateMaxUnpool(const OpContext& c) {
   const mx::array flat_idx = mx::reshape(idx, {n}, s);
   const mx::array in_range = mx::logical_and(mx::greater_equal(flat_idx, mx::array(int64_t{0}), s),
                                              mx::less(flat_idx, mx::array(total), s), s);
+  c.Require(in_range, "Index value out of bounds (valid range is [0, output size))");  // as ORT
   const mx::array target = mx::astype(mx::where(in_range, flat_idx, mx::array(total), s), mx::int32, s);
   const mx::array positions = mx::reshape(mx::arange(0, n, 1, s), {n, 1}, s);
   mx::array winner = mx::full({static_cast<int32_t>(total) + 1}, mx::array(-1, mx::int32), s);

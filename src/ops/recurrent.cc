@@ -8,8 +8,9 @@
 //  - sequence_lens is runtime data and is handled with masks, never read on the host: a batch
 //    entry's state stops changing at its length, its Y rows there are 0, and the reverse direction
 //    starts at the entry's own last valid step. An empty sequence's Y_h/Y_c are 0, like ORT's.
-//    Out-of-range lengths, which ORT rejects, are only caught when sequence_lens is a constant
-//    (declined); at run time they act as clamped to [0, seq_length].
+//    Out-of-range lengths, which ORT rejects, are declined when sequence_lens is a constant; at
+//    run time they act as clamped to [0, seq_length] and a runtime check fails the run after
+//    evaluation (OpContext::Require), as ORT does.
 //  - layout=1 (batch-major X, initial states, Y, Y_h, Y_c) is computed by transposing at the
 //    boundaries. ORT's CPU kernels refuse layout=1, so there it is measured against ORT on the
 //    transposed layout-0 node.
@@ -216,6 +217,10 @@ Inputs ReadInputs(const OpContext& c, const Config& cfg) {
   }
   if (c.has_input(4)) {
     ExpectShape(c, "sequence_lens", c.input(4), {B});
+    const mx::array& lens = c.input(4);
+    c.Require(mx::logical_and(mx::greater_equal(lens, mx::array(0, lens.dtype()), s),
+                              mx::less_equal(lens, mx::array(in.seq, lens.dtype()), s), s),
+              "Invalid value/s in sequence_lens. All values must be >= 0 and <= seq_length");
     in.lens = mx::reshape(mx::astype(c.input(4), mx::int32, s), {B, 1}, s);
   }
   // Initial states: [D, B, H], or [B, D, H] with layout=1.

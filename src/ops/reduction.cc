@@ -190,7 +190,10 @@ std::vector<mx::array> TranslateReduce(const OpContext& c) {
   bool noop = false;
   if (n.since_version >= AxesInputSince(K)) {
     noop = n.AttrInt("noop_with_empty_axes", 0) != 0;
-    if (c.has_input(1)) axes = c.host_ints(1);
+    if (c.has_input(1)) {
+      if (c.host(1).shape.size() != 1) c.Fail("An axes tensor must be a vector tensor");
+      axes = c.host_ints(1);
+    }
   } else if (auto a = n.AttrInts("axes")) {
     axes = *a;
   }
@@ -229,6 +232,7 @@ std::vector<mx::array> TranslateReduce(const OpContext& c) {
   }
 
   std::vector<bool> reduced(rank, axes.empty());
+  if (rank == 0) axes.clear();  // ORT reduces a scalar to itself whatever the axes say
   for (int64_t a : axes) {
     if (a < -rank || a >= rank)
       c.Fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));

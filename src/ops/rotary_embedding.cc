@@ -8,7 +8,8 @@
 //  - interleaved=1 pairs (x[2i], x[2i+1]); interleaved=0 pairs (x[i], x[i + rotary_dim / 2]).
 //  - float16/bfloat16 compute in float32 and round once.
 //  - ORT errors on position ids outside [0, max_position); a compiled MLX graph cannot raise on
-//    data and MLX's gather does not check bounds, so they are clamped (never read out of bounds).
+//    data and MLX's gather does not check bounds, so they are clamped (never read out of bounds)
+//    and a runtime check (OpContext::Require) fails the run after evaluation, as ORT does.
 //  - com.microsoft RotaryEmbedding-1 (ORT's contrib op): inputs (X, position_ids, cos_cache,
 //    sin_cache); position_ids are int64 data, [batch, seq] or one value p (positions p + s); the
 //    caches are always [max_position, rotary_dim / 2]. 3-D X without num_heads has heads of
@@ -50,6 +51,9 @@ mx::array CacheRows(const OpContext& c, size_t i, int batch, int seq, int half) 
     const mx::array& pos = c.input(3);
     if (cache.ndim() != 2 || cache.shape(0) == 0) c.Fail("caches must be [max_position, rotary_dim / 2]");
     if (pos.shape() != mx::Shape{batch, seq}) c.Fail("position_ids must be [batch, sequence]");
+    c.Require(mx::logical_and(mx::greater_equal(pos, mx::array(0, pos.dtype()), s),
+                              mx::less(pos, mx::array(cache.shape(0), pos.dtype()), s), s),
+              "position_ids value out of range [0, max_position)");
     const mx::array ids =
         mx::clip(pos, mx::array(0, pos.dtype()), mx::array(cache.shape(0) - 1, pos.dtype()), s);
     cache = mx::take(cache, ids, 0, s);
@@ -81,6 +85,8 @@ std::vector<mx::array> TranslateRotaryEmbedding(const OpContext& c) {
   // Work as [batch, seq, heads, head] (3-D) or [batch, heads, seq, head] (4-D); the caches are
   // [batch, seq, half] and gain a size-1 heads dim at the matching place.
   const mx::array xs = three_d ? mx::reshape(x, {batch, seq, heads, head_size}, s) : x;
+  if (c.has_input(3) && c.input(3).shape() != mx::Shape{batch, seq})
+    c.Fail("position_ids must be [batch, sequence]");  // checked for empty X too, as ORT does
   if (x.size() == 0) return {mx::astype(x, x.dtype(), s)};
   const int heads_axis = three_d ? 2 : 1;
   const mx::array cos = mx::expand_dims(CacheRows(c, 1, batch, seq, half), heads_axis, s);

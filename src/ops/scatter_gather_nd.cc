@@ -83,9 +83,12 @@ mx::array PositionsAlong(int dim, const mx::Shape& shape, mx::Stream s) {
   return mx::broadcast_to(mx::reshape(mx::arange(shape[dim], mx::int32, s), along, s), shape, s);
 }
 
-/** Column t of [..., k] indices, normalized for a dim of size n (n > 0). */
-mx::array IndexColumn(const mx::array& idx, int t, int32_t n, mx::Stream s) {
-  return indexing::NormalizeIndices(mx::take(idx, t, -1, s), n, s);
+/** Column t of [..., k] indices, normalized for a dim of size n (n > 0); out-of-range ones fail
+ *  the run after evaluation (indexing::RequireInBounds). */
+mx::array IndexColumn(const OpContext& c, const mx::array& idx, int t, int32_t n) {
+  const mx::array column = mx::take(idx, t, -1, c.stream);
+  indexing::RequireInBounds(c, column, n);
+  return indexing::NormalizeIndices(column, n, c.stream);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -129,7 +132,7 @@ std::vector<mx::array> TranslateGatherND(const OpContext& c) {
   for (int t = 0; t < k; ++t) {
     const int32_t n = x.shape(b + t);
     if (n == 0) c.Fail("indices point into an empty dimension");
-    indices.push_back(IndexColumn(idx, t, n, s));
+    indices.push_back(IndexColumn(c, idx, t, n));
     axes.push_back(b + t);
   }
   mx::Shape slice_sizes = x.shape();
@@ -172,7 +175,7 @@ std::vector<mx::array> TranslateScatterND(const OpContext& c) {
   for (int t = 0; t < k; ++t) {
     const int32_t n = data.shape(t);
     if (n == 0) c.Fail("indices point into an empty dimension");
-    indices.push_back(IndexColumn(idx, t, n, s));
+    indices.push_back(IndexColumn(c, idx, t, n));
     axes.push_back(t);
   }
   mx::Shape unit = prefix;
@@ -209,6 +212,7 @@ std::vector<mx::array> TranslateScatterElements(const OpContext& c) {
 
   const mx::Stream s = c.stream;
   const Reduction red = *ParseReduction(c.node);
+  indexing::RequireInBounds(c, idx, n);
   const mx::array at = indexing::NormalizeIndices(idx, n, s);
   if (same_extent && red == Reduction::kNone) return {mx::put_along_axis(data, at, upd, axis, s)};
   if (same_extent && red == Reduction::kAdd) return {mx::scatter_add_axis(data, at, upd, axis, s)};

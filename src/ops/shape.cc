@@ -62,7 +62,8 @@ Claim ClaimReshape(const NodeView& v) {
 }
 
 std::vector<mx::array> TranslateReshape(const OpContext& c) {
-  const bool allowzero = c.node.since_version >= 14 && c.node.AttrInt("allowzero", 0) != 0;
+  // ORT's kernel reads allowzero == 1 only; any other value means 0 (copy the input dim).
+  const bool allowzero = c.node.since_version >= 14 && c.node.AttrInt("allowzero", 0) == 1;
   return {ReshapeTo(c, c.input(0), c.host_ints(1), allowzero)};
 }
 

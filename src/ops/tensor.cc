@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "ops/claim_util.h"
+#include "ops/indexing_internal.h"
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
 #include "ops/tensor_internal.h"
@@ -35,8 +36,13 @@ Claim ClaimConcat(const NodeView& v) {
   return Claim::Yes();
 }
 
+// ORT's kernel takes the first non-empty input as the reference and skips empty inputs, whatever
+// their shape (a [0] next to [2, 3] inputs, say); when all are empty, input 0 is the reference.
 std::vector<mx::array> TranslateConcat(const OpContext& c) {
-  const mx::array& first = c.input(0);
+  size_t ref = 0;
+  while (ref < c.num_inputs() && c.input(ref).size() == 0) ++ref;
+  const bool any_data = ref < c.num_inputs();
+  const mx::array& first = c.input(any_data ? ref : 0);
   const int64_t rank = first.ndim();
   if (rank == 0) c.Fail("cannot concatenate scalars");
   const int64_t axis_attr = c.node.AttrInt("axis", 0);
@@ -45,6 +51,7 @@ std::vector<mx::array> TranslateConcat(const OpContext& c) {
   std::vector<mx::array> parts;
   for (size_t i = 0; i < c.num_inputs(); ++i) {
     const mx::array& a = c.input(i);
+    if (any_data && a.size() == 0) continue;
     if (static_cast<int64_t>(a.ndim()) != rank) c.Fail("inputs have different ranks");
     for (int64_t d = 0; d < rank; ++d)
       if (d != axis && a.shape(d) != first.shape(d))
@@ -222,8 +229,10 @@ Claim ClaimSlice10(const NodeView& v) {
 
 std::vector<mx::array> TranslateSlice10(const OpContext& c) {
   std::vector<int64_t> axes, steps;
-  if (c.has_input(3)) axes = c.host_ints(3);
-  if (c.has_input(4)) steps = c.host_ints(4);
+  const size_t n = c.host(1).NumElements();
+  // Given axes/steps must match starts, empty ones too (SliceImpl reads empty as "absent").
+  if (c.has_input(3) && (axes = c.host_ints(3)).size() != n) c.Fail("Starts and axes shape mismatch");
+  if (c.has_input(4) && (steps = c.host_ints(4)).size() != n) c.Fail("Starts and steps shape mismatch");
   return {SliceImpl(c, c.input(0), c.host_ints(1), c.host_ints(2), axes, steps, true)};
 }
 
@@ -238,12 +247,17 @@ Claim ClaimGather(const NodeView& v) {
 
 // ONNX indices lie in [-n, n-1]; negative ones count from the end. ORT's CPU kernel errors on
 // indices outside that range; a compiled MLX graph cannot raise on data, so out-of-range
-// indices are clamped into [0, n-1] (never read out of bounds) instead.
+// indices are clamped into [0, n-1] (never read out of bounds) and a runtime check fails the run
+// after evaluation, as ORT does.
 std::vector<mx::array> TranslateGather(const OpContext& c) {
   const mx::array& x = c.input(0);
   const int axis = NormAxis(c, c.node.AttrInt("axis", 0), x.ndim());
   const int32_t n = x.shape(axis);
   mx::array idx = c.input(1);
+  if (idx.size() > 0) {
+    const mx::array size(n, idx.dtype());
+    indexing::RequireInBounds(c, idx, n);
+  }
   if (n > 0 && idx.size() > 0) {
     const mx::array size(n, idx.dtype());
     idx = mx::where(mx::less(idx, mx::array(0, idx.dtype()), c.stream), mx::add(idx, size, c.stream), idx,

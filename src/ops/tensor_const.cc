@@ -94,8 +94,9 @@ mx::array RangeOf(const OpContext& c, mx::Dtype dtype) {
   // float inputs this differs from both (limit - start) in float and the ONNX reference).
   const double count =
       std::ceil((static_cast<double>(limit) - static_cast<double>(start)) / static_cast<double>(delta));
-  // ORT casts a NaN or infinite count to int64 (INT64_MIN on x86) and so returns an empty range.
-  const int64_t n = std::isfinite(count) && count > 0 ? static_cast<int64_t>(count) : 0;
+  // ORT 1.31 rejects a NaN or infinite count (NaN start/limit/delta, infinite limit).
+  if (!std::isfinite(count)) c.Fail("the computed number of elements is not a finite value");
+  const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
   if (n > std::numeric_limits<int32_t>::max()) c.Fail("the output is too large");
   std::vector<T> values(n);
   for (int64_t i = 0; i < n; ++i) {
@@ -162,7 +163,8 @@ std::vector<mx::array> TranslateCast(const OpContext& c) {
 
 void RegisterTensorValueOps(OpRegistry& r) {
   r.Add({"", "Constant", 1, 25, ClaimConstant, TranslateConstant, HostEval::kFromValues});
-  r.Add({"", "ConstantOfShape", 9, 25, ClaimConstantOfShape, TranslateConstantOfShape, HostEval::kFromValues});
+  r.Add(
+      {"", "ConstantOfShape", 9, 25, ClaimConstantOfShape, TranslateConstantOfShape, HostEval::kFromValues});
   r.Add({"", "Range", 11, 25, ClaimRange, TranslateRange, HostEval::kFromValues});
   r.Add({"", "Cast", 6, 25, ClaimCast, TranslateCast, HostEval::kFromValues});
   r.Add({"", "CastLike", 15, 25, ClaimCast, TranslateCast, HostEval::kFromValues});

@@ -94,7 +94,17 @@ std::vector<mx::array> TranslateTrilu(const OpContext& c) {
 // ---------------------------------------------------------------------------------------------
 // CumSum
 
+// ORT's kernels reject exclusive/reverse other than 0 or 1 when they are created: left to them.
+Claim ClaimScanFlags(const NodeView& v) {
+  for (const char* flag : {"exclusive", "reverse"}) {
+    const int64_t f = v.node().AttrInt(flag, 0);
+    if (f != 0 && f != 1) return Claim::No(std::string("attribute ") + flag + "=" + std::to_string(f));
+  }
+  return Claim::Yes();
+}
+
 Claim ClaimCumSum(const NodeView& v) {
+  if (Claim flags = ClaimScanFlags(v); !flags.ok) return flags;
   const ElemType t = v.input_type(0);
   const bool v14 = v.node().since_version >= 14;
   if (!IsOneOf(t, {ElemType::kFloat, ElemType::kDouble, ElemType::kInt32, ElemType::kInt64, ElemType::kUInt32,
@@ -131,6 +141,7 @@ std::vector<mx::array> TranslateCumSum(const OpContext& c) { return TranslateSca
 // CumProd
 
 Claim ClaimCumProd(const NodeView& v) {
+  if (Claim flags = ClaimScanFlags(v); !flags.ok) return flags;
   const ElemType t = v.input_type(0);
   if (!IsOneOf(t, {ElemType::kFloat, ElemType::kFloat16, ElemType::kBFloat16, ElemType::kDouble,
                    ElemType::kInt32, ElemType::kInt64, ElemType::kUInt32, ElemType::kUInt64}))

@@ -121,14 +121,24 @@ std::vector<mx::array> TranslateSign(const OpContext& c) {
 // ---- Clip ----
 
 // Opset 6-10: min/max are float attributes (defaults: the float range). Floats only.
+// ORT's Clip is Eigen's cwiseMax(min).cwiseMin(max), i.e. std::max / std::min: a NaN in x stays
+// NaN, a NaN bound is ignored (x < NaN is false). mx::maximum / mx::minimum propagate a NaN bound
+// instead (so does the ONNX reference); the contract is ORT's.
+mx::array ClampAbove(const mx::array& x, const mx::array& lo, mx::Stream s) {
+  return mx::where(mx::less(x, lo, s), lo, x, s);
+}
+
+mx::array ClampBelow(const mx::array& x, const mx::array& hi, mx::Stream s) {
+  return mx::where(mx::less(hi, x, s), hi, x, s);
+}
+
 std::vector<mx::array> TranslateClipAttr(const OpContext& c) {
   mx::array x = Up(c);
   const mx::Dtype d = x.dtype();
   const float lo = c.node.AttrFloat("min", std::numeric_limits<float>::lowest());
   const float hi = c.node.AttrFloat("max", std::numeric_limits<float>::max());
   // ORT: cwiseMax(min) then cwiseMin(max), so min > max gives max everywhere.
-  x = mx::maximum(x, Scalar(lo, d), c.stream);
-  return Out(c, mx::minimum(x, Scalar(hi, d), c.stream));
+  return Out(c, ClampBelow(ClampAbove(x, Scalar(lo, d), c.stream), Scalar(hi, d), c.stream));
 }
 
 Claim ClaimClipAttr(const NodeView& v) { return unary::ClaimTyped(v, Types::kFloat); }
@@ -142,8 +152,17 @@ std::vector<mx::array> TranslateClipInputs(const OpContext& c) {
     return mx::reshape(b, {}, c.stream);
   };
   // Clamping is exact in any dtype: no float32 detour needed for float16/bfloat16.
-  if (c.has_input(1)) y = mx::maximum(y, bound(1), c.stream);
-  if (c.has_input(2)) y = mx::minimum(y, bound(2), c.stream);
+  // An absent bound is the type's range, as in ORT: -inf/inf clamp to lowest()/max() then.
+  const mx::Dtype d = y.dtype();
+  const bool floating = mx::issubdtype(d, mx::floating);
+  if (c.has_input(1))
+    y = ClampAbove(y, bound(1), c.stream);
+  else if (floating)
+    y = ClampAbove(y, mx::array(mx::finfo(d).min, d), c.stream);
+  if (c.has_input(2))
+    y = ClampBelow(y, bound(2), c.stream);
+  else if (floating)
+    y = ClampBelow(y, mx::array(mx::finfo(d).max, d), c.stream);
   return {y};
 }
 

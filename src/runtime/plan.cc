@@ -1,7 +1,9 @@
 #include "runtime/plan.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "partition/partition.h"
@@ -9,14 +11,9 @@
 namespace mlx_ep {
 namespace {
 
-std::string ShapeString(const mx::Shape& s) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
-  return os.str() + ']';
-}
-
-// Catches translation bugs at the node that has them, not as a wrong number downstream.
+// Catches translation bugs at the node that has them, not as a wrong number downstream. Only the
+// element type: a declared static shape may be stale (exporters stamp them, ORT only warns when
+// a produced value disagrees), so the real shape wins, as on ORT's CPU EP.
 void CheckOutput(const Plan& plan, const PlanNode& pn, size_t k, const mx::array& a) {
   const std::string& name = pn.node.outputs[k];
   auto t = plan.value_types.find(name);
@@ -24,11 +21,31 @@ void CheckOutput(const Plan& plan, const PlanNode& pn, size_t k, const mx::array
     throw std::logic_error("[MlxEp][" + pn.node.op_type + "] " + pn.node.Label() + ": output " +
                            std::to_string(k) + " is " + ElemName(FromMlxDtype(a.dtype())) + ", expected " +
                            ElemName(t->second));
-  auto s = plan.value_shapes.find(name);
-  if (s != plan.value_shapes.end() && mx::Shape(s->second.begin(), s->second.end()) != a.shape())
-    throw std::logic_error("[MlxEp][" + pn.node.op_type + "] " + pn.node.Label() + ": output " +
-                           std::to_string(k) + " has shape " + ShapeString(a.shape()) +
-                           ", ORT expects a different static shape");
+}
+
+// Bytes of `a`, saturating instead of wrapping for absurd shapes.
+size_t ByteSize(const mx::array& a) {
+  size_t n = a.itemsize();
+  for (int d : a.shape()) {
+    if (d > 0 && n > std::numeric_limits<size_t>::max() / static_cast<size_t>(d))
+      return std::numeric_limits<size_t>::max();
+    n *= static_cast<size_t>(std::max(d, 0));
+  }
+  return n;
+}
+
+// MLX's CPU allocator returns a null buffer when malloc fails and its kernels then write through
+// it (SIGSEGV). So reserve what a trace needs before anything is evaluated: if the address space
+// cannot hold it, fail like ORT's CPU EP ("Failed to allocate memory") instead of dying. Large
+// malloc()s are mmap()s that touch no page, so the probe costs microseconds.
+void EnsureAllocatable(size_t bytes, const std::string& what) {
+  constexpr size_t kProbeFrom = size_t{16} << 20;  // below this, ORT's own buffers fail first
+  if (bytes < kProbeFrom) return;
+  void* p = bytes == std::numeric_limits<size_t>::max() ? nullptr : std::malloc(bytes);
+  if (!p)
+    throw std::runtime_error("[MlxEp] Failed to allocate memory: " + what + " needs " +
+                             std::to_string(bytes) + " bytes");
+  std::free(p);
 }
 
 // Marks what must be known on the host: each node's host inputs and, behind a value produced by
@@ -108,13 +125,8 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
     for (const auto& [attr, body] : node.subgraphs)
       pn.subplans[attr] = std::make_shared<const Plan>(BuildPlanOf(
           *body, name + "/" + node.Label() + "/" + attr, body->inputs, body->outputs, registry, true));
-    for (const auto& out : node.outputs) {
-      const ValueInfo* v = graph.Value(out);
-      if (!v) continue;
-      plan.value_types[out] = v->type;
-      if (v->shape && std::all_of(v->shape->begin(), v->shape->end(), [](int64_t d) { return d >= 0; }))
-        plan.value_shapes[out] = *v->shape;
-    }
+    for (const auto& out : node.outputs)
+      if (const ValueInfo* v = graph.Value(out)) plan.value_types[out] = v->type;
     // Implicit inputs too: the bodies read this graph's constants by name.
     for (const auto& in : node.AllInputs()) AddConstant(plan, graph, in, input_index);
     plan.nodes.push_back(std::move(pn));
@@ -159,8 +171,12 @@ class PlanTrace {
         stream_(stream),
         host_stream_(mx::default_stream(mx::Device::cpu)),
         info_(info),
-        parent_(parent) {
+        parent_(parent),
+        check_sink_(parent ? parent->check_sink_ : &checks_) {
     for (const auto& [name, t] : plan.host_constants) host_[name] = t;
+    for (size_t i = 0; i < plan.nodes.size(); ++i)
+      for (const auto& in : plan.nodes[i].node.inputs) last_use_[in] = i;
+    for (const auto& out : plan.output_names) last_use_[out] = plan.nodes.size();  // never released
   }
 
   // A body's inputs: arrays and, where the enclosing translation knows them, host values.
@@ -197,15 +213,18 @@ class PlanTrace {
     if (pn.must_fold && !fold)
       throw std::logic_error("[MlxEp] " + pn.node.Label() +
                              ": an input has no host value, so the node cannot fold");
+    const size_t checks_before = check_sink_->size();
     std::optional<OpContext> ctx(Context(pn, fold));
     std::vector<mx::array> outs = pn.spec->translate(*ctx);
     if (fold && !pn.must_fold && TooLargeToFold(outs)) {
       // A large value nobody needs on the host stays an MLX computation (a broadcast full()
       // is cheaper than a dense constant); nothing was evaluated yet.
       fold = false;
+      check_sink_->erase(check_sink_->begin() + checks_before, check_sink_->end());
       ctx.emplace(Context(pn, false));
       outs = pn.spec->translate(*ctx);
     }
+    if (fold) RunChecksNow(checks_before);
     const auto& host_outputs = ctx->host_outputs();
     CheckOutputCount(pn, outs);
     if (fold && info_) ++info_->folded;
@@ -213,6 +232,8 @@ class PlanTrace {
       const std::string& name = pn.node.outputs[k];
       if (name.empty()) continue;
       if (fold) {
+        EnsureAllocatable(ByteSize(outs[k]),
+                          pn.node.Label() + " (" + pn.node.op_type + ") folded on the host");
         auto host = ToHostTensor(outs[k], host_stream_);
         outs[k] = ToArray(*host);  // a constant of the traced graph
         host_[name] = std::move(host);
@@ -221,14 +242,21 @@ class PlanTrace {
       }
       CheckOutput(plan_, pn, k, outs[k]);
       Note(outs[k]);
+      Count(pn, name, ByteSize(outs[k]));
       values_.insert_or_assign(name, outs[k]);
     }
+    Release(ran_++, pn);
   }
 
   std::vector<mx::array> Outputs() {
     std::vector<mx::array> outputs;
-    for (const auto& name : plan_.output_names)
+    for (const auto& name : plan_.output_names) {
       outputs.push_back(mx::contiguous(*Array(name), false, stream_));
+      bytes_ = std::max(bytes_, live_ = SaturatingAdd(live_, ByteSize(outputs.back())));  // ORT's copy
+    }
+    EnsureAllocatable(bytes_, "partition " + plan_.name + " (largest value: output of " + largest_ + ", " +
+                                  std::to_string(largest_bytes_) + " bytes)");
+    if (!check_sink_->empty()) outputs.push_back(FirstFailedCheck());
     return outputs;
   }
 
@@ -286,6 +314,7 @@ class PlanTrace {
     }
     OpContext ctx(pn.node, std::move(inputs), std::move(host), std::move(out_types),
                   fold ? host_stream_ : stream_);
+    ctx.set_checks(check_sink_);  // a body's checks join the enclosing partition's
     if (!pn.subplans.empty())
       ctx.set_subgraph_tracer([this, &pn](const std::string& attr, const std::vector<TracedValue>& in) {
         return TraceBody(pn, attr, in);
@@ -307,6 +336,55 @@ class PlanTrace {
     });
   }
 
+  // A folded node's checks hold host data: evaluate them at once.
+  void RunChecksNow(size_t from) {
+    for (size_t i = from; i < check_sink_->size(); ++i) {
+      mx::eval((*check_sink_)[i].ok);
+      if (!(*check_sink_)[i].ok.item<bool>()) throw std::invalid_argument((*check_sink_)[i].message);
+    }
+    check_sink_->erase(check_sink_->begin() + from, check_sink_->end());
+  }
+
+  // -1 when every check holds, else the index of the first that fails; the messages go to info_.
+  mx::array FirstFailedCheck() {
+    mx::array code(-1, mx::int32);
+    for (size_t i = check_sink_->size(); i-- > 0;)
+      code = mx::where((*check_sink_)[i].ok, code, mx::array(static_cast<int32_t>(i), mx::int32), stream_);
+    if (info_)
+      for (const auto& check : (*check_sink_)) info_->check_messages.push_back(check.message);
+    return code;
+  }
+
+  static size_t SaturatingAdd(size_t a, size_t b) {
+    return a > std::numeric_limits<size_t>::max() - b ? std::numeric_limits<size_t>::max() : a + b;
+  }
+
+  // The peak of live bytes when the nodes run in plan order, each value live from its node to its
+  // last consumer (a partition output to the end), as ORT's CPU EP would allocate them.
+  void Count(const PlanNode& pn, const std::string& name, size_t bytes) {
+    live_ = SaturatingAdd(live_, bytes);
+    live_bytes_[name] = bytes;
+    bytes_ = std::max(bytes_, live_);
+    if (bytes >= largest_bytes_) {
+      largest_bytes_ = bytes;
+      largest_ = pn.node.Label() + " (" + pn.node.op_type + ")";
+    }
+  }
+
+  // After node `index` ran: the values it was the last consumer of are dead, and its outputs that
+  // nobody reads.
+  void Release(size_t index, const PlanNode& pn) {
+    std::vector<std::string> done = pn.node.inputs;
+    done.insert(done.end(), pn.node.outputs.begin(), pn.node.outputs.end());
+    for (const auto& name : done) {
+      auto last = last_use_.find(name);
+      auto live = live_bytes_.find(name);
+      if (live == live_bytes_.end() || (last != last_use_.end() && last->second != index)) continue;
+      live_ -= std::min(live_, live->second);
+      live_bytes_.erase(live);
+    }
+  }
+
   void Note(const mx::array& a) {
     if (info_ && a.size() == 0) info_->saw_empty = true;
   }
@@ -324,8 +402,17 @@ class PlanTrace {
   mx::Stream host_stream_;
   TraceInfo* info_;
   const PlanTrace* parent_;
+  std::vector<RuntimeCheck> checks_;        // OpContext::Require, of nodes not folded
+  std::vector<RuntimeCheck>* check_sink_;   // &checks_, or the enclosing trace's (a body's)
   std::unordered_map<std::string, mx::array> values_;
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_;
+  std::unordered_map<std::string, size_t> last_use_;    // value -> index of its last consumer
+  std::unordered_map<std::string, size_t> live_bytes_;  // produced values still live
+  size_t ran_ = 0;                                      // nodes traced so far
+  size_t live_ = 0;
+  size_t bytes_ = 0;  // peak of live_, for EnsureAllocatable
+  size_t largest_bytes_ = 0;
+  std::string largest_;
 };
 
 }  // namespace

@@ -43,8 +43,6 @@ struct Plan {
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_constants;
   /** Expected element type of every value the plan produces (checked after each node). */
   std::unordered_map<std::string, ElemType> value_types;
-  /** Static shapes of produced values, where ORT knows every dim (checked after each node). */
-  std::unordered_map<std::string, std::vector<int64_t>> value_shapes;
   /** True for the plan of a body: names it neither produces nor holds come from the enclosing trace. */
   bool is_subgraph = false;
 };
@@ -58,6 +56,8 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
 struct TraceInfo {
   bool saw_empty = false;  ///< some input or produced value has zero elements
   size_t folded = 0;       ///< nodes evaluated on the host (shape arithmetic folded)
+  /** Messages of the runtime checks (OpContext::Require) by check code, see TracePlan. */
+  std::vector<std::string> check_messages;
 };
 
 /** Values with at most this many elements keep their host value through a trace even when no
@@ -65,9 +65,11 @@ struct TraceInfo {
 inline constexpr int64_t kMaxFoldedElements = 1 << 16;
 
 /** Traces the plan: feeds `inputs` (one per input_names entry) through every node's translation
- *  and returns the outputs, row-contiguous. `host_inputs[i]` is set for inputs read on the host.
- *  Nodes whose inputs all have host values fold: they are evaluated on MLX's CPU device while
- *  tracing and their outputs become constants of the traced graph. */
+ *  and returns the outputs, row-contiguous. When translations recorded runtime checks, one more
+ *  output follows: an int32 scalar, -1 when every check held, else the code of the first that
+ *  failed (info->check_messages[code] says what). Checks of folded nodes fail while tracing.
+ *  `host_inputs[i]` is set for inputs read on the host. Nodes whose inputs all have host values fold: they
+ * are evaluated on MLX's CPU device while tracing and their outputs become constants of the traced graph. */
 std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,
                                  const std::vector<const Tensor*>& host_inputs, mx::Stream stream,
                                  TraceInfo* info = nullptr);

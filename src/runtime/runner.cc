@@ -81,9 +81,11 @@ mx::Device PartitionRunner::ChooseDevice(const std::vector<mx::array>& inputs,
 }
 
 std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inputs,
-                                              const std::vector<const Tensor*>& host, mx::Device device) {
+                                              const std::vector<const Tensor*>& host, mx::Device device,
+                                              std::vector<std::string>* check_messages) {
   TraceInfo info;
   std::vector<mx::array> outputs = TracePlan(plan_, inputs, host, mx::default_stream(device), &info);
+  if (check_messages) *check_messages = std::move(info.check_messages);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.traces;
   stats_.folded_nodes += info.folded;
@@ -167,7 +169,8 @@ std::vector<std::shared_ptr<const Tensor>> PartitionRunner::HostValues(
 }
 
 std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>& inputs,
-                                                 const std::vector<mx::array>& arrays) {
+                                                 const std::vector<mx::array>& arrays,
+                                                 std::shared_ptr<std::vector<std::string>>& check_messages) {
   auto pointers = [](const std::vector<std::shared_ptr<const Tensor>>& host) {
     std::vector<const Tensor*> ptrs(host.size(), nullptr);
     for (size_t i = 0; i < host.size(); ++i) ptrs[i] = host[i].get();
@@ -176,7 +179,8 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
   if (!compile_) {
     const auto host = HostValues(inputs);
     const auto host_ptrs = pointers(host);
-    return Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs));
+    check_messages = std::make_shared<std::vector<std::string>>();
+    return Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs), check_messages.get());
   }
   // On a hit nothing is copied: the key holds the host inputs' bytes, the entry their values.
   const SignatureKey key = MakeKey(inputs);
@@ -185,17 +189,19 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
     auto host = HostValues(inputs);
     const auto host_ptrs = pointers(host);
     const mx::Device device = ChooseDevice(arrays, host_ptrs);
-    auto traced = [this, host_ptrs, device](const std::vector<mx::array>& in) {
-      return Trace(in, host_ptrs, device);
+    auto messages = std::make_shared<std::vector<std::string>>();
+    auto traced = [this, host_ptrs, device, messages](const std::vector<mx::array>& in) {
+      return Trace(in, host_ptrs, device, messages.get());
     };
-    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}});
+    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages});
   }
+  check_messages = entry->check_messages;
   return entry->fn(arrays);
 }
 
 void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink) {
   uint64_t copied = 0, adopted = 0;
-  for (size_t k = 0; k < outputs.size(); ++k) {
+  for (size_t k = 0; k < plan_.output_names.size(); ++k) {  // not the runtime checks' verdict
     const mx::array& a = outputs[k];
     const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
     if (DeviceMemoryEnabled() && Adoptable(a)) {
@@ -230,8 +236,17 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
     stats_.bytes_in_host_copied += copied;
     stats_.bytes_in_wrapped += wrapped;
   }
-  std::vector<mx::array> outputs = Evaluate(inputs, arrays);
+  std::shared_ptr<std::vector<std::string>> check_messages;
+  std::vector<mx::array> outputs = Evaluate(inputs, arrays, check_messages);
   mx::eval(outputs);
+  // The runtime checks' verdict (TracePlan) is the output after the partition's outputs.
+  if (outputs.size() > plan_.output_names.size()) {
+    const int32_t failed = outputs.back().item<int32_t>();
+    if (failed >= 0)
+      throw std::invalid_argument(static_cast<size_t>(failed) < check_messages->size()
+                                      ? check_messages->at(failed)
+                                      : "[MlxEp] a runtime check of partition " + plan_.name + " failed");
+  }
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
   // output, and an output that aliases an input (Identity) still points at live memory.
   WriteOutputs(outputs, sink);

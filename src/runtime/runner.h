@@ -80,6 +80,8 @@ class PartitionRunner {
     MlxFunction fn;
     std::vector<std::shared_ptr<const Tensor>> host_values;  // baked into fn, kept alive with it
     std::list<SignatureKey>::iterator lru;                   // this entry's place in lru_
+    /** What fn's runtime checks say when they fail (filled by its first trace). */
+    std::shared_ptr<std::vector<std::string>> check_messages;
   };
 
   /** The device a signature runs on: the runtime device, except that graphs holding an empty
@@ -89,7 +91,7 @@ class PartitionRunner {
   mx::Device ChooseDevice(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) const;
   /** Traces the plan for `device` and counts the trace. */
   std::vector<mx::array> Trace(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host,
-                               mx::Device device);
+                               mx::Device device, std::vector<std::string>* check_messages = nullptr);
   /** The compiled function for `key`, or nullptr (a miss); counts the hit or miss. */
   CacheEntry* Find(const SignatureKey& key);
   /** Adds the compiled function for `key` and keeps the cache bound. */
@@ -99,9 +101,10 @@ class PartitionRunner {
   /** Copies of the host inputs' values (null for the others), for a trace. */
   std::vector<std::shared_ptr<const Tensor>> HostValues(const std::vector<InputTensor>& inputs) const;
   /** The partition's (unevaluated) outputs for `arrays`: the compiled function for the inputs'
-   *  signature, traced and compiled on a miss; the traced graph when not compiling. */
-  std::vector<mx::array> Evaluate(const std::vector<InputTensor>& inputs,
-                                  const std::vector<mx::array>& arrays);
+   *  signature, traced and compiled on a miss; the traced graph when not compiling. When the
+   *  plan has runtime checks, their verdict is one more output; `check_messages` their texts. */
+  std::vector<mx::array> Evaluate(const std::vector<InputTensor>& inputs, const std::vector<mx::array>& arrays,
+                                  std::shared_ptr<std::vector<std::string>>& check_messages);
   /** Writes the evaluated outputs into the buffers `sink` gives; counts the bytes. */
   void WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink);
   /** The body of Run, on the MLX thread. */
