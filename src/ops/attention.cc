@@ -198,6 +198,7 @@ HeadInputs ToHeads(const OpContext& c) {
   }
   if (k.shape(2) != v.shape(2)) c.Fail("K and V sequence lengths differ");
   if (v.shape(3) <= 0) c.Fail("V head size must be greater than 0");
+  if (q.shape(2) == 0) c.Fail("Q sequence length must be greater than 0");  // as ORT's checkParameters
   if (k.shape(2) == 0) c.Fail("the total kv sequence length is 0 (softmax over no keys)");
   return {q, k, v, past_len};
 }
