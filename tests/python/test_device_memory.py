@@ -121,9 +121,10 @@ def check_state_stays_on_device():
 
 @pytest.mark.skipif(not on_gpu(), reason="the EP registers device memory on a GPU runtime device only; "
                     "this MLX runs on the CPU (ORT's host memory is wrapped there without a copy)")
+@pytest.mark.xfail(strict=True, reason="measured on the H200 (docs/gpu_memory.md): bind_output(name, 'gpu') asks "
+                   "ORT for NVIDIA-vendor memory, the EP registers vendor 0: 'Failed to find allocator for "
+                   "device ... VendorId:4318'; device memory stays opt-in on GPUs until this passes")
 def test_state_stays_on_device_across_runs():
-    # Device memory is opt-in on GPUs (docs/gpu_memory.md): measured on the H200, this check
-    # fails at bind_output(name, "gpu"), which asks ORT for NVIDIA-vendor memory.
     check_in_child_process(ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="1")
 
 
