@@ -94,6 +94,16 @@ mx::array ToArray(const Tensor& t) {
   return mx::array(copy, shape, *dtype, [](void* p) { delete[] static_cast<uint8_t*>(p); });
 }
 
+mx::array ShareArray(std::shared_ptr<const Tensor> t) {
+  auto dtype = ToMlxDtype(t->type);
+  if (!dtype) throw std::invalid_argument("[MlxEp] no MLX dtype for " + ElemName(t->type));
+  if (t->bytes.empty()) return ToArray(*t);  // no bytes to share (MLX wants a valid pointer)
+  mx::Shape shape(t->shape.begin(), t->shape.end());
+  void* data = const_cast<uint8_t*>(t->bytes.data());  // MLX never writes an array it does not own alone
+  auto* owner = new std::shared_ptr<const Tensor>(std::move(t));
+  return mx::array(data, shape, *dtype, [owner](void*) { delete owner; });
+}
+
 std::optional<mx::Dtype> ToMlxDtype(ElemType t) {
   switch (t) {
     case ElemType::kBool:

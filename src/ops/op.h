@@ -211,6 +211,10 @@ ElemType FromMlxDtype(mx::Dtype d);
 
 /** Copies a host tensor (a constant, an attribute tensor) into a new MLX array. */
 mx::array ToArray(const Tensor& t);
+/** An MLX array over `t`'s bytes, keeping `t` alive: no copy on MLX's CPU device (a GPU device
+ *  copies them, as MLX's CUDA backend cannot wrap host memory). For constant initializers,
+ *  which the graph snapshot already copied out of ORT: held once, not twice. */
+mx::array ShareArray(std::shared_ptr<const Tensor> t);
 
 /** The device translations run on (chosen once per process: GPU when MLX has one). */
 mx::Device RuntimeDevice();

@@ -98,7 +98,7 @@ void AddConstant(Plan& plan, const Graph& graph, const std::string& name,
                  const std::unordered_map<std::string, size_t>& input_index) {
   const ValueInfo* v = graph.Value(name);
   if (!v || !v->constant || input_index.count(name) || plan.constants.count(name)) return;
-  plan.constants.emplace(name, ToArray(*v->constant));
+  plan.constants.emplace(name, ShareArray(v->constant));  // the snapshot's copy, not a second one
   if (v->constant->NumElements() <= kMaxFoldedElements) plan.host_constants[name] = v->constant;
 }
 
