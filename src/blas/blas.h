@@ -27,9 +27,10 @@ struct BlasBinding {
 void ConfigureBlasThreads();
 
 /** OpenBLAS threads unless ONNXRUNTIME_EP_MLX_BLAS_THREADS says otherwise. One, measured on a
- *  2-core machine (docs/performance.md): a second thread makes MLX's GEMMs up to 2x faster, but
- *  it spins after each GEMM and doubles the time of ORT CPU EP work that runs next in the same
- *  process (the nodes of a model that the EP leaves to ORT). */
+ *  2-core machine (docs/performance.md) with OpenBLAS's own thread server: a second thread made
+ *  MLX's GEMMs up to 2x faster, but spun after each GEMM and doubled the time of ORT CPU EP work
+ *  running next in the same process. Parallel GEMMs now run on the EP's sleeping pool
+ *  (blas_pool.c); the default is to be re-measured with it. */
 constexpr int kDefaultBlasThreads = 1;
 
 /** Reads libmlx's binding of cblas_sgemm (its GOT slot); when the slot is still unresolved
