@@ -175,7 +175,7 @@ class PlanTrace {
         check_sink_(parent ? parent->check_sink_ : &checks_) {
     for (const auto& [name, t] : plan.host_constants) host_[name] = t;
     for (size_t i = 0; i < plan.nodes.size(); ++i)
-      for (const auto& in : plan.nodes[i].node.inputs) last_use_[in] = i;
+      for (const auto& in : plan.nodes[i].node.AllInputs()) last_use_[in] = i;  // bodies read implicit ones
     for (const auto& out : plan.output_names) last_use_[out] = plan.nodes.size();  // never released
   }
 
@@ -374,7 +374,7 @@ class PlanTrace {
   // After node `index` ran: the values it was the last consumer of are dead, and its outputs that
   // nobody reads.
   void Release(size_t index, const PlanNode& pn) {
-    std::vector<std::string> done = pn.node.inputs;
+    std::vector<std::string> done = pn.node.AllInputs();
     done.insert(done.end(), pn.node.outputs.begin(), pn.node.outputs.end());
     for (const auto& name : done) {
       auto last = last_use_.find(name);
