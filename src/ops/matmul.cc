@@ -8,6 +8,7 @@
 //    don't leak). With K == 0, ORT returns C broadcast without applying beta; so do we. Gemm 1-6 (`broadcast`
 //    attribute) is declined: ORT's CPU EP has no kernel.
 #include "ops/claim_util.h"
+#include "ops/matmul_internal.h"
 #include "ops/registry.h"
 
 namespace mlx_ep {
@@ -57,31 +58,9 @@ Claim ClaimMatMul(const NodeView& v) {
 
 std::vector<mx::array> TranslateMatMul(const OpContext& c) {
   const mx::Stream s = c.stream;
-  mx::array a = c.input(0);
-  mx::array b = c.input(1);
-  if (a.ndim() == 0 || b.ndim() == 0) c.Fail("MatMul operands must have rank >= 1");
-  const bool a_vec = a.ndim() == 1, b_vec = b.ndim() == 1;
-  if (a_vec) a = mx::expand_dims(a, 0, s);
-  if (b_vec) b = mx::expand_dims(b, 1, s);
-  if (a.shape(-1) != b.shape(-2))
-    c.Fail("inner dimensions differ: " + std::to_string(a.shape(-1)) + " vs " + std::to_string(b.shape(-2)));
-
-  // Output shape: broadcast batch dims + [M, N].
-  mx::Shape a_batch(a.shape().begin(), a.shape().end() - 2), b_batch(b.shape().begin(), b.shape().end() - 2);
-  mx::Shape out_shape = mx::broadcast_shapes(a_batch, b_batch);
-  out_shape.push_back(a.shape(-2));
-  out_shape.push_back(b.shape(-1));
-
-  mx::array y = [&]() -> mx::array {
-    int64_t out_size = 1;
-    for (int d : out_shape) out_size *= d;
-    if (out_size == 0 || a.shape(-1) == 0) return mx::zeros(out_shape, a.dtype(), s);
-    if (IsFloating(FromMlxDtype(a.dtype()))) return mx::matmul(a, b, s);
-    return IntegerMatmul(a, b, s);
-  }();
-  if (b_vec) y = mx::squeeze(y, -1, s);
-  if (a_vec) y = mx::squeeze(y, b_vec ? -1 : -2, s);
-  return {y};
+  return {NumpyMatmul(c, c.input(0), c.input(1), [&](const mx::array& a, const mx::array& b) {
+    return IsFloating(FromMlxDtype(a.dtype())) ? mx::matmul(a, b, s) : IntegerMatmul(a, b, s);
+  })};
 }
 
 // ---- Gemm --------------------------------------------------------------------------------------
@@ -134,6 +113,28 @@ std::vector<mx::array> TranslateGemm(const OpContext& c) {
 }
 
 }  // namespace
+
+mx::array NumpyMatmul(const OpContext& c, mx::array a, mx::array b, const MatmulProduct& product) {
+  const mx::Stream s = c.stream;
+  if (a.ndim() == 0 || b.ndim() == 0) c.Fail("MatMul operands must have rank >= 1");
+  const bool a_vec = a.ndim() == 1, b_vec = b.ndim() == 1;
+  if (a_vec) a = mx::expand_dims(a, 0, s);
+  if (b_vec) b = mx::expand_dims(b, 1, s);
+  if (a.shape(-1) != b.shape(-2))
+    c.Fail("inner dimensions differ: " + std::to_string(a.shape(-1)) + " vs " + std::to_string(b.shape(-2)));
+
+  // Output shape: broadcast batch dims + [M, N].
+  mx::Shape a_batch(a.shape().begin(), a.shape().end() - 2), b_batch(b.shape().begin(), b.shape().end() - 2);
+  mx::Shape out_shape = mx::broadcast_shapes(a_batch, b_batch);
+  out_shape.push_back(a.shape(-2));
+  out_shape.push_back(b.shape(-1));
+  int64_t out_size = 1;
+  for (int d : out_shape) out_size *= d;
+  mx::array y = out_size == 0 || a.shape(-1) == 0 ? mx::zeros(out_shape, a.dtype(), s) : product(a, b);
+  if (b_vec) y = mx::squeeze(y, -1, s);
+  if (a_vec) y = mx::squeeze(y, b_vec ? -1 : -2, s);
+  return y;
+}
 
 void RegisterMatmulOps(OpRegistry& r) {
   r.Add({"", "MatMul", 1, 13, ClaimMatMul, TranslateMatMul});

@@ -12,6 +12,7 @@
 // another alpha the product is computed in float32, scaled and rounded once. float64 is declined.
 // A trans flag on a 1-D operand is declined (no matrix to transpose).
 #include "ops/claim_util.h"
+#include "ops/matmul_internal.h"
 #include "ops/registry.h"
 
 namespace mlx_ep {
@@ -69,31 +70,13 @@ std::vector<mx::array> TranslateFusedMatMul(const OpContext& c) {
   if (auto p = OperandPerm(rank_b, n.AttrInt("transB", 0) && rank_b >= 2, batch_b); !p.empty())
     b = mx::transpose(b, p, s);
 
-  // From here as MatMul: 1-D operands are promoted and the added dim dropped again.
-  const bool a_vec = a.ndim() == 1, b_vec = b.ndim() == 1;
-  if (a_vec) a = mx::expand_dims(a, 0, s);
-  if (b_vec) b = mx::expand_dims(b, 1, s);
-  if (a.shape(-1) != b.shape(-2))
-    c.Fail("inner dimensions differ: " + std::to_string(a.shape(-1)) + " vs " + std::to_string(b.shape(-2)));
-  mx::Shape a_batch(a.shape().begin(), a.shape().end() - 2), b_batch(b.shape().begin(), b.shape().end() - 2);
-  mx::Shape out_shape = mx::broadcast_shapes(a_batch, b_batch);
-  out_shape.push_back(a.shape(-2));
-  out_shape.push_back(b.shape(-1));
-
-  const mx::Dtype dt = a.dtype();
   const float alpha = n.AttrFloat("alpha", 1.f);
-  mx::array y = [&]() -> mx::array {
-    int64_t out_size = 1;
-    for (int d : out_shape) out_size *= d;
-    if (out_size == 0 || a.shape(-1) == 0) return mx::zeros(out_shape, dt, s);
-    if (alpha == 1.f) return mx::matmul(a, b, s);
+  return {NumpyMatmul(c, a, b, [&](const mx::array& x, const mx::array& y) {
+    if (alpha == 1.f) return mx::matmul(x, y, s);
     // Scaled in float32 before the one rounding (ORT's GEMM applies alpha to its float sums).
-    const mx::array p = mx::matmul(mx::astype(a, mx::float32, s), mx::astype(b, mx::float32, s), s);
-    return mx::astype(mx::multiply(p, mx::array(alpha, mx::float32), s), dt, s);
-  }();
-  if (b_vec) y = mx::squeeze(y, -1, s);
-  if (a_vec) y = mx::squeeze(y, b_vec ? -1 : -2, s);
-  return {y};
+    const mx::array p = mx::matmul(mx::astype(x, mx::float32, s), mx::astype(y, mx::float32, s), s);
+    return mx::astype(mx::multiply(p, mx::array(alpha, mx::float32), s), x.dtype(), s);
+  })};
 }
 
 }  // namespace
