@@ -21,6 +21,7 @@
 #include "ops/claim_util.h"
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
+#include "ops/shape_internal.h"
 #include "ops/unary_internal.h"
 
 namespace mlx_ep {
@@ -200,15 +201,6 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
 
 // ---- RMSNormalization --------------------------------------------------------------------------
 
-/** True when `from` broadcasts (numpy rules) to exactly `to`. */
-bool BroadcastsTo(const mx::Shape& from, const mx::Shape& to) {
-  if (from.size() > to.size()) return false;
-  const size_t lead = to.size() - from.size();
-  for (size_t i = 0; i < from.size(); ++i)
-    if (from[i] != 1 && from[i] != to[lead + i]) return false;
-  return true;
-}
-
 Claim ClaimRmsNorm(const NodeView& v) {
   const ElemType t = v.input_type(0);
   if (!IsFloating(t)) return Claim::No(TypeReason(v, 0));
@@ -228,7 +220,7 @@ std::vector<mx::array> TranslateRmsNorm(const OpContext& c) {
   if (axis < -rank || axis >= rank)
     c.Fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
   if (axis < 0) axis += rank;
-  if (!BroadcastsTo(scale.shape(), x.shape())) c.Fail("Scale is not broadcastable to X's shape");
+  if (!shape_util::BroadcastsTo(scale.shape(), x.shape())) c.Fail("Scale is not broadcastable to X's shape");
   std::vector<int> axes;
   for (int i = static_cast<int>(axis); i < rank; ++i) axes.push_back(i);
   int64_t norm_size = 1;

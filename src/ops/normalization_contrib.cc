@@ -29,20 +29,12 @@
 #include "ops/claim_util.h"
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
+#include "ops/shape_internal.h"
 
 namespace mlx_ep {
 namespace {
 
 constexpr const char* kMsDomain = "com.microsoft";
-
-/** True when `from` broadcasts (numpy rules) to exactly `to`. */
-bool BroadcastsTo(const mx::Shape& from, const mx::Shape& to) {
-  if (from.size() > to.size()) return false;
-  const size_t lead = to.size() - from.size();
-  for (size_t i = 0; i < from.size(); ++i)
-    if (from[i] != 1 && from[i] != to[lead + i]) return false;
-  return true;
-}
 
 /** True when `p` holds one value per position of the last axis of a [..., n] array (any leading
  *  dims are 1), so that it can be flattened to the 1-D weight the fused MLX kernels take. */
@@ -176,7 +168,8 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
   const mx::array& scale = c.input(1);
   std::optional<mx::array> bias;
   if (!kSimplified && c.has_input(2)) bias = c.input(2);
-  if (!BroadcastsTo(scale.shape(), x.shape()) || (bias && !BroadcastsTo(bias->shape(), x.shape())))
+  if (!shape_util::BroadcastsTo(scale.shape(), x.shape()) ||
+      (bias && !shape_util::BroadcastsTo(bias->shape(), x.shape())))
     c.Fail("scale and bias must be broadcastable to X's shape");
 
   // Statistic output slots: Mean and InvStdDev (1, 2), or inv_std_var (1) for the simplified form.

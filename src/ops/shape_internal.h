@@ -32,6 +32,15 @@ inline mx::Shape ToShape(const OpContext& c, const std::vector<int64_t>& dims) {
   return s;
 }
 
+/** True when `from` broadcasts (numpy rules) to exactly `to`. */
+inline bool BroadcastsTo(const mx::Shape& from, const mx::Shape& to) {
+  if (from.size() > to.size()) return false;
+  const size_t lead = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1 && from[i] != to[lead + i]) return false;
+  return true;
+}
+
 /** The shape of an array as int64 dims. */
 inline std::vector<int64_t> Dims(const mx::array& a) { return {a.shape().begin(), a.shape().end()}; }
 
