@@ -271,24 +271,18 @@ def test_pool_ceil_mode_other_than_0_1_is_left_to_ort():
 
 # ---- (5) no leak -------------------------------------------------------------------------------
 
-def rss_bytes():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def leak_runs():
+    """tools/fuzz/leak_runs.py (the long leak check): its model and RSS reader serve this test too."""
+    sys.path.insert(0, str(ROOT / "tools" / "fuzz"))
+    import leak_runs as lr  # noqa: PLC0415
+    return lr
 
 
 def test_rss_stays_flat_over_runs_with_varying_shapes():
     # Shapes cycle through a bounded set (the compile cache holds them all), so after a warm-up
     # nothing may grow: not MLX's buffers, not the caches, not ORT's outputs.
-    f = TensorProto.FLOAT
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Gather", ["h", "i"], ["g"], axis=0),
-             helper.make_node("Softmax", ["g"], ["y"], axis=-1)]
-    graph = helper.make_graph(nodes, "leak", [helper.make_tensor_value_info("x", f, ["n", 16]),
-                                              helper.make_tensor_value_info("i", TensorProto.INT64, ["k"])],
-                              [helper.make_tensor_value_info("y", f, ["k", 16])],
-                              [helper.make_tensor("w", f, [16, 16], np.eye(16, dtype=np.float32).ravel())])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    sess = mlx_session(model)
+    lr = leak_runs()
+    sess = mlx_session(lr.model())
     rng = np.random.default_rng(0)
     shapes = [(n, k) for n in (1, 3, 8, 17) for k in (1, 5)]
 
@@ -300,10 +294,10 @@ def test_rss_stays_flat_over_runs_with_varying_shapes():
 
     runs(300)
     gc.collect()
-    before = rss_bytes()
+    before = lr.rss()
     runs(2000)
     gc.collect()
-    grown = rss_bytes() - before
+    grown = lr.rss() - before
     assert grown < 4 << 20, f"RSS grew by {grown} bytes over 2000 runs"
 
 
