@@ -1,8 +1,10 @@
 #include "blas/blas.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "common/env.h"
 #include "common/log.h"
@@ -13,6 +15,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <sched.h>
 #endif
 
 #if defined(MLX_EP_HAVE_BLAS_SHIM)
@@ -187,18 +190,26 @@ BlasBinding Inspect() {
 
 int BlasThreadsFromEnv() {
   const std::string value = EnvString(env::kBlasThreads);
-  if (value.empty()) return kDefaultBlasThreads;
+  if (value.empty()) return DefaultBlasThreads();
   char* end = nullptr;
   const long n = std::strtol(value.c_str(), &end, 10);
   if (end == value.c_str() || *end != '\0' || n < 1 || n > 1024) {
     LogLine(std::string(env::kBlasThreads) + "=" + value + " is not a thread count (1 or more); using " +
-            std::to_string(kDefaultBlasThreads));
-    return kDefaultBlasThreads;
+            std::to_string(DefaultBlasThreads()));
+    return DefaultBlasThreads();
   }
   return static_cast<int>(n);
 }
 
 }  // namespace
+
+int DefaultBlasThreads() {
+#if defined(__linux__)
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0) return std::max(1, CPU_COUNT(&cpus));
+#endif
+  return std::max(1u, std::thread::hardware_concurrency());
+}
 
 void ConfigureBlasThreads() {
   static std::once_flag once;

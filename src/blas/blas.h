@@ -26,12 +26,13 @@ struct BlasBinding {
  *  kDefaultBlasThreads. No-op without the shim. */
 void ConfigureBlasThreads();
 
-/** OpenBLAS threads unless ONNXRUNTIME_EP_MLX_BLAS_THREADS says otherwise. One, measured on a
- *  2-core machine (docs/performance.md) with OpenBLAS's own thread server: a second thread made
- *  MLX's GEMMs up to 2x faster, but spun after each GEMM and doubled the time of ORT CPU EP work
- *  running next in the same process. Parallel GEMMs now run on the EP's sleeping pool
- *  (blas_pool.c); the default is to be re-measured with it. */
-constexpr int kDefaultBlasThreads = 1;
+/** OpenBLAS threads unless ONNXRUNTIME_EP_MLX_BLAS_THREADS says otherwise: the CPUs this process
+ *  may run on (its affinity mask), as OpenBLAS and ORT's intra-op pool choose. Measured on a
+ *  2-core machine (docs/performance.md): with the EP's sleeping pool (blas_pool.c) 2 threads make
+ *  a 512x256x1024 MatMul 1.8x faster than 1 and leave an ORT CPU session next to it at its own
+ *  speed (OpenBLAS's own server spun after each GEMM and doubled ORT's time; that was why the
+ *  default used to be 1). Larger machines are not measured on the CPU backend. */
+int DefaultBlasThreads();
 
 /** Reads libmlx's binding of cblas_sgemm (its GOT slot); when the slot is still unresolved
  *  (lazy binding), first runs a 2x2 matmul on MLX's CPU stream to resolve it. */

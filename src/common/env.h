@@ -41,7 +41,7 @@ constexpr const char* kDeviceMemory =
     "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY";  // "1": GPU allocator/data transfer (opt-in); "force": on CPU too
 constexpr const char* kSpinMicros = "ONNXRUNTIME_EP_MLX_SPIN_US";  // hand-off spin bound (0: off)
 constexpr const char* kBlasThreads =
-    "ONNXRUNTIME_EP_MLX_BLAS_THREADS";  // OpenBLAS threads (Linux, default 1)
+    "ONNXRUNTIME_EP_MLX_BLAS_THREADS";  // OpenBLAS threads (Linux, default: the CPUs of the process)
 constexpr const char* kAttentionVjpDenseLimit =
     "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_DENSE_LIMIT_BYTES";  // AttentionVJP score budget (64 MiB)
 }  // namespace env

@@ -157,7 +157,8 @@ def test_libmlx_sgemm_resolves_to_openblas_in_this_process():
     assert metadata["blas"] == "openblas", dict(metadata)
     assert os.path.basename(metadata["blas_sgemm_library"]) == "libonnxruntime_ep_mlx_blas.so"
     assert os.path.basename(metadata["blas_library"]).startswith("libscipy_openblas")
-    assert metadata["blas_threads"] == "1"  # the default policy
+    # the default policy: the CPUs this process may run on
+    assert metadata["blas_threads"] == str(len(os.sched_getaffinity(0)))
 
 
 @LINUX_ONLY
@@ -174,11 +175,13 @@ def test_libmlx_loaded_first_is_detected_with_its_remedy():
 
 @LINUX_ONLY
 def test_blas_threads_variable():
-    metadata, stderr = device_metadata(ONNXRUNTIME_EP_MLX_BLAS_THREADS="2", ONNXRUNTIME_EP_MLX_VERBOSE="1")
-    assert metadata["blas_threads"] == "2"
-    assert "OpenBLAS" in stderr and "2 threads" in stderr, stderr
-    metadata, stderr = device_metadata(ONNXRUNTIME_EP_MLX_BLAS_THREADS="lots")
+    metadata, stderr = device_metadata(ONNXRUNTIME_EP_MLX_BLAS_THREADS="3", ONNXRUNTIME_EP_MLX_VERBOSE="1")
+    assert metadata["blas_threads"] == "3"
+    assert "OpenBLAS" in stderr and "3 threads" in stderr, stderr
+    metadata, stderr = device_metadata(ONNXRUNTIME_EP_MLX_BLAS_THREADS="1")
     assert metadata["blas_threads"] == "1"
+    metadata, stderr = device_metadata(ONNXRUNTIME_EP_MLX_BLAS_THREADS="lots")
+    assert metadata["blas_threads"] == str(len(os.sched_getaffinity(0)))
     assert "ONNXRUNTIME_EP_MLX_BLAS_THREADS=lots is not a thread count" in stderr
 
 
