@@ -3,9 +3,11 @@
 //  - Softmax/LogSoftmax before opset 13 coerce the input to 2-D at `axis` (default 1) and
 //    normalize over the flattened trailing part; from 13 they normalize over one axis (default -1).
 //  - float16/bfloat16 compute in float32 and round once, like ORT's CPU kernels. Exception:
-//    float16 Softmax from opset 13 is declined (see kFloat16SoftmaxReason): ORT then expands its
-//    ONNX function body and MLX runs those nodes, rounding to float16 after each step as ONNX
-//    defines it.
+//    float16 Softmax from opset 13 follows its ONNX function body inline (Max, Sub, Exp,
+//    ReduceSum, Div, rounded to float16 after each step as ONNX and ORT's expansion of it do;
+//    ReduceSum sums in float32 and rounds once, as our ReduceSum does). It used to be declined so
+//    that ORT expanded the body: the expanded nodes landed in partitions of their own (ORT's
+//    second capability pass), which split a float16 BERT into 25 partitions on the H200.
 //  - float64: MLX's float64 exp runs at float32 precision, so exp is composed as pow(e, x), which
 //    is exact to double rounding.
 //  - LayerNormalization (17): normalizes over dims [axis, rank); Scale/B must hold exactly
@@ -38,10 +40,6 @@ bool IsLowFloat(mx::Dtype d) { return d == mx::float16 || d == mx::bfloat16; }
 // ones (test_attention_4d_causal_fp16_expanded: 1.2e-3 rel). Declined, ORT expands the function
 // body and MLX runs its nodes one by one, each exactly as ORT computes that node; the result then
 // follows the ONNX definition (bit-exact with the reference) rather than ORT's float32 body.
-constexpr const char* kFloat16SoftmaxReason =
-    "float16 Softmax (opset 13+) runs as its ONNX function body (Sub/Exp/ReduceSum/Div rounded to "
-    "float16 at each step, as the ONNX reference does); a fused softmax rounds only once";
-
 /** e^x, exact to the dtype's rounding also for float64 (where mx::exp is float32-accurate). On
  *  MLX's CPU backend unary::Exp is also 2x faster and 20x more accurate than mx::exp; on GPUs
  *  mx::exp is used (softmax's shifted x <= 0 needs no overflow fix-up). */
@@ -66,9 +64,17 @@ Claim ClaimSoftmax(const NodeView& v) {
   const ElemType t = v.input_type(0);
   if (!IsFloating(t)) return Claim::No(TypeReason(v, 0));
   if (v.output_type(0) != t) return Claim::No("output type differs from the input type");
-  if (t == ElemType::kFloat16 && v.node().op_type == "Softmax" && v.node().since_version >= 13)
-    return Claim::No(kFloat16SoftmaxReason);
   return Claim::Yes();
+}
+
+/** float16 Softmax-13+ as its ONNX function body, each step rounded to float16 (see the top of
+ *  the file); `red` holds the one reduced axis of `in`, `shape` the output's. */
+mx::array SoftmaxFunctionBody(const mx::array& in, const std::vector<int>& red, const mx::Shape& shape,
+                              mx::Stream s) {
+  const mx::array shifted = mx::subtract(in, mx::max(in, red, true, s), s);
+  const mx::array e = mx::astype(Exp(mx::astype(shifted, mx::float32, s), s), mx::float16, s);
+  const mx::array sum = mx::astype(AccurateSum(mx::astype(e, mx::float32, s), red, true, s), mx::float16, s);
+  return mx::reshape(mx::divide(e, sum, s), shape, s);
 }
 
 template <bool kLog>
@@ -89,6 +95,7 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
     red = {static_cast<int>(flat.size()) - 1};
   }
   const mx::Dtype dt = x.dtype();
+  if (!kLog && dt == mx::float16 && c.node.since_version >= 13) return {SoftmaxFunctionBody(in, red, x.shape(), s)};
   mx::array y = [&]() -> mx::array {
     // Composed rather than mx::softmax: its CPU kernel sums exp() in one float32 chain, off by
     // ~4e-5 rel for vocabulary-sized rows, where ORT stays at ~1e-6.

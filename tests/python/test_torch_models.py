@@ -64,3 +64,39 @@ def test_exported_model_is_one_mlx_partition(name):
 def run_cpu_session(path, feeds):
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return sess.run(None, feeds)
+
+
+FLOAT16_CASES = ["bert_torchscript", "bert_dynamo", "gpt2_dynamo", "llama_torchscript"]
+
+
+@pytest.mark.parametrize("name", FLOAT16_CASES)
+def test_float16_conversion_is_one_mlx_partition(name, tmp_path):
+    """The float16 form GPU users run (onnxruntime.transformers.float16, keep_io_types): one
+    partition too. float16 Softmax used to be declined, which split a float16 BERT-base into 25
+    partitions on the H200 (ORT expands a declined Softmax and places the expansion apart)."""
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    path = tmp_path / f"{name}_fp16.onnx"
+    onnx.save(convert_float_to_float16(onnx.load(str(MODELS / f"{name}.onnx")), keep_io_types=True), str(path))
+    feeds_list = CASES[name]
+    outs, report, providers = run_mlx_with_report(str(path), feeds_list)
+    (graph,) = report["graphs"]
+    assert graph["declined"] == [], [(d["op_type"], d["reason"]) for d in graph["declined"]]
+    assert len(graph["partitions"]) == 1, graph["boundaries"]
+    assert providers == [EP], providers
+    for feeds, got in zip(feeds_list, outs):
+        truth = run_cpu_session(MODELS / f"{name}.onnx", feeds)  # the float32 model
+        ort16 = run_cpu_session(path, feeds)
+        for g, t, o in zip(got, truth, ort16):
+            # A float16 model is off its float32 original by ~1e-3 of the output's scale after a
+            # few layers, differently in every implementation (ORT's CPU EP, default
+            # optimizations: 5e-4 to 1e-3 on the BERT/GPT-2 exports, 1.5e-2 on Llama; unfused:
+            # 3e-4 to 1.6e-3; the EP: 7e-4 to 1.8e-3, measured 2026-12-01). So the float32 model
+            # is the truth; the EP must be within 2e-3 of its scale, or no worse than ORT's own
+            # float16 run. (On the dynamo exports the EP's error is 2-3x ORT's unfused one: not
+            # yet explained; no single op shows it, MatMul's error equals ORT's.)
+            scale = float(np.abs(t).max())
+            err = float(np.abs(g.astype(np.float32) - t).max())
+            ort_err = float(np.abs(o.astype(np.float32) - t).max())
+            assert err <= max(1.5 * ort_err, 2e-3 * scale), (name, err / scale, ort_err / scale)
