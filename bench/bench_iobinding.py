@@ -45,8 +45,7 @@ def bound_runner(sess, feeds, make_value, out_device):
 
 
 def mlx_value_maker():
-    (device,) = mlx_ep.get_ep_devices()
-    memory = device.memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+    memory = mlx_ep.device_memory_info()
     if memory is None:  # no device memory (CPU device, or ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=0)
         return ort.OrtValue.ortvalue_from_numpy, ("cpu", 0)
 
@@ -55,7 +54,7 @@ def mlx_value_maker():
         ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(x)], [v])
         return v
 
-    return make, ("gpu", 0)
+    return make, mlx_ep.binding_device()
 
 
 def main():

@@ -141,6 +141,35 @@ def get_ep_devices() -> list[Any]:
     return [d for d in ort.get_ep_devices() if d.ep_name == _EP_NAME]
 
 
+def device_memory_info() -> Any | None:
+    """The ``onnxruntime.OrtMemoryInfo`` of the EP's device memory, or None when the EP has none
+    (MLX on the CPU, or ``ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=0``). Allocate device values with
+    ``OrtValue.ortvalue_from_shape_and_type(shape, dtype, memory_info=device_memory_info())``."""
+    import onnxruntime as ort
+
+    for device in get_ep_devices():
+        info = device.memory_info(ort.OrtDeviceMemoryType.DEFAULT)
+        if info is not None:
+            return info
+    return None
+
+
+def binding_device() -> tuple[str, int]:
+    """The ``(device_type, device_id)`` that names the EP's device memory in
+    ``IOBinding.bind_output(name, device_type, device_id)``, so that ONNX Runtime allocates
+    outputs there; ``("cpu", 0)`` when the EP has no device memory. The EP's memory is a GPU
+    memory of vendor id 0 (so that it never shares ORT's environment-wide allocator with the CUDA
+    EP's NVIDIA memory), which Python's device name ``"webgpu"`` means in every onnxruntime build
+    (``"gpu"`` means vendor 0 in the CPU build but NVIDIA in onnxruntime-gpu)."""
+    info = device_memory_info()
+    if info is None:
+        return ("cpu", 0)
+    names = {0: "webgpu", 0x10DE: "cuda"}
+    if info.device_vendor_id not in names:
+        raise RuntimeError(f"no Python device name for vendor id {info.device_vendor_id:#x}")
+    return (names[info.device_vendor_id], info.device_id)
+
+
 def append_to_session_options(so: Any, provider_options: Mapping[str, Any] | None = None) -> None:
     """Add the MLX EP to ``so`` (an ``onnxruntime.SessionOptions``).
 

@@ -8,9 +8,13 @@
 namespace mlx_ep {
 namespace {
 
-// Vendor id 0 (generic, as ORT's WebGPU uses): the memory is MLX's, not CUDA's, so ORT must not
-// take the CUDA EP's device memory (vendor NVIDIA) for ours or ours for it; it copies through
-// the host between the two. It is also what Python's OrtDevice.make("gpu", 0) names.
+// Vendor id 0 (generic, as ORT's WebGPU uses). Not NVIDIA's, although MLX's memory is CUDA
+// memory: ORT keeps one environment-wide allocator per memory device, and with onnxruntime-gpu
+// installed the CUDA EP registers (GPU, NVIDIA, 0) too. Under NVIDIA's id, on the H200, a
+// session of this EP then received CUDA EP tensors (cudaMalloc memory, which MLX cannot read)
+// as inputs: "an input is in device memory that the EP did not allocate". Python names vendor 0
+// GPU memory "webgpu" in every build (onnxruntime_ep_mlx.binding_device()); "gpu" means NVIDIA
+// in onnxruntime-gpu's build (docs/gpu_memory.md).
 constexpr uint32_t kVendorId = 0;
 constexpr int32_t kDeviceId = 0;
 

@@ -114,15 +114,23 @@ void CountTransfer(bool from_device, bool to_device, uint64_t bytes) {
   if (from_device || to_device) transferred[from_device ? (to_device ? 2 : 1) : 0] += bytes;
 }
 
-bool Adoptable(const mx::array& a) {
+const char* AdoptRefusal(const mx::array& a) {
   // Only a buffer nothing else refers to, from MLX's allocator: not a constant of the plan or of
   // a compiled function, an input passed through (Identity), a value that is two outputs, nor a
   // view sharing its buffer (MLX's own test for donating a buffer).
-  if (a.nbytes() == 0 || !a.is_donatable() || a.offset() != 0 || !a.flags().row_contiguous ||
-      a.data_size() != a.size())
-    return false;
-  return !IsDeviceMemory(a.data<void>());
+  if (a.nbytes() == 0) return "empty";
+  if (a.offset() != 0 || !a.flags().row_contiguous || a.data_size() != a.size()) return "a strided or offset view";
+  if (!a.is_donatable()) {
+    // On a GPU, MLX's command encoder holds the buffers of the kernels it ran until their
+    // completion handler runs, which can be after eval returned: wait for it, then look again.
+    mx::synchronize();
+    if (!a.is_donatable()) return "its buffer is shared (a constant, an input passed through, or another output)";
+  }
+  if (IsDeviceMemory(a.data<void>())) return "it is already ORT's memory";
+  return nullptr;
 }
+
+bool Adoptable(const mx::array& a) { return AdoptRefusal(a) == nullptr; }
 
 AdoptScope::AdoptScope(const mx::array& a) : data_(a.data<void>()) { pending_adoption = &a; }
 

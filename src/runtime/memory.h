@@ -64,5 +64,7 @@ void CountTransfer(bool from_device, bool to_device, uint64_t bytes);
  *  from MLX's allocator, row-contiguous, without offset. Moves `a`'s data to memory the host can
  *  read (MLX's `data()`: a device-side copy out of the CUDA memory pool). */
 bool Adoptable(const mx::array& a);
+/** Why `a` is not Adoptable (nullptr when it is), for the verbose log. */
+const char* AdoptRefusal(const mx::array& a);
 
 }  // namespace mlx_ep

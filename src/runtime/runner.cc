@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/env.h"
+#include "common/log.h"
 #include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
 
@@ -204,7 +206,11 @@ void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const 
   for (size_t k = 0; k < plan_.output_names.size(); ++k) {  // not the runtime checks' verdict
     const mx::array& a = outputs[k];
     const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
-    if (DeviceMemoryEnabled() && Adoptable(a)) {
+    const char* refusal = DeviceMemoryEnabled() ? AdoptRefusal(a) : "";
+    if (refusal && *refusal && !logged_refusal_.exchange(true) && EnvFlag(env::kVerbose))
+      LogLine("partition " + plan_.name + ": output " + std::to_string(k) + " is copied, not handed to ORT: " +
+              refusal);
+    if (!refusal) {
       // ORT allocates the output from the EP's allocator: it gets MLX's buffer itself.
       AdoptScope scope(a);
       void* dst = sink(k, shape, a.nbytes());

@@ -3,6 +3,7 @@
 // out. All MLX work happens on the MLX thread (runtime/mlx_thread.h).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -68,6 +69,7 @@ class PartitionRunner {
   RunnerStats stats() const;
 
  private:
+  std::atomic<bool> logged_refusal_{false};  // the verbose log names one unadopted output per partition
   using MlxFunction = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
   /** The input signature a compiled function is specialised for: per input its type, rank and
    *  dims, and the bytes of host inputs packed in words. Compared exactly (no string building:

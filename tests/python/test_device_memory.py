@@ -99,7 +99,7 @@ def check_state_stays_on_device():
             io = sess.io_binding()
             io.bind_ortvalue_input("state", state)
             io.bind_ortvalue_input("x", xd)
-            io.bind_output("state_out", "gpu", 0)  # ORT allocates it from the EP's allocator
+            io.bind_output("state_out", *mlx_ep.binding_device())  # ORT allocates it from the EP's allocator
             sess.run_with_iobinding(io)
             state = io.get_outputs()[0]
             expected = expected * np.float32(0.5) + x
@@ -121,9 +121,6 @@ def check_state_stays_on_device():
 
 @pytest.mark.skipif(not on_gpu(), reason="the EP registers device memory on a GPU runtime device only; "
                     "this MLX runs on the CPU (ORT's host memory is wrapped there without a copy)")
-@pytest.mark.xfail(strict=True, reason="measured on the H200 (docs/gpu_memory.md): bind_output(name, 'gpu') asks "
-                   "ORT for NVIDIA-vendor memory, the EP registers vendor 0: 'Failed to find allocator for "
-                   "device ... VendorId:4318'; device memory stays opt-in on GPUs until this passes")
 def test_state_stays_on_device_across_runs():
     check_in_child_process(ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="1")
 
