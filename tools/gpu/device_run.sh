@@ -59,11 +59,15 @@ case " $STEPS " in *" memory "*)
     echo "== ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=$dm" | tee -a "$R/bench_iobinding.log"
     ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=$dm timeout 150 $PY bench/bench_iobinding.py --filter "${BENCH_MODEL:-gpt2_dynamo}" --json "$R/bench_iobinding_dm$dm.json" 2>&1 | tee -a "$R/bench_iobinding.log"
   done
-  for dev in gpu cpu; do for spin in 0 50; do
+  [ "${OVERHEAD:-1}" = 1 ] && for dev in gpu cpu; do for spin in 0 50; do
     echo "== device $dev spin $spin" | tee -a "$R/bench_overhead.log"
     ONNXRUNTIME_EP_MLX_DEVICE=$dev ONNXRUNTIME_EP_MLX_SPIN_US=$spin timeout 100 $PY bench/bench_overhead.py --iters 2000 --json "$R/bench_overhead_${dev}_$spin.json" 2>&1 | tee -a "$R/bench_overhead.log"
   done; done;;
 esac
+case " $STEPS " in *" bert "*)
+  # BERT-base fp16/fp32 8x128: the EP (plain run and IOBinding on its device memory) against ORT's
+  # CUDA EP (run and IOBinding) and PyTorch eager.
+  ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="${BERT_DEVICE_MEMORY:-1}" timeout 400 $PY bench/bench_bert_gpu.py --json "$R/bench_bert_gpu.json" 2>&1 | tee "$R/bench_bert_gpu.log";; esac
 case " $STEPS " in *" bench "*)
   timeout 120 $PY bench/bench_models.py --torch --json "$R/bench_gpu.json" 2>&1 | tee "$R/bench.log";; esac
 tar -czf "$OUT/gpu-reports.tar.gz" -C "$OUT" reports cmake.log build.log run.log && rm -rf "$R"
