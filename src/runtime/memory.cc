@@ -62,9 +62,8 @@ bool DeviceMemoryEnabled() {
   static const bool enabled = [] {
     const std::string v = EnvString(env::kDeviceMemory);
     if (v == "force") return true;  // also on the CPU device: tests the path where CI runs
-    // Opt-in on GPUs until IOBinding to the EP's memory works there: on the H200, an output bound
-    // with Python's bind_output(name, "gpu") asks ORT for NVIDIA-vendor memory, which this EP's
-    // allocator (vendor 0) does not serve ("Failed to find allocator for device ... VendorId:4318").
+    // Opt-in on GPUs (docs/gpu_memory.md): IOBinding works on the H200, but the GPU parity suite
+    // has not yet run with it on.
     if (v == "1" || v == "true" || v == "on" || v == "ON") return RuntimeDevice() != mx::Device(mx::Device::cpu);
     return false;
   }();
