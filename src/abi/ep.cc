@@ -136,7 +136,7 @@ void MlxEp::ClaimGraph(const OrtGraph* ort_graph, OrtEpGraphSupportInfo* support
   Partitioning partitioning = PartitionGraph(graph, OpRegistry::Get());
   ExplainHolders(graph, holder_reasons_, partitioning);
   LogClaims(graph, partitioning);
-  report_.AddGraph(graph, partitioning);
+  report_.AddGraph(graph, partitioning, kEpName);
 
   std::vector<Ort::ConstNode> ort_nodes = Ort::ConstGraph{ort_graph}.GetNodes();
   OrtNodeFusionOptions options{};

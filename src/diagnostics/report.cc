@@ -12,7 +12,7 @@
 
 namespace mlx_ep {
 
-void SessionReport::AddGraph(const Graph& graph, const Partitioning& p) {
+void SessionReport::AddGraph(const Graph& graph, const Partitioning& p, const std::string& fused_domain) {
   GraphEntry e;
   e.name = graph.name;
   e.nodes_total = graph.nodes.size();
@@ -21,17 +21,23 @@ void SessionReport::AddGraph(const Graph& graph, const Partitioning& p) {
     for (size_t i : cluster) e.clusters.back().emplace_back(graph.nodes[i].Label(), graph.nodes[i].op_type);
     e.nodes_claimed += cluster.size();
   }
-  for (size_t i = 0; i < graph.nodes.size(); ++i)
-    if (!p.decisions[i].claimed) {
-      const Node& n = graph.nodes[i];
-      e.declined.push_back({n.Label(), n.op_type, n.domain, p.decisions[i].reason});
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    const Node& n = graph.nodes[i];
+    if (n.domain == fused_domain) {
+      ++e.earlier_partitions;  // already ours: not a declined node
+      continue;
     }
+    if (!p.decisions[i].claimed) e.declined.push_back({n.Label(), n.op_type, n.domain, p.decisions[i].reason});
+  }
   for (const Boundary& b : p.boundaries)
     e.boundaries.push_back(
         {b.value, graph.nodes[b.producer].Label(), graph.nodes[b.consumer].Label(), b.reason, b.from, b.to});
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& g : graphs_)
     if (g.name == e.name) {
+      e.passes = g.passes + 1;
+      e.declined_earlier = std::move(g.declined_earlier);
+      e.declined_earlier.insert(e.declined_earlier.end(), g.declined.begin(), g.declined.end());
       g = std::move(e);
       return;
     }
@@ -59,6 +65,14 @@ std::string SessionReport::ToJson() const {
     for (const auto& d : g.declined)
       jg["declined"].push_back(
           {{"node", d.node}, {"op_type", d.op_type}, {"domain", d.domain}, {"reason", d.reason}});
+    if (g.passes > 1) {
+      jg["capability_passes"] = g.passes;
+      jg["partitions_from_earlier_passes"] = g.earlier_partitions;
+      jg["declined_in_earlier_passes"] = nlohmann::json::array();
+      for (const auto& d : g.declined_earlier)
+        jg["declined_in_earlier_passes"].push_back(
+            {{"node", d.node}, {"op_type", d.op_type}, {"domain", d.domain}, {"reason", d.reason}});
+    }
     jg["boundaries"] = nlohmann::json::array();
     for (const auto& b : g.boundaries)
       jg["boundaries"].push_back({{"value", b.value},
@@ -102,8 +116,14 @@ std::string SessionReport::Summary() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream os;
   for (const auto& g : graphs_)
+  {
     os << "claimed " << g.nodes_claimed << "/" << g.nodes_total << " nodes in " << g.clusters.size()
-       << " partition(s)\n";
+       << " partition(s)";
+    if (g.passes > 1)
+      os << " in pass " << g.passes << ", after " << g.earlier_partitions << " partition(s) of earlier passes, which declined "
+         << g.declined_earlier.size() << " node(s)";
+    os << "\n";
+  }
   for (const auto& r : runners_) {
     RunnerStats s = r->stats();
     os << "partition " << r->plan().name << ": " << r->plan().nodes.size() << " nodes, " << s.runs

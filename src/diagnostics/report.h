@@ -17,8 +17,12 @@ namespace mlx_ep {
 /** Collects what one EP instance (one session) claimed and ran. Thread-safe. */
 class SessionReport {
  public:
-  /** Records the claim decisions for a graph (a later call for the same graph replaces it). */
-  void AddGraph(const Graph& graph, const Partitioning& partitioning);
+  /** Records the claim decisions for a graph. ORT may ask again for the same graph (after it
+   *  expanded function ops nobody claimed, say): the later pass replaces the entry, the nodes of
+   *  domain `fused_domain` (this EP's partitions of the earlier passes) count as
+   *  `partitions_from_earlier_passes`, and what the earlier passes declined is kept as
+   *  `declined_in_earlier_passes`: the reason the graph is split is often there. */
+  void AddGraph(const Graph& graph, const Partitioning& partitioning, const std::string& fused_domain);
   /** Records a compiled partition so its counters appear in the report. */
   void AddRunner(std::shared_ptr<const PartitionRunner> runner);
   /** The report as JSON text. */
@@ -41,6 +45,9 @@ class SessionReport {
     std::vector<std::vector<std::pair<std::string, std::string>>> clusters;  // (name, op_type)
     std::vector<Declined> declined;
     std::vector<BoundaryEntry> boundaries;
+    size_t passes = 1;                          // GetCapability calls for this graph
+    size_t earlier_partitions = 0;              // this EP's fused nodes the last pass saw
+    std::vector<Declined> declined_earlier;     // declined by the earlier passes
   };
 
   mutable std::mutex mu_;

@@ -192,3 +192,35 @@ def test_info_cli_names_the_blas():
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "BLAS               openblas" in out.stdout, out.stdout
+
+
+def test_report_keeps_what_earlier_capability_passes_declined(tmp_path):
+    """ORT expands a function op no EP claims (here a float16 Softmax, which ORT's CPU EP has no
+    kernel for, declined through ONNXRUNTIME_EP_MLX_DECLINE_OPS) and asks the EP again: the
+    report must still say why the graph split, not only what the last pass saw."""
+    from onnx import TensorProto, helper
+    import onnx
+
+    f16 = TensorProto.FLOAT16
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Softmax", ["r"], ["p"], axis=-1),
+             helper.make_node("Relu", ["p"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f16, [2, 8])],
+                              [helper.make_tensor_value_info("y", f16, [2, 8])])
+    path = str(tmp_path / "softmax16.onnx")
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+    report = tmp_path / "report.json"
+    code = (f"import sys; sys.path.insert(0, {os.path.join(ROOT, 'python')!r}); import numpy as np, "
+            "onnxruntime as ort, onnxruntime_ep_mlx as m; so = ort.SessionOptions(); "
+            f"m.append_to_session_options(so); s = ort.InferenceSession({path!r}, so); "
+            "s.run(None, {'x': np.ones((2, 8), np.float16)})")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "ONNXRUNTIME_EP_MLX_DECLINE_OPS": "Softmax",
+                               "ONNXRUNTIME_EP_MLX_REPORT": str(report), "ONNXRUNTIME_EP_MLX_VERBOSE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    (g,) = json.loads(report.read_text())["graphs"]
+    assert g["capability_passes"] == 2, g
+    assert g["partitions_from_earlier_passes"] == 2, g  # the two Relus, either side of the Softmax
+    assert [(d["op_type"], d["reason"]) for d in g["declined_in_earlier_passes"]] == \
+        [("Softmax", "declined by ONNXRUNTIME_EP_MLX_DECLINE_OPS")], g
+    assert g["declined"] == [], g  # the expansion's nodes were all claimed in the second pass
+    assert "in pass 2, after 2 partition(s) of earlier passes, which declined 1 node(s)" in proc.stderr
