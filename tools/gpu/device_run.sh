@@ -68,6 +68,9 @@ case " $STEPS " in *" bert "*)
   # BERT-base fp16/fp32 8x128: the EP (plain run and IOBinding on its device memory) against ORT's
   # CUDA EP (run and IOBinding) and PyTorch eager.
   ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="${BERT_DEVICE_MEMORY:-1}" timeout 400 $PY bench/bench_bert_gpu.py --json "$R/bench_bert_gpu.json" 2>&1 | tee "$R/bench_bert_gpu.log";; esac
+case " $STEPS " in *" launch "*)
+  # What a small kernel costs in MLX itself, next to PyTorch eager and CUDA graphs (issue 7).
+  timeout 120 $PY bench/mlx_launch_cost.py 2>&1 | tee "$R/mlx_launch_cost.log";; esac
 case " $STEPS " in *" bench "*)
   timeout 120 $PY bench/bench_models.py --torch --json "$R/bench_gpu.json" 2>&1 | tee "$R/bench.log";; esac
 tar -czf "$OUT/gpu-reports.tar.gz" -C "$OUT" reports cmake.log build.log run.log && rm -rf "$R"
