@@ -15,6 +15,7 @@ PY=python3
 # Into the image's own environment, so libmlx.so's RPATH ($ORIGIN/../../nvidia/*/lib) finds the
 # CUDA libraries that PyTorch's nvidia-* packages already installed there.
 $PY -m pip install -q --no-index --no-deps --upgrade /tmp/mlx-ep-gpu/wheels/*.whl 2>&1 | tail -2
+[ -n "$(ls .gpu/extra/*.whl 2>/dev/null)" ] && $PY -m pip install -q --no-index --no-deps --upgrade .gpu/extra/*.whl 2>&1 | tail -2
 SITE=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
 log "python $($PY --version 2>&1), site $SITE, onnxruntime $($PY -c 'import onnxruntime; print(onnxruntime.__version__)')"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$OUT/run.log"

@@ -8,7 +8,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
 source scripts/versions.env
 GPU="$ROOT/.gpu"
+# MLX's Python package (under 1 MB, for bench/mlx_launch_cost.py): a small extra, carried with
+# the last part (.gpu/extra), outside the split bundle.
+fetch_extra() {
+  [ -n "$(ls "$GPU"/extra/mlx-*.whl 2>/dev/null)" ] && return 0
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_35_x86_64 -d "$GPU/extra" "mlx==$MLX_CUDA_VERSION"
+}
 if [ -f "$GPU/.pins" ] && [ "$(cat "$GPU/.pins")" = "$MLX_CUDA_VERSION $ONNXRUNTIME_GPU_VERSION" ]; then
+  fetch_extra
   echo "[gpu] wheels already prepared"; exit 0
 fi
 rm -rf "$GPU" && mkdir -p "$GPU/wheels"
@@ -21,4 +29,5 @@ split -b 55M -d "$GPU/bundle.tar" "$GPU/part_"
 for part in "$GPU"/part_*; do mkdir -p "$GPU/p${part##*_}" && mv "$part" "$GPU/p${part##*_}/"; done
 rm -rf "$GPU/wheels" "$GPU/bundle.tar"
 echo "$MLX_CUDA_VERSION $ONNXRUNTIME_GPU_VERSION" > "$GPU/.pins"
+fetch_extra
 ls -la "$GPU"/p*
