@@ -288,10 +288,15 @@ std::optional<std::vector<mx::array>> PartitionRunner::EvaluateDynamic(const std
     try {
       CacheEntry* entry = Find(key, false);
       const bool hit = entry != nullptr;
-      if (!hit) {
-        entry = &Insert(key, MakeDynamicEntry(dims, inputs, arrays));
+      std::vector<mx::array> outputs;
+      if (hit) {
+        outputs = CallDynamic(*entry, arrays);
+      } else {
+        // Traced before it joins the cache, so that a failed attempt evicts nothing.
+        CacheEntry made = MakeDynamicEntry(dims, inputs, arrays);
+        outputs = CallDynamic(made, arrays);
+        entry = &Insert(key, std::move(made));
       }
-      std::vector<mx::array> outputs = CallDynamic(*entry, arrays);  // traces on a miss
       {
         std::lock_guard<std::mutex> lock(mu_);
         ++(hit ? stats_.cache_hits : stats_.cache_misses);
