@@ -7,6 +7,7 @@ must match ORT's CPU EP at every size; the EP's report gives the traces."""
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from harness import EP, assert_close, run_cpu, run_mlx_with_report
@@ -32,14 +33,19 @@ def run_with_report(model, feeds_list):
     return run_mlx_with_report(model, feeds_list, so)
 
 
-def mask_length_model():
-    """genai's attention-mask subgraph in small: y = x * ReduceSum(m) + Shape(m)[1] - 1."""
+def mask_length_model(length="gather"):
+    """genai's attention-mask subgraph in small: y = x * ReduceSum(m) + Shape(m)[1] - 1, the
+    length taken as Gather(Shape(m), 1), Shape(m, start=-1)[0] or Size(m) (batch 1)."""
     n = helper.make_node
+    total = {
+        "gather": [n("Shape", ["m"], ["shape"]), n("Gather", ["shape", "one"], ["total"], axis=0)],
+        "start": [n("Shape", ["m"], ["shape"], start=-1), n("Gather", ["shape", "zero"], ["total"], axis=0)],
+        "size": [n("Size", ["m"], ["total"])],
+    }[length]
     nodes = [
         n("ReduceSum", ["m", "axis1"], ["sum"], keepdims=0),
         n("Cast", ["sum"], ["sum_f"], to=F32),
-        n("Shape", ["m"], ["shape"]),
-        n("Gather", ["shape", "one"], ["total"], axis=0),
+        *total,
         n("Sub", ["total", "one"], ["last"]),
         n("Cast", ["last"], ["last_f"], to=F32),
         n("Mul", ["x", "sum_f"], ["scaled"]),
@@ -49,7 +55,7 @@ def mask_length_model():
                     [helper.make_tensor_value_info("x", F32, [3]),
                      helper.make_tensor_value_info("m", I64, [1, "total"])],
                     [helper.make_tensor_value_info("y", F32, [3])],
-                    [const("axis1", [1]), const("one", 1)])
+                    [const("axis1", [1]), const("one", 1), const("zero", 0)])
 
 
 def reshape_target_model():
@@ -86,7 +92,8 @@ def check(model, feeds_list):
     return part
 
 
-def test_mask_length_is_dynamic():
+@pytest.mark.parametrize("length", ["gather", "start", "size"])
+def test_mask_length_is_dynamic(length):
     """Six mask lengths (zeros in the mask too), twice: the first length traces for its shape,
     the second once with the length dynamic, and every later run reuses that function."""
     rng = np.random.default_rng(0)
@@ -96,7 +103,7 @@ def test_mask_length_is_dynamic():
         for t in (2, 3, 5, 8, 13, 21):
             m = (rng.random((1, t)) < 0.7).astype(np.int64)
             feeds.append({"x": x, "m": m})
-    part = check(mask_length_model(), feeds)
+    part = check(mask_length_model(length), feeds)
     assert part["runs"] == len(feeds)
     assert part["traces"] == 2, part
     assert part["cache_hits"] == len(feeds) - 2, part
