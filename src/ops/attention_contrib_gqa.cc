@@ -17,7 +17,9 @@
 //    total_sequence_length says otherwise (the non-shared layout, present = past + new) gets NaN
 //    outputs instead of plausible wrong numbers -- unless the trace knows total_sequence_length
 //    on its host lane (genai's builder computes it from the attention mask's shape, which folds):
-//    then present is sized max(total, P) as ORT does, and both layouts are exact.
+//    then present is sized max(total, P) as ORT does, and both layouts are exact. When the mask's
+//    length is a dynamic dim of the partition (docs/dynamic_shapes.md), the total is data again:
+//    present is P and the function assumes total <= P (a run where it is not is retraced).
 //  - Query row s of batch b attends keys [start, end): end = min(offset_b + s + 1, seqlens_k[b] + 1),
 //    start = offset_b + s + 1 - local_window_size with a window, else 0; none (a padding row of
 //    a prompt with a short window) gives zeros, as in ORT.
@@ -321,6 +323,15 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
   const mx::array total = mx::reshape(c.input(kTotalLength), {}, s);
   const mx::array fits = c.has_input(kPastKey) ? mx::less_equal(total, mx::array(len, mx::int32), s)
                                                : mx::equal(total, mx::array(seq, mx::int32), s);
+  if (const Tensor* now = c.trace_value(kTotalLength); now && now->NumElements() == 1) {
+    // total_sequence_length is data only because the attention mask's length is a dynamic dim
+    // (the trace of one mask length would size present from it): one function serves every
+    // length that fits present, and runs where it does not are traced for their own shapes.
+    const int64_t total_now = now->ToInt64()[0];
+    if (c.has_input(kPastKey) ? total_now > len : total_now != seq)
+      c.FailDynamic("present's length follows total_sequence_length");
+    c.Assume(fits, "total_sequence_length fits present");
+  }
   auto poison = [&](const mx::array& x) { return mx::where(fits, x, mx::array(NAN, x.dtype()), s); };
   std::vector<mx::array> outs = {poison(mx::astype(MergeHeads(y, s), t, s))};
   if (c.num_outputs() > 1) outs.push_back(poison(present_k));

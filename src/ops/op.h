@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,18 @@ using SubgraphTracer =
 struct RuntimeCheck {
   mx::array ok;
   std::string message;  ///< "[MlxEp][Op] node: ..."; must not depend on the input shapes
+  /** An assumption of a trace with dynamic dims (OpContext::Assume): when it fails, the run is
+   *  not an error; the runner drops the compiled function and traces the input shapes instead. */
+  bool assumption = false;
+};
+
+/** Thrown while tracing with dynamic input dims (docs/dynamic_shapes.md) when the trace cannot be
+ *  exact for every value of those dims: the runner then compiles per input shape, as without
+ *  them. `symbols` names the dynamic dims at fault (empty: all of them). */
+struct DynamicShapeUnsupported : std::runtime_error {
+  explicit DynamicShapeUnsupported(const std::string& what, std::set<int> symbols = {})
+      : std::runtime_error(what), symbols(std::move(symbols)) {}
+  std::set<int> symbols;
 };
 
 class OpContext {
@@ -158,6 +171,35 @@ class OpContext {
   /** Where Require records its checks (set by the trace). */
   void set_checks(std::vector<RuntimeCheck>* checks) { checks_ = checks; }
 
+  // Traces with dynamic input dims (docs/dynamic_shapes.md): one compiled function serves every
+  // value of some input dims, so a value computed from them (Shape of such an input, and what
+  // is computed from it) is data, not a host value.
+  /** Input `i`'s value in this run when it is data computed from dynamic dims, else nullptr. Only
+   *  for deciding whether the trace can be exact (FailDynamic) and what to Assume: the compiled
+   *  function also serves runs where it differs. */
+  const Tensor* trace_value(size_t i) const { return i < trace_values_.size() ? trace_values_[i] : nullptr; }
+  /** Input `i`'s shape as int64 [rank] data when some of its dims are dynamic, else nullopt.
+   *  Ops that fold from shapes (Shape, Size) must build their output from it. */
+  const std::optional<mx::array>& runtime_shape(size_t i) const {
+    static const std::optional<mx::array> none;
+    return i < runtime_shapes_.size() ? runtime_shapes_[i] : none;
+  }
+  /** The trace is exact only where every element of `ok` (bool) holds: checked after
+   *  evaluation; where it fails, the runner retraces for the input shapes (not an error). */
+  void Assume(const mx::array& ok, const std::string& message) const {
+    Require(ok, message);
+    checks_->back().assumption = true;
+  }
+  /** Throws DynamicShapeUnsupported: this node cannot be exact with dynamic dims. */
+  [[noreturn]] void FailDynamic(const std::string& message) const {
+    throw DynamicShapeUnsupported("[MlxEp][" + node.op_type + "] " + node.Label() + ": " + message);
+  }
+  /** Set by the trace for a trace with dynamic dims. */
+  void set_trace_values(std::vector<const Tensor*> values) { trace_values_ = std::move(values); }
+  void set_runtime_shapes(std::vector<std::optional<mx::array>> shapes) {
+    runtime_shapes_ = std::move(shapes);
+  }
+
   /** Traces the subgraph of attribute `attr` (If/Loop/Scan translations only). */
   std::vector<TracedValue> TraceSubgraph(const std::string& attr,
                                          const std::vector<TracedValue>& inputs) const;
@@ -175,6 +217,8 @@ class OpContext {
   std::vector<ElemType> output_types_;
   SubgraphTracer tracer_;
   mutable std::vector<std::shared_ptr<const Tensor>> host_outputs_;
+  std::vector<const Tensor*> trace_values_;
+  std::vector<std::optional<mx::array>> runtime_shapes_;
 };
 
 /** Decides whether a node can run exactly on MLX. Never throws (a throw counts as "no"). */
@@ -190,7 +234,8 @@ enum class HostEval {
   kNone,        ///< only ever an MLX computation
   kFromValues,  ///< folded when every input has a host value: the op's own translation runs
                 ///< eagerly on MLX's CPU device (one semantics for both lanes)
-  kFromShapes,  ///< always folded: reads only the shapes of its inputs (Shape, Size)
+  kFromShapes,  ///< always folded: reads only the shapes of its inputs (Shape, Size); with dynamic
+                ///< dims the translation computes its output from OpContext::runtime_shape
 };
 
 /** One registry entry: an op of a domain over an inclusive range of opset versions. */

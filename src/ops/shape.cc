@@ -229,12 +229,16 @@ std::vector<mx::array> TranslateShape(const OpContext& c) {
     start = clamp(c.node.AttrInt("start", 0));
     if (const Attribute* e = c.node.Attr("end"); e && e->kind == Attribute::Kind::kInt) end = clamp(e->i);
   }
+  // Dynamic dims (a compiled function serving several input shapes): the dims are data.
+  if (const auto& dims = c.runtime_shape(0))
+    return {mx::slice(*dims, {static_cast<int>(start)}, {static_cast<int>(std::max(start, end))}, c.stream)};
   std::vector<int64_t> dims;
   for (int64_t i = start; i < end; ++i) dims.push_back(in[i]);
   return {Int64Vector(dims)};
 }
 
 std::vector<mx::array> TranslateSize(const OpContext& c) {
+  if (const auto& dims = c.runtime_shape(0)) return {mx::prod(*dims, false, c.stream)};
   const std::vector<int64_t> in = Dims(c.input(0));
   return {mx::array(static_cast<int64_t>(Product(in, 0, in.size())), mx::int64)};
 }

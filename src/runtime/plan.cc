@@ -166,12 +166,14 @@ std::shared_ptr<const Tensor> ToHostTensor(const mx::array& a, mx::Stream stream
 // value (the host lane). Nodes whose inputs are all on the host lane fold.
 class PlanTrace {
  public:
-  PlanTrace(const Plan& plan, mx::Stream stream, TraceInfo* info, const PlanTrace* parent = nullptr)
+  PlanTrace(const Plan& plan, mx::Stream stream, TraceInfo* info, const PlanTrace* parent = nullptr,
+            const DynamicTrace* dynamic = nullptr)
       : plan_(plan),
         stream_(stream),
         host_stream_(mx::default_stream(mx::Device::cpu)),
         info_(info),
         parent_(parent),
+        dyn_(dynamic),
         check_sink_(parent ? parent->check_sink_ : &checks_) {
     for (const auto& [name, t] : plan.host_constants) host_[name] = t;
     for (size_t i = 0; i < plan.nodes.size(); ++i)
@@ -206,9 +208,22 @@ class PlanTrace {
       if (host.at(i))
         host_[plan_.input_names[i]] = std::shared_ptr<const Tensor>(std::shared_ptr<void>(), host[i]);
     }
+    if (dyn_) BindDynamic();
   }
 
   void Run(const PlanNode& pn) {
+    if (dyn_) {
+      if (skip_.count(ran_)) {  // a prologue node: its values the rest reads are bound already
+        Release(ran_++, pn);
+        return;
+      }
+      try {
+        if (RunDynamic(pn)) return;
+      } catch (DynamicShapeUnsupported& e) {
+        if (e.symbols.empty()) e.symbols = DepsOf(pn);
+        throw;
+      }
+    }
     bool fold = CanFold(pn);
     if (pn.must_fold && !fold)
       throw std::logic_error("[MlxEp] " + pn.node.Label() +
@@ -251,6 +266,9 @@ class PlanTrace {
   std::vector<mx::array> Outputs() {
     std::vector<mx::array> outputs;
     for (const auto& name : plan_.output_names) {
+      if (dyn_shaped_.count(name))
+        throw DynamicShapeUnsupported("[MlxEp] partition output '" + name + "' has a dynamic shape",
+                                      deps_[name]);
       outputs.push_back(mx::contiguous(*Array(name), false, stream_));
       bytes_ = std::max(bytes_, live_ = SaturatingAdd(live_, ByteSize(outputs.back())));  // ORT's copy
     }
@@ -261,6 +279,128 @@ class PlanTrace {
   }
 
  private:
+  // Trace with dynamic dims: the dynamic inputs (placeholders), their shapes as data, and the
+  // prologue's values.
+  void BindDynamic() {
+    for (size_t i = 0; i < plan_.input_names.size(); ++i) {
+      std::set<int> symbols;
+      for (int s : dyn_->axes->at(i))
+        if (s >= 0) symbols.insert(s);
+      if (symbols.empty()) continue;
+      const std::string& name = plan_.input_names[i];
+      dyn_shaped_.insert(name);
+      deps_[name] = std::move(symbols);
+      runtime_shape_.insert_or_assign(name, dyn_->runtime_shapes.at(i).value());
+    }
+    const Prologue& p = *dyn_->prologue;
+    for (size_t k = 0; k < p.boundary.size(); ++k) {
+      Note(dyn_->boundary.at(k));
+      values_.insert_or_assign(p.boundary[k], dyn_->boundary[k]);
+      deps_[p.boundary[k]] = p.deps[k];
+    }
+    skip_.insert(p.nodes.begin(), p.nodes.end());
+  }
+
+  // The dynamic dims the inputs of `pn` depend on (their shape or their value).
+  std::set<int> DepsOf(const PlanNode& pn) const {
+    std::set<int> deps;
+    for (const auto& in : pn.node.AllInputs())
+      if (auto it = deps_.find(in); it != deps_.end()) deps.insert(it->second.begin(), it->second.end());
+    return deps;
+  }
+
+  std::shared_ptr<const Tensor> Hint(const std::string& name) const {
+    auto it = hint_.find(name);
+    return it == hint_.end() ? nullptr : it->second;
+  }
+
+  // A node reading a value computed from dynamic dims (the prologue's are skipped). Shape and
+  // Size of a dynamic input compute its dims as data; other nodes must not read a value of
+  // dynamic shape, nor need on the host a value computed from one. Where all inputs are known
+  // in this run (host values or trace values), the node also runs on the host for its outputs'
+  // trace values (OpContext::trace_value). False: the node reads nothing dynamic.
+  bool RunDynamic(const PlanNode& pn) {
+    const std::set<int> deps = DepsOf(pn);
+    if (deps.empty()) return false;
+    auto fail = [&](const std::string& why) {
+      throw DynamicShapeUnsupported("[MlxEp] " + pn.node.Label() + " (" + pn.node.op_type + ") " + why, deps);
+    };
+    const std::vector<std::string> all = pn.node.AllInputs();
+    if (!pn.subplans.empty()) fail("has subgraphs and reads a value computed from dynamic dims");
+    std::vector<mx::array> outs;
+    std::vector<std::shared_ptr<const Tensor>> hints(pn.node.outputs.size());
+    const bool shaped =
+        std::any_of(all.begin(), all.end(), [&](const auto& in) { return dyn_shaped_.count(in); });
+    if (shaped) {
+      // Shape and Size build their output from OpContext::runtime_shape (src/ops/shape.cc).
+      if (!pn.node.domain.empty() || (pn.node.op_type != "Shape" && pn.node.op_type != "Size"))
+        fail("reads a value of dynamic shape");
+      std::vector<std::optional<mx::array>> shapes;
+      for (const auto& in : pn.node.inputs) {
+        auto it = runtime_shape_.find(in);
+        if (dyn_shaped_.count(in) && it == runtime_shape_.end())
+          fail("reads the shape of a computed value of dynamic shape");
+        shapes.push_back(it == runtime_shape_.end() ? std::nullopt : std::optional<mx::array>(it->second));
+      }
+      OpContext ctx = Context(pn, false);
+      ctx.set_runtime_shapes(std::move(shapes));
+      outs = pn.spec->translate(ctx);
+      OpContext now = Context(pn, true);  // the same op on this run's shapes: the trace values
+      const std::vector<mx::array> h = pn.spec->translate(now);
+      for (size_t k = 0; k < h.size() && k < hints.size(); ++k) hints[k] = ToHostTensor(h[k], host_stream_);
+    } else {
+      if (pn.must_fold) fail("computes a value needed on the host from dynamic dims");
+      for (size_t k : pn.host_inputs)
+        if (!Host(all.at(k)))
+          fail("reads input " + std::to_string(k) + " on the host, computed from dynamic dims");
+      OpContext ctx = Context(pn, false);
+      std::vector<const Tensor*> values;
+      bool all_known = pn.spec->host_eval == HostEval::kFromValues;
+      for (size_t k = 0; k < all.size(); ++k) {
+        auto h = Host(all[k]);
+        if (!h) h = Hint(all[k]);
+        values.push_back(h.get());  // kept alive by host_/hint_
+        if (k < pn.node.inputs.size() && !all[k].empty() && !h) all_known = false;
+      }
+      ctx.set_trace_values(std::move(values));
+      outs = pn.spec->translate(ctx);
+      if (all_known) hints = HintOutputs(pn, fail);
+    }
+    CheckOutputCount(pn, outs);
+    for (size_t k = 0; k < pn.node.outputs.size() && k < outs.size(); ++k) {
+      const std::string& name = pn.node.outputs[k];
+      if (name.empty()) continue;
+      CheckOutput(plan_, pn, k, outs[k]);
+      Note(outs[k]);
+      Count(pn, name, ByteSize(outs[k]));
+      values_.insert_or_assign(name, outs[k]);
+      deps_[name] = deps;
+      if (hints[k]) hint_[name] = hints[k];
+    }
+    Release(ran_++, pn);
+    return true;
+  }
+
+  // The node evaluated on the host from this run's values, as it would fold in a trace of this
+  // run's shapes: an error there is one for the shapes' own trace to report.
+  template <typename Fail>
+  std::vector<std::shared_ptr<const Tensor>> HintOutputs(const PlanNode& pn, const Fail& fail) {
+    std::vector<std::shared_ptr<const Tensor>> hints(pn.node.outputs.size());
+    const size_t checks_before = check_sink_->size();
+    try {
+      OpContext now = Context(pn, true, /*with_hints=*/true);
+      const std::vector<mx::array> h = pn.spec->translate(now);
+      RunChecksNow(checks_before);
+      for (size_t k = 0; k < h.size() && k < hints.size(); ++k)
+        if (static_cast<int64_t>(h[k].size()) <= kMaxFoldedElements)
+          hints[k] = ToHostTensor(h[k], host_stream_);
+    } catch (const std::invalid_argument& e) {
+      check_sink_->erase(check_sink_->begin() + checks_before, check_sink_->end());
+      fail(std::string("fails on this run's values: ") + e.what());
+    }
+    return hints;
+  }
+
   bool CanFold(const PlanNode& pn) const {
     if (pn.spec->host_eval == HostEval::kFromShapes) return true;
     if (pn.spec->host_eval != HostEval::kFromValues) return false;
@@ -292,13 +432,15 @@ class PlanTrace {
 
   // The node's context. A folding node reads host values (as CPU arrays) and runs on MLX's
   // CPU device, so nothing of it is traced; Shape and Size read only their inputs' shapes.
-  OpContext Context(const PlanNode& pn, bool fold) {
+  // `with_hints`: trace values count as host values (HintOutputs).
+  OpContext Context(const PlanNode& pn, bool fold, bool with_hints = false) {
     const bool from_values = fold && pn.spec->host_eval == HostEval::kFromValues;
     const std::vector<std::string> all_inputs = pn.node.AllInputs();
     std::vector<std::optional<mx::array>> inputs;
     std::vector<const Tensor*> host(all_inputs.size(), nullptr);
     for (size_t k = 0; k < all_inputs.size(); ++k) {
       std::shared_ptr<const Tensor> h = Host(all_inputs[k]);
+      if (!h && with_hints) h = Hint(all_inputs[k]);
       host[k] = h.get();  // kept alive by host_ (here or in an enclosing trace)
       if (k < pn.node.inputs.size())
         inputs.push_back(from_values && h ? std::optional<mx::array>(ToArray(*h)) : Array(all_inputs[k]));
@@ -351,7 +493,10 @@ class PlanTrace {
     for (size_t i = check_sink_->size(); i-- > 0;)
       code = mx::where((*check_sink_)[i].ok, code, mx::array(static_cast<int32_t>(i), mx::int32), stream_);
     if (info_)
-      for (const auto& check : (*check_sink_)) info_->check_messages.push_back(check.message);
+      for (const auto& check : (*check_sink_)) {
+        info_->check_messages.push_back(check.message);
+        info_->check_is_assumption.push_back(check.assumption);
+      }
     return code;
   }
 
@@ -402,8 +547,14 @@ class PlanTrace {
   mx::Stream host_stream_;
   TraceInfo* info_;
   const PlanTrace* parent_;
-  std::vector<RuntimeCheck> checks_;        // OpContext::Require, of nodes not folded
-  std::vector<RuntimeCheck>* check_sink_;   // &checks_, or the enclosing trace's (a body's)
+  const DynamicTrace* dyn_;                              // a trace with dynamic dims, else null
+  std::set<size_t> skip_;                                // the prologue's nodes
+  std::set<std::string> dyn_shaped_;                     // values of dynamic shape
+  std::unordered_map<std::string, std::set<int>> deps_;  // value -> dynamic dims it depends on
+  std::unordered_map<std::string, std::shared_ptr<const Tensor>> hint_;  // trace values
+  std::unordered_map<std::string, mx::array> runtime_shape_;             // dynamic input -> its dims as data
+  std::vector<RuntimeCheck> checks_;       // OpContext::Require, of nodes not folded
+  std::vector<RuntimeCheck>* check_sink_;  // &checks_, or the enclosing trace's (a body's)
   std::unordered_map<std::string, mx::array> values_;
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_;
   std::unordered_map<std::string, size_t> last_use_;    // value -> index of its last consumer
@@ -419,8 +570,8 @@ class PlanTrace {
 
 std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,
                                  const std::vector<const Tensor*>& host_inputs, mx::Stream stream,
-                                 TraceInfo* info) {
-  PlanTrace trace(plan, stream, info);
+                                 TraceInfo* info, const DynamicTrace* dynamic) {
+  PlanTrace trace(plan, stream, info, nullptr, dynamic);
   trace.BindInputs(inputs, host_inputs);
   for (const PlanNode& pn : plan.nodes) trace.Run(pn);
   return trace.Outputs();

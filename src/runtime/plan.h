@@ -4,6 +4,8 @@
 
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -58,6 +60,43 @@ struct TraceInfo {
   size_t folded = 0;       ///< nodes evaluated on the host (shape arithmetic folded)
   /** Messages of the runtime checks (OpContext::Require) by check code, see TracePlan. */
   std::vector<std::string> check_messages;
+  /** Per check code: an assumption of a trace with dynamic dims (OpContext::Assume). */
+  std::vector<bool> check_is_assumption;
+};
+
+// Dynamic dims (docs/dynamic_shapes.md): one compiled function for every value of some input
+// dims. Nodes that read a value of dynamic shape form a prologue, run uncompiled each run (cheap
+// elementwise ops and reductions only); the rest is traced with static shapes, the prologue's
+// results and the dynamic inputs' shapes (as data) among its inputs.
+
+/** Per plan input, per axis: the dynamic dim's symbol (>= 0) or -1 for a static axis. */
+using DynamicAxes = std::vector<std::vector<int>>;
+
+/** The prologue of a trace with dynamic dims. */
+struct Prologue {
+  std::vector<size_t> nodes;          ///< indices into Plan::nodes, in order
+  std::vector<std::string> boundary;  ///< prologue values the rest reads (static shapes)
+  std::vector<mx::Shape> shapes;      ///< their shapes (checked every run)
+  std::vector<std::set<int>> deps;    ///< the symbols each depends on
+};
+
+/** Finds the prologue for `axes` at these inputs. Throws DynamicShapeUnsupported when a value of
+ *  dynamic shape reaches a node that is not Shape/Size of an input nor a cheap elementwise op or
+ *  reduction over constants, or a partition output. */
+Prologue FindPrologue(const Plan& plan, const DynamicAxes& axes, const std::vector<mx::array>& inputs,
+                      mx::Stream stream);
+/** The prologue's boundary values for `inputs` (unevaluated). Throws DynamicShapeUnsupported
+ *  when one has another shape than FindPrologue saw. */
+std::vector<mx::array> RunPrologue(const Plan& plan, const Prologue& prologue,
+                                   const std::vector<mx::array>& inputs, mx::Stream stream);
+
+/** The dynamic part of a trace: `TracePlan`'s inputs with dynamic axes are placeholders of the
+ *  shape at trace time, never read as data. */
+struct DynamicTrace {
+  const DynamicAxes* axes = nullptr;
+  const Prologue* prologue = nullptr;
+  std::vector<std::optional<mx::array>> runtime_shapes;  ///< per input: int64 [rank] for dynamic ones
+  std::vector<mx::array> boundary;                       ///< RunPrologue's values
 };
 
 /** Values with at most this many elements keep their host value through a trace even when no
@@ -72,6 +111,6 @@ inline constexpr int64_t kMaxFoldedElements = 1 << 16;
  * are evaluated on MLX's CPU device while tracing and their outputs become constants of the traced graph. */
 std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,
                                  const std::vector<const Tensor*>& host_inputs, mx::Stream stream,
-                                 TraceInfo* info = nullptr);
+                                 TraceInfo* info = nullptr, const DynamicTrace* dynamic = nullptr);
 
 }  // namespace mlx_ep

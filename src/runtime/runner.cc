@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "common/env.h"
 #include "common/log.h"
@@ -84,10 +85,13 @@ mx::Device PartitionRunner::ChooseDevice(const std::vector<mx::array>& inputs,
 
 std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inputs,
                                               const std::vector<const Tensor*>& host, mx::Device device,
-                                              std::vector<std::string>* check_messages) {
+                                              std::vector<std::string>* check_messages,
+                                              std::vector<bool>* check_is_assumption,
+                                              const DynamicTrace* dynamic) {
   TraceInfo info;
-  std::vector<mx::array> outputs = TracePlan(plan_, inputs, host, mx::default_stream(device), &info);
+  std::vector<mx::array> outputs = TracePlan(plan_, inputs, host, mx::default_stream(device), &info, dynamic);
   if (check_messages) *check_messages = std::move(info.check_messages);
+  if (check_is_assumption) *check_is_assumption = std::move(info.check_is_assumption);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.traces;
   stats_.folded_nodes += info.folded;
@@ -100,13 +104,22 @@ size_t PartitionRunner::SignatureHash::operator()(const SignatureKey& key) const
   return static_cast<size_t>(h);
 }
 
-PartitionRunner::CacheEntry* PartitionRunner::Find(const SignatureKey& key) {
+PartitionRunner::CacheEntry* PartitionRunner::Find(const SignatureKey& key, bool count) {
   auto it = cache_.find(key);
   const bool hit = it != cache_.end();
   if (hit) lru_.splice(lru_.begin(), lru_, it->second.lru);
-  std::lock_guard<std::mutex> lock(mu_);
-  ++(hit ? stats_.cache_hits : stats_.cache_misses);
+  if (count) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(hit ? stats_.cache_hits : stats_.cache_misses);
+  }
   return hit ? &it->second : nullptr;
+}
+
+void PartitionRunner::Erase(const SignatureKey& key) {
+  auto it = cache_.find(key);
+  if (it == cache_.end()) return;
+  lru_.erase(it->second.lru);
+  cache_.erase(it);
 }
 
 PartitionRunner::CacheEntry& PartitionRunner::Insert(const SignatureKey& key, CacheEntry entry) {
@@ -145,17 +158,45 @@ std::vector<Tensor> PartitionRunner::Run(const std::vector<InputTensor>& inputs)
   return outputs;
 }
 
-PartitionRunner::SignatureKey PartitionRunner::MakeKey(const std::vector<InputTensor>& inputs) const {
+PartitionRunner::SignatureKey PartitionRunner::MakeKey(
+    const std::vector<InputTensor>& inputs, const std::vector<std::pair<size_t, size_t>>* dynamic) const {
+  // A dynamic dim's size is left out as a value no size has: keys with and without dynamic
+  // dims never meet.
+  constexpr int64_t kDynamicDim = std::numeric_limits<int64_t>::min();
   SignatureKey key;
   key.reserve(inputs.size() * 4);
   for (size_t i = 0; i < inputs.size(); ++i) {
     const InputTensor& t = inputs[i];
     key.push_back(static_cast<int64_t>(t.type));
     key.push_back(static_cast<int64_t>(t.shape.size()));
+    const size_t at = key.size();
     key.insert(key.end(), t.shape.begin(), t.shape.end());
+    if (dynamic)
+      for (const auto& [input, axis] : *dynamic)
+        if (input == i) key[at + axis] = kDynamicDim;
     if (plan_.input_is_host[i]) AppendBytes(static_cast<const uint8_t*>(t.data), ByteSize(t), key);
   }
   return key;
+}
+
+std::vector<std::pair<size_t, size_t>> PartitionRunner::DynamicDims(const std::vector<InputTensor>& inputs) {
+  if (first_shapes_.empty()) {
+    for (const InputTensor& t : inputs) {
+      first_shapes_.push_back(t.shape);
+      varying_.emplace_back(t.shape.size(), false);
+    }
+    return {};
+  }
+  std::vector<std::pair<size_t, size_t>> dims;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::vector<int64_t>& shape = inputs[i].shape;
+    if (shape.size() != first_shapes_[i].size() || plan_.input_is_host[i]) continue;
+    for (size_t a = 0; a < shape.size(); ++a) {
+      if (shape[a] != first_shapes_[i][a]) varying_[i][a] = true;
+      if (varying_[i][a] && !static_dims_.count({i, a})) dims.emplace_back(i, a);
+    }
+  }
+  return dims;
 }
 
 std::vector<std::shared_ptr<const Tensor>> PartitionRunner::HostValues(
@@ -170,9 +211,112 @@ std::vector<std::shared_ptr<const Tensor>> PartitionRunner::HostValues(
   return host;
 }
 
+PartitionRunner::CacheEntry PartitionRunner::MakeDynamicEntry(
+    const std::vector<std::pair<size_t, size_t>>& dims, const std::vector<InputTensor>& inputs,
+    const std::vector<mx::array>& arrays) {
+  auto d = std::make_shared<DynamicEntry>();
+  d->dims = dims;
+  for (const mx::array& a : arrays) {
+    d->axes.emplace_back(a.ndim(), -1);
+    d->trace_shapes.push_back(a.shape());
+    d->dtypes.push_back(a.dtype());
+  }
+  for (size_t s = 0; s < dims.size(); ++s) d->axes[dims[s].first][dims[s].second] = static_cast<int>(s);
+  d->device = RuntimeDevice();
+  d->prologue = FindPrologue(plan_, d->axes, arrays, mx::default_stream(d->device));
+  auto host = HostValues(inputs);
+  std::vector<const Tensor*> host_ptrs(host.size(), nullptr);
+  for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
+  auto messages = std::make_shared<std::vector<std::string>>();
+  auto assumptions = std::make_shared<std::vector<bool>>();
+  // fn's inputs: the static inputs, the dynamic ones' shapes (int64 [rank]), the prologue's
+  // values. The dynamic inputs themselves are placeholders of their shape when traced.
+  auto unpack = [d](const std::vector<mx::array>& in, std::vector<mx::array>& full, DynamicTrace& t) {
+    t = DynamicTrace{&d->axes, &d->prologue, {}, {}};
+    size_t next = 0;
+    for (size_t i = 0; i < d->axes.size(); ++i)
+      full.push_back(d->IsDynamic(i) ? mx::zeros(d->trace_shapes[i], d->dtypes[i]) : in.at(next++));
+    for (size_t i = 0; i < d->axes.size(); ++i)
+      t.runtime_shapes.push_back(d->IsDynamic(i) ? std::optional<mx::array>(in.at(next++)) : std::nullopt);
+    while (next < in.size()) t.boundary.push_back(in[next++]);
+  };
+  if (d->device != mx::Device(mx::Device::cpu)) {
+    // As ChooseDevice: a graph holding an empty value must not run on a GPU. The main graph's
+    // shapes are the same for every run of the key, so one trace tells.
+    std::vector<mx::array> full;
+    DynamicTrace t;
+    unpack(DynamicInputs(*d, arrays), full, t);
+    TraceInfo info;
+    TracePlan(plan_, full, host_ptrs, mx::default_stream(d->device), &info, &t);
+    if (info.saw_empty) throw DynamicShapeUnsupported("[MlxEp] an empty value with dynamic dims on a GPU");
+  }
+  auto traced = [this, host_ptrs, d, messages, assumptions, unpack](const std::vector<mx::array>& in) {
+    std::vector<mx::array> full;
+    DynamicTrace t;
+    unpack(in, full, t);
+    return Trace(full, host_ptrs, d->device, messages.get(), assumptions.get(), &t);
+  };
+  return CacheEntry{mx::compile(traced), std::move(host), {}, messages, assumptions, d};
+}
+
+std::vector<mx::array> PartitionRunner::CallDynamic(CacheEntry& entry, const std::vector<mx::array>& arrays) {
+  return entry.fn(DynamicInputs(*entry.dynamic, arrays));
+}
+
+std::vector<mx::array> PartitionRunner::DynamicInputs(const DynamicEntry& d,
+                                                      const std::vector<mx::array>& arrays) {
+  std::vector<mx::array> in;
+  for (size_t i = 0; i < arrays.size(); ++i)
+    if (!d.IsDynamic(i)) in.push_back(arrays[i]);
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    if (!d.IsDynamic(i)) continue;
+    const std::vector<int64_t> dims(arrays[i].shape().begin(), arrays[i].shape().end());
+    in.push_back(mx::array(dims.begin(), mx::Shape{static_cast<int>(dims.size())}, mx::int64));
+  }
+  for (mx::array& v : RunPrologue(plan_, d.prologue, arrays, mx::default_stream(d.device))) in.push_back(v);
+  return in;
+}
+
+std::optional<std::vector<mx::array>> PartitionRunner::EvaluateDynamic(const std::vector<InputTensor>& inputs,
+                                                                       const std::vector<mx::array>& arrays,
+                                                                       Evaluated& used) {
+  for (;;) {
+    const std::vector<std::pair<size_t, size_t>> dims = DynamicDims(inputs);
+    if (dims.empty()) return std::nullopt;
+    // Empty tensors run on MLX's CPU device (ChooseDevice): leave them to the per-shape path.
+    for (const auto& [input, axis] : dims)
+      if (ByteSize(inputs[input]) == 0) return std::nullopt;
+    const SignatureKey key = MakeKey(inputs, &dims);
+    try {
+      CacheEntry* entry = Find(key, false);
+      const bool hit = entry != nullptr;
+      std::vector<mx::array> outputs;
+      if (hit) {
+        outputs = CallDynamic(*entry, arrays);
+      } else {
+        // Traced before it joins the cache, so that a failed attempt evicts nothing.
+        CacheEntry made = MakeDynamicEntry(dims, inputs, arrays);
+        outputs = CallDynamic(made, arrays);
+        entry = &Insert(key, std::move(made));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++(hit ? stats_.cache_hits : stats_.cache_misses);
+      }
+      used = {entry->check_messages, entry->check_is_assumption, key};
+      return outputs;
+    } catch (const DynamicShapeUnsupported& e) {
+      // Exact for no value of these dims: they are static from now on.
+      Erase(key);
+      if (e.symbols.empty()) static_dims_.insert(dims.begin(), dims.end());
+      for (int s : e.symbols) static_dims_.insert(dims.at(s));
+    }
+  }
+}
+
 std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>& inputs,
-                                                 const std::vector<mx::array>& arrays,
-                                                 std::shared_ptr<std::vector<std::string>>& check_messages) {
+                                                 const std::vector<mx::array>& arrays, Evaluated& used) {
+  std::shared_ptr<std::vector<std::string>>& check_messages = used.check_messages;
   auto pointers = [](const std::vector<std::shared_ptr<const Tensor>>& host) {
     std::vector<const Tensor*> ptrs(host.size(), nullptr);
     for (size_t i = 0; i < host.size(); ++i) ptrs[i] = host[i].get();
@@ -184,6 +328,7 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
     check_messages = std::make_shared<std::vector<std::string>>();
     return Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs), check_messages.get());
   }
+  if (auto outputs = EvaluateDynamic(inputs, arrays, used)) return *outputs;
   // On a hit nothing is copied: the key holds the host inputs' bytes, the entry their values.
   const SignatureKey key = MakeKey(inputs);
   CacheEntry* entry = Find(key);
@@ -195,7 +340,7 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
     auto traced = [this, host_ptrs, device, messages](const std::vector<mx::array>& in) {
       return Trace(in, host_ptrs, device, messages.get());
     };
-    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages});
+    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}});
   }
   check_messages = entry->check_messages;
   return entry->fn(arrays);
@@ -242,16 +387,29 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
     stats_.bytes_in_host_copied += copied;
     stats_.bytes_in_wrapped += wrapped;
   }
-  std::shared_ptr<std::vector<std::string>> check_messages;
-  std::vector<mx::array> outputs = Evaluate(inputs, arrays, check_messages);
-  mx::eval(outputs);
-  // The runtime checks' verdict (TracePlan) is the output after the partition's outputs.
-  if (outputs.size() > plan_.output_names.size()) {
+  std::vector<mx::array> outputs;
+  for (;;) {
+    Evaluated used;
+    outputs = Evaluate(inputs, arrays, used);
+    mx::eval(outputs);
+    // The runtime checks' verdict (TracePlan) is the output after the partition's outputs.
+    if (outputs.size() <= plan_.output_names.size()) break;
     const int32_t failed = outputs.back().item<int32_t>();
-    if (failed >= 0)
-      throw std::invalid_argument(static_cast<size_t>(failed) < check_messages->size()
-                                      ? check_messages->at(failed)
-                                      : "[MlxEp] a runtime check of partition " + plan_.name + " failed");
+    if (failed < 0) break;
+    const auto& assumptions = used.check_is_assumption;
+    if (used.dynamic_key && assumptions && static_cast<size_t>(failed) < assumptions->size() &&
+        (*assumptions)[failed]) {
+      // A function with dynamic dims that does not hold for these inputs (nothing was written
+      // yet): its dims are static from now on, and the run is traced for its shapes.
+      if (CacheEntry* entry = Find(*used.dynamic_key, false))
+        static_dims_.insert(entry->dynamic->dims.begin(), entry->dynamic->dims.end());
+      Erase(*used.dynamic_key);
+      continue;
+    }
+    const auto& messages = used.check_messages;
+    throw std::invalid_argument(messages && static_cast<size_t>(failed) < messages->size()
+                                    ? messages->at(failed)
+                                    : "[MlxEp] a runtime check of partition " + plan_.name + " failed");
   }
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
   // output, and an output that aliases an input (Identity) still points at live memory.

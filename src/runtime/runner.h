@@ -3,12 +3,15 @@
 // out. All MLX work happens on the MLX thread (runtime/mlx_thread.h).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <list>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -78,12 +81,35 @@ class PartitionRunner {
   struct SignatureHash {
     size_t operator()(const SignatureKey& key) const noexcept;
   };
+  /** A function for every value of some input dims (docs/dynamic_shapes.md). */
+  struct DynamicEntry {
+    std::vector<std::pair<size_t, size_t>> dims;  ///< (input, axis) per symbol
+    DynamicAxes axes;                             ///< per input, per axis: symbol or -1
+    Prologue prologue;
+    std::vector<mx::Shape> trace_shapes;  ///< the inputs' shapes when traced (placeholders)
+    std::vector<mx::Dtype> dtypes;
+    mx::Device device = mx::Device::cpu;
+    bool IsDynamic(size_t input) const {
+      return std::any_of(axes[input].begin(), axes[input].end(), [](int s) { return s >= 0; });
+    }
+  };
   struct CacheEntry {
     MlxFunction fn;
     std::vector<std::shared_ptr<const Tensor>> host_values;  // baked into fn, kept alive with it
     std::list<SignatureKey>::iterator lru;                   // this entry's place in lru_
     /** What fn's runtime checks say when they fail (filled by its first trace). */
     std::shared_ptr<std::vector<std::string>> check_messages;
+    /** Per check: an assumption of a dynamic trace (filled by its first trace). */
+    std::shared_ptr<std::vector<bool>> check_is_assumption;
+    /** Set for a function with dynamic dims: fn takes the static inputs, the dynamic ones' shapes
+     *  and the prologue's values. */
+    std::shared_ptr<const DynamicEntry> dynamic;
+  };
+  /** What Evaluate used, for Execute's checks. */
+  struct Evaluated {
+    std::shared_ptr<std::vector<std::string>> check_messages;
+    std::shared_ptr<std::vector<bool>> check_is_assumption;
+    std::optional<SignatureKey> dynamic_key;  ///< the key of the dynamic entry used
   };
 
   /** The device a signature runs on: the runtime device, except that graphs holding an empty
@@ -93,20 +119,39 @@ class PartitionRunner {
   mx::Device ChooseDevice(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) const;
   /** Traces the plan for `device` and counts the trace. */
   std::vector<mx::array> Trace(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host,
-                               mx::Device device, std::vector<std::string>* check_messages = nullptr);
-  /** The compiled function for `key`, or nullptr (a miss); counts the hit or miss. */
-  CacheEntry* Find(const SignatureKey& key);
+                               mx::Device device, std::vector<std::string>* check_messages = nullptr,
+                               std::vector<bool>* check_is_assumption = nullptr,
+                               const DynamicTrace* dynamic = nullptr);
+  /** The compiled function for `key`, or nullptr (a miss); counts the hit or miss if `count`. */
+  CacheEntry* Find(const SignatureKey& key, bool count = true);
+  /** Drops the entry for `key`, if any. */
+  void Erase(const SignatureKey& key);
   /** Adds the compiled function for `key` and keeps the cache bound. */
   CacheEntry& Insert(const SignatureKey& key, CacheEntry entry);
-  /** The signature of `inputs` (types, shapes, host inputs' bytes). */
-  SignatureKey MakeKey(const std::vector<InputTensor>& inputs) const;
+  /** The signature of `inputs` (types, shapes, host inputs' bytes), the sizes of `dynamic` dims
+   *  (input, axis) left out. */
+  SignatureKey MakeKey(const std::vector<InputTensor>& inputs,
+                       const std::vector<std::pair<size_t, size_t>>* dynamic = nullptr) const;
+  /** Notes which input dims vary between runs; returns those to try as dynamic now. */
+  std::vector<std::pair<size_t, size_t>> DynamicDims(const std::vector<InputTensor>& inputs);
+  /** The outputs from a function with dynamic dims, or nullopt (none can serve these inputs). */
+  std::optional<std::vector<mx::array>> EvaluateDynamic(const std::vector<InputTensor>& inputs,
+                                                        const std::vector<mx::array>& arrays,
+                                                        Evaluated& used);
+  /** Traces a function with dynamic `dims` for these inputs (throws DynamicShapeUnsupported). */
+  CacheEntry MakeDynamicEntry(const std::vector<std::pair<size_t, size_t>>& dims,
+                              const std::vector<InputTensor>& inputs, const std::vector<mx::array>& arrays);
+  /** A dynamic entry's function's inputs for `arrays` (runs the prologue). */
+  std::vector<mx::array> DynamicInputs(const DynamicEntry& d, const std::vector<mx::array>& arrays);
+  /** Calls a dynamic entry: its prologue, then its function. */
+  std::vector<mx::array> CallDynamic(CacheEntry& entry, const std::vector<mx::array>& arrays);
   /** Copies of the host inputs' values (null for the others), for a trace. */
   std::vector<std::shared_ptr<const Tensor>> HostValues(const std::vector<InputTensor>& inputs) const;
   /** The partition's (unevaluated) outputs for `arrays`: the compiled function for the inputs'
    *  signature, traced and compiled on a miss; the traced graph when not compiling. When the
    *  plan has runtime checks, their verdict is one more output; `check_messages` their texts. */
-  std::vector<mx::array> Evaluate(const std::vector<InputTensor>& inputs, const std::vector<mx::array>& arrays,
-                                  std::shared_ptr<std::vector<std::string>>& check_messages);
+  std::vector<mx::array> Evaluate(const std::vector<InputTensor>& inputs,
+                                  const std::vector<mx::array>& arrays, Evaluated& used);
   /** Writes the evaluated outputs into the buffers `sink` gives; counts the bytes. */
   void WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink);
   /** The body of Run, on the MLX thread. */
@@ -119,6 +164,10 @@ class PartitionRunner {
   std::unordered_map<SignatureKey, CacheEntry, SignatureHash> cache_;
   std::list<SignatureKey> lru_;  // cache keys, most recently used first
   RunnerStats stats_;
+  // Dynamic dims (docs/dynamic_shapes.md), on the MLX thread.
+  std::vector<std::vector<int64_t>> first_shapes_;   // per input: its shape in the first run
+  std::vector<std::vector<bool>> varying_;           // per input, per axis: seen with another size
+  std::set<std::pair<size_t, size_t>> static_dims_;  // (input, axis) that cannot be dynamic
 };
 
 }  // namespace mlx_ep

@@ -172,6 +172,50 @@ TEST(Runner, ShapeArithmeticFoldsInEagerMode) {
   EXPECT_EQ(runner.stats().folded_nodes, 4u);
 }
 
+// x [3] + Cast(Size(m)) + Cast(ReduceSum(m)): m's dims change every run, but the partition reads
+// them only through Size (data) and a prologue reduction, so one function serves every shape
+// after the first (docs/dynamic_shapes.md).
+Plan SizeAndSumPlan() {
+  using testing::Int64Tensor;
+  Graph g = GraphBuilder()
+                .Input("x")
+                .Input("m", ElemType::kInt64)
+                .AddNode("Size", {"m"}, {"n"}, ElemType::kInt64)
+                .AddNode("Cast", {"n"}, {"nf"})
+                .AddNode("ReduceSum", {"m"}, {"sum"}, ElemType::kInt64)
+                .AddNode("Cast", {"sum"}, {"sumf"})
+                .AddNode("Add", {"x", "nf"}, {"a"})
+                .AddNode("Add", {"a", "sumf"}, {"y"})
+                .Output("y")
+                .Build();
+  Attribute to;
+  to.kind = Attribute::Kind::kInt;
+  to.i = static_cast<int64_t>(ElemType::kFloat);
+  g.nodes[1].attributes["to"] = to;
+  g.nodes[3].attributes["to"] = to;
+  Attribute keepdims;
+  keepdims.kind = Attribute::Kind::kInt;
+  keepdims.i = 0;
+  g.nodes[2].attributes["keepdims"] = keepdims;
+  g.nodes[2].since_version = 13;  // ReduceSum's last version
+  return BuildPlan(g, "p", {"x", "m"}, {"y"}, OpRegistry::Get());
+}
+
+TEST(Runner, VaryingDimReadAsDataIsDynamic) {
+  PartitionRunner runner(SizeAndSumPlan(), true);
+  std::vector<float> x = {1, 2, 3};
+  std::vector<int64_t> m(40, 2);
+  for (int64_t n : {2, 3, 5, 8, 3, 13}) {
+    InputTensor mask{ElemType::kInt64, {1, n}, m.data()};
+    auto out = runner.Run({Float(x, {3}), mask});
+    const float add = float(n + 2 * n);
+    EXPECT_EQ(ToVector(out[0]), (std::vector<float>{1 + add, 2 + add, 3 + add})) << n;
+  }
+  RunnerStats s = runner.stats();
+  EXPECT_EQ(s.traces, 2u);  // the first shape, then one function for every length
+  EXPECT_EQ(s.cache_hits, 4u);
+}
+
 TEST(Plan, MissingTranslationIsRejected) {
   Graph g = GraphBuilder().Input("x").AddNode("NoSuchOp", {"x"}, {"y"}).Output("y").Build();
   EXPECT_THROW(BuildPlan(g, "p", {"x"}, {"y"}, OpRegistry::Get()), std::invalid_argument);

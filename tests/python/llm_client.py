@@ -119,6 +119,14 @@ def genai_generate(model_dir, prompt, new_tokens, on_mlx):
     """Greedy tokens of onnxruntime-genai's generator loop on `model_dir` (genai_config.json),
     on the CPU EP or on MLX (registered as a plugin EP library), plus the logits of each step.
     With on_mlx the EP's report of genai's session is returned too (else None)."""
+    ((tokens, logits),), report = genai_generate_many(model_dir, [prompt], new_tokens, on_mlx)
+    return tokens, logits, report
+
+
+def genai_generate_many(model_dir, prompts, new_tokens, on_mlx, max_length=None):
+    """genai_generate for each prompt in turn through one og.Model (one session), each with its
+    own generator of `max_length` (default: the prompt's length + new_tokens). Returns a
+    (tokens, logits) pair per prompt and the EP's report (None on the CPU EP)."""
     import onnxruntime_genai as og
 
     report_dir, report = None, None
@@ -133,23 +141,27 @@ def genai_generate(model_dir, prompt, new_tokens, on_mlx):
         model = og.Model(config)
     finally:
         os.environ.pop("ONNXRUNTIME_EP_MLX_REPORT", None)
-    params = og.GeneratorParams(model)
-    params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
-    generator = og.Generator(model, params)
-    generator.append_tokens(np.asarray([prompt], np.int32))
-    tokens, logits = [], []
-    while not generator.is_done():
-        # the logits the next token is chosen from (get_logits runs a pending step itself)
-        logits.append(np.array(generator.get_logits())[0, -1])
-        generator.generate_next_token()
-        tokens.append(int(generator.get_next_tokens()[0]))
-    del generator, params, model
+    results = []
+    for prompt in prompts:
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=max_length or len(prompt) + new_tokens, do_sample=False)
+        generator = og.Generator(model, params)
+        generator.append_tokens(np.asarray([prompt], np.int32))
+        tokens, logits = [], []
+        while not generator.is_done() and len(tokens) < new_tokens:
+            # the logits the next token is chosen from (get_logits runs a pending step itself)
+            logits.append(np.array(generator.get_logits())[0, -1])
+            generator.generate_next_token()
+            tokens.append(int(generator.get_next_tokens()[0]))
+        results.append((tokens, logits))
+        del generator, params
+    del model
     gc.collect()
     if report_dir is not None:
         with open(os.path.join(report_dir.name, "report.json")) as f:
             report = json.load(f)
         report_dir.cleanup()
-    return tokens, logits, report
+    return results, report
 
 
 _genai_registered = False

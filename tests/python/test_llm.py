@@ -13,8 +13,9 @@ model), so the per-node 1e-3 is no measure for the whole model; 3x ORT's own spr
 test_real_models does for its detector.
 
 Placement and compile counts come from the EP's report: every node on MLX in one partition; a
-shared-buffer decode (static shapes) adds no trace after its first step; prompt lengths cost one
-trace each, and nothing more when they come again.
+shared-buffer decode adds no trace after its first step, through the plain loop (static shapes)
+and through genai (whose growing attention mask is a dynamic dim, docs/dynamic_shapes.md);
+prompt lengths cost one trace each, and nothing more when they come again.
 
 The genai-layout models use com.microsoft GroupQueryAttention, MatMulNBits,
 SimplifiedLayerNormalization/SkipSimplifiedLayerNormalization and the encoder MultiHeadAttention,
@@ -28,7 +29,7 @@ import pytest
 
 from harness import EP, assert_close_to_scale
 from llm_client import (Decoder, ReportedSession, all_on_mlx_in_one_partition, cpu_session, genai_generate,
-                        total_traces)
+                        genai_generate_many, total_traces)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "models", "llm"))
@@ -254,16 +255,62 @@ def test_genai_session_all_on_mlx(models, name):
     assert ok, why
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "onnxruntime-genai grows attention_mask by one column per step unless it captures graphs (static "
-    "masks only for cuda/DML/WebGPU/NvTensorRtRtx graph capture), and the EP compiles per input shape: "
-    "one trace per generated token through genai even with past_present_share_buffer (see test_llm.py's "
-    "plain-ORT loop for the static-mask case, which does not retrace)"))
-def test_genai_shared_buffer_decode_does_not_retrace(models):
-    name = "genai_fp32_shared"
+@pytest.mark.parametrize("name", ["genai_fp32_shared", "genai_int4_b32_shared"])
+def test_genai_shared_buffer_decode_does_not_retrace(models, name):
+    """genai grows attention_mask by one column per step (static masks only with graph capture),
+    and its builder's total_sequence_length is Shape(attention_mask)[1]. The mask's length is a
+    dynamic dim of the partition (docs/dynamic_shapes.md): the prefill traces for its shape, the
+    first decode step once for every mask length, and 64 more steps add no trace. The tokens are
+    the CPU EP's."""
+    steps = 66
+    ref_tokens, _, _ = genai_generate(models[0][name], PROMPT, steps, on_mlx=False)
     _, _, short = genai_generate(models[0][name], PROMPT, 2, on_mlx=True)
-    _, _, long = genai_generate(models[0][name], PROMPT, 18, on_mlx=True)
-    assert total_traces(long) == total_traces(short), (total_traces(short), total_traces(long))
+    tokens, _, long = genai_generate(models[0][name], PROMPT, steps, on_mlx=True)
+    assert tokens == ref_tokens
+    assert (total_traces(short), total_traces(long)) == (2, 2)
+    (part,) = long["runtime"]["partitions"]
+    assert part["runs"] == steps and part["cache_hits"] == steps - 2, part
+
+
+def test_genai_prompt_lengths_share_one_decode_function(models):
+    """10 prompt lengths through one genai model (one session, the same max_length, so the same
+    shared past/present buffer): one trace per prompt length (input_ids' length reaches every
+    MatMul, so it cannot be dynamic) and one for all their decode steps; the tokens are the CPU
+    EP's."""
+    name, steps = "genai_fp32_shared", 4
+    lengths = [1, 2, 3, 5, 8, 11, 16, 23, 31, 40]
+    rng = np.random.default_rng(3)
+    prompts = [[int(t) for t in rng.integers(0, models[1].vocab - 1, n)] for n in lengths]
+    ref, _ = genai_generate_many(models[0][name], prompts, steps, on_mlx=False, max_length=64)
+    got, report = genai_generate_many(models[0][name], prompts, steps, on_mlx=True, max_length=64)
+    assert [t for t, _ in got] == [t for t, _ in ref]
+    (part,) = report["runtime"]["partitions"]
+    assert part["traces"] == len(lengths) + 1, part
+
+
+def test_shared_buffer_mask_longer_than_past_is_retraced(models):
+    """A plain-ORT loop on the genai model with a past buffer of 8 rows and masks of 5, 6, 7, then
+    9 columns: the first length traces for its shape, the next once with the length dynamic
+    (present stays 8 rows, assuming total <= 8), the 7 reuses it, and 9 breaks the assumption, so
+    that run is traced for its shape (present of 9 rows, as ORT's CPU EP sizes it)."""
+    name = "genai_fp32_shared"
+    cfg = models[1]
+    rng = np.random.default_rng(11)
+    past = {f"past_key_values.{i}.{kv}": rng.standard_normal((1, cfg.kv_heads, 8, cfg.head_size)).astype(np.float32)
+            for i in range(cfg.layers) for kv in ("key", "value")}
+    feeds = [dict(past, input_ids=np.array([[7]], np.int64), attention_mask=np.ones((1, t), np.int64))
+             for t in (5, 6, 7, 9)]
+    cpu = cpu_session(path(models, name))
+    rs = ReportedSession(path(models, name))
+    names = [o.name for o in cpu.get_outputs()]
+    for f in feeds:
+        got, ref = rs.sess.run(None, f), cpu.run(None, f)
+        for g, r, name in zip(got, ref, names):
+            assert g.shape == r.shape, (name, f["attention_mask"].shape)
+            assert_close_to_scale(g, r, what=f"{name} at mask {f['attention_mask'].shape}")
+    report = rs.close()
+    (part,) = report["runtime"]["partitions"]
+    assert part["traces"] == 3, part
 
 
 # --- encoder ------------------------------------------------------------------------------------
