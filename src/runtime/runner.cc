@@ -56,18 +56,21 @@ void AppendBytes(const uint8_t* bytes, size_t size, std::vector<int64_t>& key) {
 }  // namespace
 
 PartitionRunner::PartitionRunner(Plan plan, bool compile, size_t max_compiled)
-    : plan_(std::move(plan)), compile_(compile), max_compiled_(max_compiled) {}
+    : plan_(std::move(plan)), compile_(compile), max_compiled_(max_compiled), caches_(MlxWorkerCount()) {}
 
 PartitionRunner::~PartitionRunner() {
-  try {
-    // Compiled functions erase themselves from the MLX thread's compile cache: do it there.
-    RunOnMlxThread([this] {
-      cache_.clear();
-      lru_.clear();
-      plan_.constants.clear();
-    });
-  } catch (...) {
-    // Nothing sensible to do while a session is being torn down.
+  // A compiled function erases its entries from the compile cache of the thread that made it;
+  // release each on its worker, so that nothing of it outlives the runner there.
+  for (size_t k = 0; k < caches_.size(); ++k) {
+    if (caches_[k].entries.empty()) continue;
+    try {
+      RunOnMlxWorker(k, [&cache = caches_[k]] {
+        cache.entries.clear();
+        cache.lru.clear();
+      });
+    } catch (...) {
+      // Nothing sensible to do while a session is being torn down.
+    }
   }
 }
 
@@ -99,23 +102,25 @@ size_t PartitionRunner::SignatureHash::operator()(const SignatureKey& key) const
 }
 
 PartitionRunner::CacheEntry* PartitionRunner::Find(const SignatureKey& key) {
-  auto it = cache_.find(key);
-  const bool hit = it != cache_.end();
-  if (hit) lru_.splice(lru_.begin(), lru_, it->second.lru);
+  WorkerCache& cache = caches_.at(CurrentMlxWorker());
+  auto it = cache.entries.find(key);
+  const bool hit = it != cache.entries.end();
+  if (hit) cache.lru.splice(cache.lru.begin(), cache.lru, it->second.lru);
   std::lock_guard<std::mutex> lock(mu_);
   ++(hit ? stats_.cache_hits : stats_.cache_misses);
   return hit ? &it->second : nullptr;
 }
 
 PartitionRunner::CacheEntry& PartitionRunner::Insert(const SignatureKey& key, CacheEntry entry) {
-  auto it = cache_.emplace(key, std::move(entry)).first;
-  lru_.push_front(key);
-  it->second.lru = lru_.begin();
+  WorkerCache& cache = caches_.at(CurrentMlxWorker());
+  auto it = cache.entries.emplace(key, std::move(entry)).first;
+  cache.lru.push_front(key);
+  it->second.lru = cache.lru.begin();
   // Shapes that keep changing (a growing sequence, say) must not grow memory without bound.
   std::lock_guard<std::mutex> lock(mu_);
-  while (max_compiled_ > 0 && cache_.size() > max_compiled_) {
-    cache_.erase(lru_.back());  // never the entry just added: it is at the front
-    lru_.pop_back();
+  while (max_compiled_ > 0 && cache.entries.size() > max_compiled_) {
+    cache.entries.erase(cache.lru.back());  // never the entry just added: it is at the front
+    cache.lru.pop_back();
     ++stats_.evictions;
   }
   return it->second;
