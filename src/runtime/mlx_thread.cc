@@ -8,6 +8,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -193,12 +194,18 @@ size_t WorkerCountFromEnv() {
   return std::stoul(v);
 }
 
+// Set when the pool is destroyed (the process exits or the library is unloaded): a session
+// released later (a Python object collected at exit, say) must not hand work to joined workers.
+// Outside the pool, so that it can still be read then.
+std::atomic<bool> pool_stopped{false};
+
 class MlxPool {
  public:
   MlxPool() {
     const size_t count = WorkerCountFromEnv();
     for (size_t i = 0; i < count; ++i) workers_.push_back(std::make_unique<Worker>(i, MlxThreadSpinMicros()));
   }
+  ~MlxPool() { pool_stopped = true; }  // before the members: the workers are joined after this
 
   size_t size() const { return workers_.size(); }
 
@@ -250,9 +257,13 @@ unsigned MlxThreadSpinMicros() {
   return micros;
 }
 
-void RunOnMlxThread(void (*call)(void*), void* context) { Pool().Run(call, context); }
+void RunOnMlxThread(void (*call)(void*), void* context) {
+  if (pool_stopped) throw std::runtime_error("[MlxEp] the MLX worker threads have stopped (process exit)");
+  Pool().Run(call, context);
+}
 
 void RunOnMlxWorker(size_t worker, void (*call)(void*), void* context) {
+  if (pool_stopped) throw std::runtime_error("[MlxEp] the MLX worker threads have stopped (process exit)");
   Pool().RunOn(worker, call, context);
 }
 

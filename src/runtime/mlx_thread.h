@@ -38,7 +38,9 @@ void RunOnMlxThread(void (*call)(void*), void* context);
 
 /** Runs `call(context)` on MLX worker `worker` (< MlxWorkerCount()) and waits for it: for work
  *  that must happen on one given thread (releasing that worker's compiled functions). Called on
- *  that worker, it runs directly. */
+ *  that worker, it runs directly; not to be called from a task on another worker (two workers
+ *  waiting for each other would deadlock). Both functions throw once the pool has stopped (at
+ *  process exit). */
 void RunOnMlxWorker(size_t worker, void (*call)(void*), void* context);
 
 /** Runs `task()` on an MLX worker and waits for it (see above). `task` is used in place: it
