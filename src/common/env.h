@@ -40,6 +40,7 @@ constexpr const char* kMaxCompiled = "ONNXRUNTIME_EP_MLX_MAX_COMPILED";  // comp
 constexpr const char* kDeviceMemory =
     "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY";  // "1": GPU allocator/data transfer (opt-in); "force": on CPU too
 constexpr const char* kSpinMicros = "ONNXRUNTIME_EP_MLX_SPIN_US";  // hand-off spin bound (0: off)
+constexpr const char* kMlxThreads = "ONNXRUNTIME_EP_MLX_THREADS";  // MLX worker threads (default: CPUs, <= 4)
 constexpr const char* kBlasThreads =
     "ONNXRUNTIME_EP_MLX_BLAS_THREADS";  // OpenBLAS threads (Linux, default: the CPUs of the process)
 constexpr const char* kAttentionVjpDenseLimit =

@@ -1,17 +1,23 @@
 #include "runtime/mlx_thread.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <mlx/mlx.h>
 
+#include "blas/blas.h"
 #include "common/env.h"
+#include "common/log.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -27,6 +33,13 @@ using Clock = std::chrono::steady_clock;
 // (3-8x slower runs at 10-50 us, no gain at any bound); on machines with cores to spare it is
 // worth measuring (bench/bench_overhead.py with ONNXRUNTIME_EP_MLX_SPIN_US=50).
 constexpr unsigned kDefaultSpinMicros = 0;
+
+// Workers when ONNXRUNTIME_EP_MLX_THREADS is unset: one per CPU of the process, at most this
+// many. Each worker has its own streams (on the CPU device also MLX's stream thread behind each)
+// and its own compiled functions per partition, so workers beyond the concurrency a host really
+// has cost memory and compile time for nothing (docs/performance.md, "Concurrent runs").
+constexpr size_t kMaxDefaultWorkers = 4;
+constexpr size_t kMaxWorkers = 64;
 
 // Hints the core that this is a spin loop (lets a sibling hyper-thread run).
 inline void CpuRelax() {
@@ -52,34 +65,41 @@ bool SpinUntil(Ready ready, unsigned micros) {
   }
 }
 
+// The index of the worker running this thread (kNotAWorker elsewhere).
+constexpr size_t kNotAWorker = SIZE_MAX;
+thread_local size_t current_worker = kNotAWorker;
+
 // One call handed over; lives on the caller's stack while it waits.
 struct Task {
   void (*call)(void*);
   void* context;
   std::exception_ptr error;
-  std::atomic<bool> done{false};  // set under the thread's mutex
-  bool sleeping = false;          // guarded by the thread's mutex: the caller waits on done_cv_
+  std::atomic<bool> done{false};  // set under the worker's mutex
+  bool sleeping = false;          // guarded by the worker's mutex: the caller waits on done_cv_
 };
 
-class MlxThread {
+// One MLX thread with its queue.
+class Worker {
  public:
-  MlxThread() : spin_micros_(MlxThreadSpinMicros()), worker_([this] { Loop(); }) {}
+  Worker(size_t index, unsigned spin_micros)
+      : index_(index), spin_micros_(spin_micros), thread_([this] { Loop(); }) {}
 
   // Runs when the library is unloaded or the process exits: the thread must be joined before
   // its code goes away.
-  ~MlxThread() {
+  ~Worker() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
     cv_.notify_one();
-    worker_.join();
+    thread_.join();
   }
 
+  /** Runs `call(context)` on this worker and waits for it. */
   void Run(void (*call)(void*), void* context) {
-    if (std::this_thread::get_id() == worker_.get_id()) return call(context);
     Task task{call, context, nullptr};
     bool wake = false;
+    load_.fetch_add(1, std::memory_order_relaxed);
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(&task);
@@ -95,8 +115,12 @@ class MlxThread {
     if (task.error) std::rethrow_exception(task.error);
   }
 
+  /** Runs queued or running on this worker (a hint for choosing one; read without a lock). */
+  int load() const { return load_.load(std::memory_order_relaxed); }
+
  private:
   void Loop() {
+    current_worker = index_;
     // MLX creates a thread's default stream on first use; a compiled function first called
     // before that misses its own compile cache once and traces twice. Create it up front.
     try {
@@ -121,6 +145,7 @@ class MlxThread {
     {
       std::lock_guard<std::mutex> lock(mu_);
       wake = task->sleeping;  // read first: a spinning caller returns as soon as `done` is set
+      load_.fetch_sub(1, std::memory_order_relaxed);
       task->done.store(true, std::memory_order_release);
     }
     if (wake) done_cv_.notify_all();  // callers sleeping on other tasks re-check and sleep on
@@ -142,16 +167,83 @@ class MlxThread {
     return task;
   }
 
+  const size_t index_;
   const unsigned spin_micros_;
   std::mutex mu_;
   std::condition_variable cv_;       // the worker waits for tasks
   std::condition_variable done_cv_;  // callers wait for their task
   std::deque<Task*> queue_;          // guarded by mu_
   std::atomic<int> pending_{0};      // queue_.size(), readable without the lock while spinning
+  std::atomic<int> load_{0};         // tasks handed to this worker and not finished
   bool sleeping_ = false;            // guarded by mu_: the worker waits on cv_ and must be notified
   bool stop_ = false;
-  std::thread worker_;  // last: starts after the members it uses exist
+  std::thread thread_;  // last: starts after the members it uses exist
 };
+
+// ONNXRUNTIME_EP_MLX_THREADS: 1..kMaxWorkers; anything else keeps the default (and says so).
+size_t WorkerCountFromEnv() {
+  const size_t fallback = std::min<size_t>(static_cast<size_t>(DefaultBlasThreads()), kMaxDefaultWorkers);
+  const std::string v = EnvString(env::kMlxThreads);
+  if (v.empty()) return fallback;
+  if (v.size() > 2 || v.find_first_not_of("0123456789") != std::string::npos || std::stoul(v) < 1 ||
+      std::stoul(v) > kMaxWorkers) {
+    LogLine(std::string(env::kMlxThreads) + "=" + v + " is not a thread count (1 to " +
+            std::to_string(kMaxWorkers) + "); using " + std::to_string(fallback));
+    return fallback;
+  }
+  return std::stoul(v);
+}
+
+// Set when the pool is destroyed (the process exits or the library is unloaded): a session
+// released later (a Python object collected at exit, say) must not hand work to joined workers.
+// Outside the pool, so that it can still be read then.
+std::atomic<bool> pool_stopped{false};
+
+class MlxPool {
+ public:
+  MlxPool() {
+    const size_t count = WorkerCountFromEnv();
+    for (size_t i = 0; i < count; ++i) workers_.push_back(std::make_unique<Worker>(i, MlxThreadSpinMicros()));
+  }
+  ~MlxPool() { pool_stopped = true; }  // before the members: the workers are joined after this
+
+  size_t size() const { return workers_.size(); }
+
+  void Run(void (*call)(void*), void* context) {
+    if (current_worker != kNotAWorker) return call(context);
+    workers_[Choose()]->Run(call, context);
+  }
+
+  void RunOn(size_t worker, void (*call)(void*), void* context) {
+    if (current_worker == worker) return call(context);
+    workers_.at(worker)->Run(call, context);
+  }
+
+ private:
+  // An idle worker, the calling thread's home worker first; else the least loaded. Home workers
+  // are dealt round-robin to calling threads, so that one thread's runs keep landing on one
+  // worker (whose compiled functions they use) and several threads spread over the pool.
+  size_t Choose() {
+    thread_local const size_t home = next_home_.fetch_add(1, std::memory_order_relaxed);
+    const size_t n = workers_.size();
+    size_t best = home % n;
+    int best_load = workers_[best]->load();
+    for (size_t i = 1; i < n && best_load > 0; ++i) {
+      const size_t k = (home + i) % n;
+      const int load = workers_[k]->load();
+      if (load < best_load) best = k, best_load = load;
+    }
+    return best;
+  }
+
+  std::atomic<size_t> next_home_{0};
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+MlxPool& Pool() {
+  static MlxPool pool;
+  return pool;
+}
 
 }  // namespace
 
@@ -166,8 +258,17 @@ unsigned MlxThreadSpinMicros() {
 }
 
 void RunOnMlxThread(void (*call)(void*), void* context) {
-  static MlxThread thread;
-  thread.Run(call, context);
+  if (pool_stopped) throw std::runtime_error("[MlxEp] the MLX worker threads have stopped (process exit)");
+  Pool().Run(call, context);
 }
+
+void RunOnMlxWorker(size_t worker, void (*call)(void*), void* context) {
+  if (pool_stopped) throw std::runtime_error("[MlxEp] the MLX worker threads have stopped (process exit)");
+  Pool().RunOn(worker, call, context);
+}
+
+size_t MlxWorkerCount() { return Pool().size(); }
+
+size_t CurrentMlxWorker() { return current_worker == kNotAWorker ? Pool().size() : current_worker; }
 
 }  // namespace mlx_ep

@@ -59,18 +59,21 @@ void AppendBytes(const uint8_t* bytes, size_t size, std::vector<int64_t>& key) {
 }  // namespace
 
 PartitionRunner::PartitionRunner(Plan plan, bool compile, size_t max_compiled)
-    : plan_(std::move(plan)), compile_(compile), max_compiled_(max_compiled) {}
+    : plan_(std::move(plan)), compile_(compile), max_compiled_(max_compiled), caches_(MlxWorkerCount()) {}
 
 PartitionRunner::~PartitionRunner() {
-  try {
-    // Compiled functions erase themselves from the MLX thread's compile cache: do it there.
-    RunOnMlxThread([this] {
-      cache_.clear();
-      lru_.clear();
-      plan_.constants.clear();
-    });
-  } catch (...) {
-    // Nothing sensible to do while a session is being torn down.
+  // A compiled function erases its entries from the compile cache of the thread that made it;
+  // release each on its worker, so that nothing of it outlives the runner there.
+  for (size_t k = 0; k < caches_.size(); ++k) {
+    if (caches_[k].entries.empty()) continue;
+    try {
+      RunOnMlxWorker(k, [&cache = caches_[k]] {
+        cache.entries.clear();
+        cache.lru.clear();
+      });
+    } catch (...) {
+      // Nothing sensible to do while a session is being torn down.
+    }
   }
 }
 
@@ -105,9 +108,10 @@ size_t PartitionRunner::SignatureHash::operator()(const SignatureKey& key) const
 }
 
 PartitionRunner::CacheEntry* PartitionRunner::Find(const SignatureKey& key, bool count) {
-  auto it = cache_.find(key);
-  const bool hit = it != cache_.end();
-  if (hit) lru_.splice(lru_.begin(), lru_, it->second.lru);
+  WorkerCache& cache = caches_.at(CurrentMlxWorker());
+  auto it = cache.entries.find(key);
+  const bool hit = it != cache.entries.end();
+  if (hit) cache.lru.splice(cache.lru.begin(), cache.lru, it->second.lru);
   if (count) {
     std::lock_guard<std::mutex> lock(mu_);
     ++(hit ? stats_.cache_hits : stats_.cache_misses);
@@ -116,21 +120,23 @@ PartitionRunner::CacheEntry* PartitionRunner::Find(const SignatureKey& key, bool
 }
 
 void PartitionRunner::Erase(const SignatureKey& key) {
-  auto it = cache_.find(key);
-  if (it == cache_.end()) return;
-  lru_.erase(it->second.lru);
-  cache_.erase(it);
+  WorkerCache& cache = caches_.at(CurrentMlxWorker());
+  auto it = cache.entries.find(key);
+  if (it == cache.entries.end()) return;
+  cache.lru.erase(it->second.lru);
+  cache.entries.erase(it);
 }
 
 PartitionRunner::CacheEntry& PartitionRunner::Insert(const SignatureKey& key, CacheEntry entry) {
-  auto it = cache_.emplace(key, std::move(entry)).first;
-  lru_.push_front(key);
-  it->second.lru = lru_.begin();
+  WorkerCache& cache = caches_.at(CurrentMlxWorker());
+  auto it = cache.entries.emplace(key, std::move(entry)).first;
+  cache.lru.push_front(key);
+  it->second.lru = cache.lru.begin();
   // Shapes that keep changing (a growing sequence, say) must not grow memory without bound.
   std::lock_guard<std::mutex> lock(mu_);
-  while (max_compiled_ > 0 && cache_.size() > max_compiled_) {
-    cache_.erase(lru_.back());  // never the entry just added: it is at the front
-    lru_.pop_back();
+  while (max_compiled_ > 0 && cache.entries.size() > max_compiled_) {
+    cache.entries.erase(cache.lru.back());  // never the entry just added: it is at the front
+    cache.lru.pop_back();
     ++stats_.evictions;
   }
   return it->second;
@@ -180,20 +186,21 @@ PartitionRunner::SignatureKey PartitionRunner::MakeKey(
 }
 
 std::vector<std::pair<size_t, size_t>> PartitionRunner::DynamicDims(const std::vector<InputTensor>& inputs) {
-  if (first_shapes_.empty()) {
+  WorkerCache& w = caches_.at(CurrentMlxWorker());
+  if (w.first_shapes.empty()) {
     for (const InputTensor& t : inputs) {
-      first_shapes_.push_back(t.shape);
-      varying_.emplace_back(t.shape.size(), false);
+      w.first_shapes.push_back(t.shape);
+      w.varying.emplace_back(t.shape.size(), false);
     }
     return {};
   }
   std::vector<std::pair<size_t, size_t>> dims;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const std::vector<int64_t>& shape = inputs[i].shape;
-    if (shape.size() != first_shapes_[i].size() || plan_.input_is_host[i]) continue;
+    if (shape.size() != w.first_shapes[i].size() || plan_.input_is_host[i]) continue;
     for (size_t a = 0; a < shape.size(); ++a) {
-      if (shape[a] != first_shapes_[i][a]) varying_[i][a] = true;
-      if (varying_[i][a] && !static_dims_.count({i, a})) dims.emplace_back(i, a);
+      if (shape[a] != w.first_shapes[i][a]) w.varying[i][a] = true;
+      if (w.varying[i][a] && !w.static_dims.count({i, a})) dims.emplace_back(i, a);
     }
   }
   return dims;
@@ -308,8 +315,8 @@ std::optional<std::vector<mx::array>> PartitionRunner::EvaluateDynamic(const std
     } catch (const DynamicShapeUnsupported& e) {
       // Exact for no value of these dims: they are static from now on.
       Erase(key);
-      if (e.symbols.empty()) static_dims_.insert(dims.begin(), dims.end());
-      for (int s : e.symbols) static_dims_.insert(dims.at(s));
+      if (e.symbols.empty()) caches_.at(CurrentMlxWorker()).static_dims.insert(dims.begin(), dims.end());
+      for (int s : e.symbols) caches_.at(CurrentMlxWorker()).static_dims.insert(dims.at(s));
     }
   }
 }
@@ -402,7 +409,7 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
       // A function with dynamic dims that does not hold for these inputs (nothing was written
       // yet): its dims are static from now on, and the run is traced for its shapes.
       if (CacheEntry* entry = Find(*used.dynamic_key, false))
-        static_dims_.insert(entry->dynamic->dims.begin(), entry->dynamic->dims.end());
+        caches_.at(CurrentMlxWorker()).static_dims.insert(entry->dynamic->dims.begin(), entry->dynamic->dims.end());
       Erase(*used.dynamic_key);
       continue;
     }

@@ -1,6 +1,6 @@
 // Runs one fused partition: binds ORT's input memory to MLX arrays, looks up (or traces and
 // compiles) the MLX function for the input signature, evaluates it once and copies the outputs
-// out. All MLX work happens on the MLX thread (runtime/mlx_thread.h).
+// out. All MLX work happens on an MLX worker thread (runtime/mlx_thread.h).
 #pragma once
 
 #include <algorithm>
@@ -49,16 +49,19 @@ struct RunnerStats {
   uint64_t bytes_out_adopted = 0;
 };
 
-/** Compiled functions kept per partition by default (least recently used dropped first). */
+/** Compiled functions kept per partition and MLX worker by default (least recently used dropped
+ *  first). */
 inline constexpr size_t kDefaultMaxCompiled = 64;
 
-/** Executes a Plan; thread-safe (every run is handed to the one MLX thread). */
+/** Executes a Plan; thread-safe: every run is handed to an MLX worker, and runs on different
+ *  workers proceed concurrently (each worker has its own compiled functions). */
 class PartitionRunner {
  public:
   /** `compile` false runs the traced graph eagerly (ONNXRUNTIME_EP_MLX_NO_COMPILE); at most
-   *  `max_compiled` compiled functions are kept (0: no bound; ONNXRUNTIME_EP_MLX_MAX_COMPILED). */
+   *  `max_compiled` compiled functions are kept per MLX worker (0: no bound;
+   *  ONNXRUNTIME_EP_MLX_MAX_COMPILED), so at most MlxWorkerCount() * max_compiled in all. */
   PartitionRunner(Plan plan, bool compile, size_t max_compiled = kDefaultMaxCompiled);
-  /** Releases the compiled functions and constants on the MLX thread. */
+  /** Releases each worker's compiled functions on that worker. */
   ~PartitionRunner();
 
   /** Runs the partition and writes every output into the buffer `sink` gives for it. */
@@ -96,7 +99,7 @@ class PartitionRunner {
   struct CacheEntry {
     MlxFunction fn;
     std::vector<std::shared_ptr<const Tensor>> host_values;  // baked into fn, kept alive with it
-    std::list<SignatureKey>::iterator lru;                   // this entry's place in lru_
+    std::list<SignatureKey>::iterator lru;                   // this entry's place in its lru
     /** What fn's runtime checks say when they fail (filled by its first trace). */
     std::shared_ptr<std::vector<std::string>> check_messages;
     /** Per check: an assumption of a dynamic trace (filled by its first trace). */
@@ -122,11 +125,24 @@ class PartitionRunner {
                                mx::Device device, std::vector<std::string>* check_messages = nullptr,
                                std::vector<bool>* check_is_assumption = nullptr,
                                const DynamicTrace* dynamic = nullptr);
-  /** The compiled function for `key`, or nullptr (a miss); counts the hit or miss if `count`. */
+  /** One MLX worker's compiled functions and what it learnt about varying dims. MLX keeps
+   *  compile caches per thread, so a compiled function is only called, and released, on the
+   *  worker that made it; nothing else touches this, and it needs no lock. */
+  struct WorkerCache {
+    std::unordered_map<SignatureKey, CacheEntry, SignatureHash> entries;
+    std::list<SignatureKey> lru;  // keys of entries, most recently used first
+    // Dynamic dims (docs/dynamic_shapes.md), as this worker saw the runs it ran.
+    std::vector<std::vector<int64_t>> first_shapes;   // per input: its shape in the first run
+    std::vector<std::vector<bool>> varying;           // per input, per axis: seen with another size
+    std::set<std::pair<size_t, size_t>> static_dims;  // (input, axis) that cannot be dynamic
+  };
+
+  /** The calling worker's compiled function for `key`, or nullptr (a miss); counts the hit or
+   *  miss if `count`. */
   CacheEntry* Find(const SignatureKey& key, bool count = true);
-  /** Drops the entry for `key`, if any. */
+  /** Drops the calling worker's entry for `key`, if any. */
   void Erase(const SignatureKey& key);
-  /** Adds the compiled function for `key` and keeps the cache bound. */
+  /** Adds the compiled function for `key` to the calling worker's cache and keeps its bound. */
   CacheEntry& Insert(const SignatureKey& key, CacheEntry entry);
   /** The signature of `inputs` (types, shapes, host inputs' bytes), the sizes of `dynamic` dims
    *  (input, axis) left out. */
@@ -154,20 +170,15 @@ class PartitionRunner {
                                   const std::vector<mx::array>& arrays, Evaluated& used);
   /** Writes the evaluated outputs into the buffers `sink` gives; counts the bytes. */
   void WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink);
-  /** The body of Run, on the MLX thread. */
+  /** The body of Run, on an MLX worker. */
   void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);
 
   Plan plan_;
   bool compile_;
   mutable std::mutex mu_;
   size_t max_compiled_;
-  std::unordered_map<SignatureKey, CacheEntry, SignatureHash> cache_;
-  std::list<SignatureKey> lru_;  // cache keys, most recently used first
+  std::vector<WorkerCache> caches_;  // one per MLX worker, indexed by CurrentMlxWorker()
   RunnerStats stats_;
-  // Dynamic dims (docs/dynamic_shapes.md), on the MLX thread.
-  std::vector<std::vector<int64_t>> first_shapes_;   // per input: its shape in the first run
-  std::vector<std::vector<bool>> varying_;           // per input, per axis: seen with another size
-  std::set<std::pair<size_t, size_t>> static_dims_;  // (input, axis) that cannot be dynamic
 };
 
 }  // namespace mlx_ep

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "graph_builder.h"
+#include "runtime/mlx_thread.h"
 #include "runtime/runner.h"
 
 namespace mlx_ep {
@@ -112,7 +113,9 @@ TEST(Runner, RunsFromManyThreads) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong, std::vector<int>(4, 0));
   EXPECT_EQ(runner.stats().runs, 80u);
-  EXPECT_EQ(runner.stats().cache_misses, 3u);  // one trace per shape, whichever thread came first
+  // One trace per shape and MLX worker that ran it (each worker compiles its own functions).
+  EXPECT_GE(runner.stats().cache_misses, 3u);
+  EXPECT_LE(runner.stats().cache_misses, 3u * MlxWorkerCount());
 }
 
 // x [n, 6] -> Reshape(x, Concat(Unsqueeze(Gather(Shape(x), 0)), [3], [-1])): the shape chain
