@@ -1,7 +1,8 @@
 // Loop and Scan, unrolled: the body is traced once per iteration into the enclosing MLX function.
-// A Loop's trip count and condition must be host values while tracing (a constant, a folded
-// shape computation, or a partition input the function is specialised on); a condition the body
-// computes from runtime data is declined. See docs/control_flow.md.
+// A Loop's trip count and condition are host values while tracing (a constant, a folded shape
+// computation, or a partition input the function is specialised on). A condition the body
+// computes from runtime data (a while loop) is evaluated after every iteration instead, which
+// makes the partition run eagerly (Claim::evaluates_while_tracing). See docs/control_flow.md.
 #include <algorithm>
 
 #include "ops/control_flow_internal.h"
@@ -11,10 +12,12 @@ namespace mlx_ep {
 namespace {
 
 // Carried states (body inputs 2..) the loop condition's host value derives from, closed over the
-// states their updates derive from: their initial values and the outer values involved must fold
-// (a condition computed from runtime data is a data-dependent early exit). Empty reason on success.
+// states their updates derive from: their initial values and the outer values involved must fold.
+// Empty reason on success; `data_dependent` is set when the condition depends on runtime data the
+// body computes (a while loop: evaluated per iteration instead).
 std::string AddLoopConditionRoots(const NodeView& v, const Graph& body, const SubgraphFacts& facts,
-                                  std::set<std::string>& known, Claim& claim) {
+                                  std::set<std::string>& known, Claim& claim, bool& data_dependent) {
+  data_dependent = true;
   if (!facts.output_roots.at(0))
     return "the loop condition the body computes depends on runtime data (a data-dependent early exit)";
   const size_t num_states = body.inputs.size() - 2;
@@ -37,7 +40,21 @@ std::string AddLoopConditionRoots(const NodeView& v, const Graph& body, const Su
       }
     }
   }
+  data_dependent = false;
   return AddHostRoots(v, roots, known, "the loop condition", claim, true);
+}
+
+// A while loop (the condition depends on carried state, outer values or data the body computes):
+// the condition is evaluated after every iteration, in an eager trace. M and the initial
+// condition are read from their arrays when the trace has no host value for them (no partition
+// cut, no specialisation on values that change every run).
+Claim ClaimWhileLoop(const NodeView& v, const Graph& body, const SubgraphFacts& facts) {
+  Claim claim = Claim::Yes();
+  claim.evaluates_while_tracing = true;
+  if (auto r = AddBodyRoots(v, facts, {body.inputs[0], body.inputs[1]}, claim); !r.empty())
+    return Claim::No(r);
+  claim.fold_reason = "a nested loop condition";
+  return claim;
 }
 
 Claim ClaimLoop(const NodeView& v) {
@@ -49,16 +66,21 @@ Claim ClaimLoop(const NodeView& v) {
     return Claim::No("the body's inputs and outputs do not match the node's");
   if (v.has_input(0) && v.input_type(0) != ElemType::kInt64) return Claim::No("the trip count is not int64");
   if (v.has_input(1) && v.input_type(1) != ElemType::kBool) return Claim::No("the condition is not bool");
-  if (const Tensor* m = v.constant_input(0);
-      m && !v.has_input(1) && m->NumElements() == 1 && m->ToInt64()[0] > kMaxUnrolledIterations)
-    return Claim::No("the trip count " + std::to_string(m->ToInt64()[0]) + " exceeds the unroll bound " +
-                     std::to_string(kMaxUnrolledIterations));
   Claim claim = Claim::Yes();
   if (v.has_input(0)) AddHostInput(claim, 0, false);
   if (v.has_input(1)) AddHostInput(claim, 1, false);
   std::set<std::string> known = {body->inputs[0], body->inputs[1]};
-  if (auto r = AddLoopConditionRoots(v, *body, *facts, known, claim); !r.empty()) return Claim::No(r);
-  if (auto r = AddBodyRoots(v, *facts, known, claim); !r.empty()) return Claim::No(r);
+  bool data_dependent = false;
+  const std::string r = AddLoopConditionRoots(v, *body, *facts, known, claim, data_dependent);
+  if (!r.empty() && !data_dependent) return Claim::No(r);
+  // A condition on carried state or outer values: it folds only when those are constants, which
+  // ORT does not let the claim of a body see (docs/control_flow.md), so it is evaluated instead.
+  if (!r.empty() || !claim.fold_inputs.empty()) return ClaimWhileLoop(v, *body, *facts);
+  if (const Tensor* m = v.constant_input(0);
+      m && !v.has_input(1) && m->NumElements() == 1 && m->ToInt64()[0] > kMaxUnrolledIterations)
+    return Claim::No("the trip count " + std::to_string(m->ToInt64()[0]) + " exceeds the unroll bound " +
+                     std::to_string(kMaxUnrolledIterations));
+  if (auto r2 = AddBodyRoots(v, *facts, known, claim); !r2.empty()) return Claim::No(r2);
   claim.fold_reason = "the loop condition the body computes";
   return claim;
 }
@@ -84,28 +106,56 @@ std::vector<mx::array> ZeroTripScanLike(const OpContext& c, size_t num_states, s
   return out;
 }
 
+// A scalar array's value as int64, evaluated (only in an eager trace: a compiled one has no data)
+// together with a while loop's carried values and the iteration's scan outputs, so that the
+// graph never holds more than one iteration.
+int64_t EvaluatedScalar(const OpContext& c, const mx::array& a, const char* what,
+                        const std::vector<TracedValue>& state = {},
+                        const std::vector<std::vector<mx::array>>& scans = {}) {
+  if (a.size() != 1) c.Fail(std::string(what) + " must have one element");
+  if (a.is_tracer())  // derived from the inputs of a function being compiled
+    c.Fail(std::string(what) + " depends on runtime data, and the partition is being compiled");
+  std::vector<mx::array> pending = {mx::astype(mx::reshape(a, {}, c.stream), mx::int64, c.stream)};
+  for (const auto& s : state) pending.push_back(s.array);
+  for (const auto& steps : scans) pending.push_back(steps.back());
+  mx::eval(pending);
+  return pending[0].item<int64_t>();
+}
+
+// Input `i` (M or the initial condition) as int64: its host value, else its evaluated array.
+int64_t LoopScalar(const OpContext& c, size_t i, const char* what) {
+  if (const Tensor* h = c.host_if_known(i)) return HostScalar(c, *h, what);
+  return EvaluatedScalar(c, c.input(i), what);
+}
+
 std::vector<mx::array> TranslateLoop(const OpContext& c) {
-  const int64_t trips = c.has_input(0) ? HostScalar(c, c.host(0), "the trip count M") : -1;
-  bool cond = !c.has_input(1) || HostScalar(c, c.host(1), "the loop condition") != 0;
+  const int64_t trips = c.has_input(0) ? LoopScalar(c, 0, "the trip count M") : -1;
+  bool cond = !c.has_input(1) || LoopScalar(c, 1, "the loop condition") != 0;
   const size_t num_states = c.num_inputs() - 2;
   const size_t num_scans = c.num_outputs() - num_states;
   std::vector<TracedValue> state;
   for (size_t k = 0; k < num_states; ++k) state.push_back(CarriedInput(c, k));
   std::vector<std::vector<mx::array>> scans(num_scans);
   std::vector<mx::array> scan_like;  // a per-iteration value of each scan output (for zero trips)
-  int64_t i = 0;
+  int64_t i = 0, unrolled = 0;       // iterations, and those traced into one graph
   for (; (trips < 0 || i < trips) && cond; ++i) {
-    if (i >= kMaxUnrolledIterations)
+    if (unrolled++ >= kMaxUnrolledIterations)
       c.Fail("the loop runs past the unroll bound of " + std::to_string(kMaxUnrolledIterations) +
              " iterations");
     std::vector<TracedValue> in = {HostScalarValue(i, ElemType::kInt64), HostScalarValue(1, ElemType::kBool)};
     in.insert(in.end(), state.begin(), state.end());
     std::vector<TracedValue> out = c.TraceSubgraph("body", in);
     if (out.size() != 1 + num_states + num_scans) c.Fail("the body has an unexpected number of outputs");
-    if (!out[0].host) c.Fail("the loop condition did not fold to a host value");
-    cond = HostScalar(c, *out[0].host, "the body's condition") != 0;
     for (size_t k = 0; k < num_states; ++k) state[k] = out[1 + k];
     for (size_t k = 0; k < num_scans; ++k) scans[k].push_back(out[1 + num_states + k].array);
+    if (out[0].host) {
+      cond = HostScalar(c, *out[0].host, "the body's condition") != 0;
+      continue;
+    }
+    // A while loop (eager trace): this iteration is evaluated with its condition, so the graph
+    // never holds more than one iteration.
+    cond = EvaluatedScalar(c, out[0].array, "the body's condition", state, scans) != 0;
+    unrolled = 0;
   }
   if (i == 0 && num_scans > 0) scan_like = ZeroTripScanLike(c, num_states, num_scans);
   std::vector<mx::array> result;
