@@ -1,7 +1,8 @@
-// Loop and Scan, unrolled: the body is traced once per iteration into the enclosing MLX function.
-// A Loop's trip count and condition are host values while tracing (a constant, a folded shape
-// computation, or a partition input the function is specialised on). A condition the body
-// computes from runtime data (a while loop) is evaluated after every iteration instead, which
+// Loop and Scan. A for loop (condition from the iteration number, the incoming condition and
+// constants) is unrolled: the body is traced once per iteration into the enclosing MLX function,
+// with the trip count and condition as host values (a constant, a folded shape computation, or
+// a partition input the function is specialised on). A while loop (condition on carried state,
+// outer values or data the body computes) is evaluated after every iteration instead, which
 // makes the partition run eagerly (Claim::evaluates_while_tracing). See docs/control_flow.md.
 #include <algorithm>
 
