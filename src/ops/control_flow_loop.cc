@@ -123,6 +123,19 @@ int64_t EvaluatedScalar(const OpContext& c, const mx::array& a, const char* what
   return pending[0].item<int64_t>();
 }
 
+// Evaluates the carried values and scan outputs of the iterations so far; false (nothing done)
+// in a compiled trace, whose arrays have no data yet.
+bool EvaluateIterations(const std::vector<TracedValue>& state,
+                        const std::vector<std::vector<mx::array>>& scans) {
+  std::vector<mx::array> pending;
+  for (const auto& s : state) pending.push_back(s.array);
+  for (const auto& steps : scans) pending.insert(pending.end(), steps.begin(), steps.end());
+  if (std::any_of(pending.begin(), pending.end(), [](const mx::array& a) { return a.is_tracer(); }))
+    return false;
+  mx::eval(pending);
+  return true;
+}
+
 // Input `i` (M or the initial condition) as int64: its host value, else its evaluated array.
 int64_t LoopScalar(const OpContext& c, size_t i, const char* what) {
   if (const Tensor* h = c.host_if_known(i)) return HostScalar(c, *h, what);
@@ -140,9 +153,14 @@ std::vector<mx::array> TranslateLoop(const OpContext& c) {
   std::vector<mx::array> scan_like;  // a per-iteration value of each scan output (for zero trips)
   int64_t i = 0, unrolled = 0;       // iterations, and those traced into one graph
   for (; (trips < 0 || i < trips) && cond; ++i) {
-    if (unrolled++ >= kMaxUnrolledIterations)
-      c.Fail("the loop runs past the unroll bound of " + std::to_string(kMaxUnrolledIterations) +
-             " iterations");
+    // An eager trace evaluates what the iterations built so far (a while loop whose condition
+    // folds, a counter from a constant); a compiled one cannot.
+    if (unrolled++ >= kMaxUnrolledIterations) {
+      if (!EvaluateIterations(state, scans))
+        c.Fail("the loop runs past the unroll bound of " + std::to_string(kMaxUnrolledIterations) +
+               " iterations");
+      unrolled = 1;
+    }
     std::vector<TracedValue> in = {HostScalarValue(i, ElemType::kInt64), HostScalarValue(1, ElemType::kBool)};
     in.insert(in.end(), state.begin(), state.end());
     std::vector<TracedValue> out = c.TraceSubgraph("body", in);

@@ -120,6 +120,21 @@ def test_counter_loop_is_claimed_whole():
     one_partition(model, [dict(f, k0=np.array(k, np.int64)) for k in (0, 2, 5)])
 
 
+def test_counter_loop_past_the_unroll_bound():
+    # k < 5000 from a constant k0 folds on the host every iteration: the trace is evaluated every
+    # 4096 iterations instead of growing past the bound of one traced function.
+    b = body([const("one", np.int64(1)), const("limit", np.int64(5000)), helper.make_node("Add", ["k_in", "one"], ["k"]),
+              helper.make_node("Less", ["k", "limit"], ["cond_out"]), helper.make_node("Add", ["y_in", "x"], ["y"])],
+             [vi("cond_out", BOOL, []), vi("k", I64, []), vi("y", F32)],
+             [vi("i", I64, []), vi("cond_in", BOOL, []), vi("k_in", I64, []), vi("y_in", F32)])
+    loop = helper.make_node("Loop", ["", "", "k0", "y0"], ["k_final", "y_final"], body=b)
+    model = graph_model([loop], [vi("x", F32, [3]), vi("y0", F32, [3])],
+                        [vi("k_final", I64, None), vi("y_final", F32, None)], [("k0", np.array(0, np.int64))])
+    f = {"x": np.array([1, 0.5, -2], np.float32), "y0": np.zeros(3, np.float32)}
+    assert run_cpu(model, f)[0] == 5000
+    one_partition(model, [f])
+
+
 def greedy_decode_model(max_len, eos):
     """Greedy decoding: h = tanh(E[tok] @ wx + h @ wh); tok = argmax(h @ wo) until tok == eos;
     the tokens are a scan output, so their count is the real trip count."""
