@@ -49,11 +49,26 @@ std::string AddLoopConditionRoots(const NodeView& v, const Graph& body, const Su
 // the condition is evaluated after every iteration, in an eager trace. M and the initial
 // condition are read from their arrays when the trace has no host value for them (no partition
 // cut, no specialisation on values that change every run).
+// Small integer carried values are read on the host after every iteration (HostCarried), so the
+// body may read them there (a position counter as a Slice start); others it may not.
+bool SmallIntegerInput(const NodeView& v, size_t k) {
+  const auto shape = v.input_shape(k);
+  if (!IsInteger(v.input_type(k)) || !shape) return false;
+  int64_t n = 1;
+  for (int64_t d : *shape) {
+    if (d < 0 || d > kMaxHostCarriedElements) return false;
+    n *= d;
+  }
+  return n <= kMaxHostCarriedElements;
+}
+
 Claim ClaimWhileLoop(const NodeView& v, const Graph& body, const SubgraphFacts& facts) {
   Claim claim = Claim::Yes();
   claim.evaluates_while_tracing = true;
-  if (auto r = AddBodyRoots(v, facts, {body.inputs[0], body.inputs[1]}, claim); !r.empty())
-    return Claim::No(r);
+  std::set<std::string> known = {body.inputs[0], body.inputs[1]};
+  for (size_t k = 2; k < body.inputs.size(); ++k)
+    if (SmallIntegerInput(v, k)) known.insert(body.inputs[k]);
+  if (auto r = AddBodyRoots(v, facts, known, claim); !r.empty()) return Claim::No(r);
   claim.fold_reason = "a nested loop condition";
   return claim;
 }
@@ -123,6 +138,24 @@ int64_t EvaluatedScalar(const OpContext& c, const mx::array& a, const char* what
   return pending[0].item<int64_t>();
 }
 
+// Gives the integer carried values of an eager trace a host value (see ClaimWhileLoop): a copy
+// of their evaluated array, when small enough.
+void HostCarried(const OpContext& c, std::vector<TracedValue>& state) {
+  for (auto& s : state) {
+    if (s.host || s.array.is_tracer() || !mx::issubdtype(s.array.dtype(), mx::integer) ||
+        static_cast<int64_t>(s.array.size()) > kMaxHostCarriedElements)
+      continue;
+    mx::array a = mx::contiguous(s.array, false, c.stream);
+    mx::eval(a);
+    auto t = std::make_shared<Tensor>();
+    t->type = FromMlxDtype(a.dtype());
+    t->shape.assign(a.shape().begin(), a.shape().end());
+    const auto* p = a.data<uint8_t>();
+    t->bytes.assign(p, p + a.nbytes());
+    s.host = std::move(t);
+  }
+}
+
 // Evaluates the carried values and scan outputs of the iterations so far; false (nothing done)
 // in a compiled trace, whose arrays have no data yet.
 bool EvaluateIterations(const std::vector<TracedValue>& state,
@@ -149,6 +182,7 @@ std::vector<mx::array> TranslateLoop(const OpContext& c) {
   const size_t num_scans = c.num_outputs() - num_states;
   std::vector<TracedValue> state;
   for (size_t k = 0; k < num_states; ++k) state.push_back(CarriedInput(c, k));
+  HostCarried(c, state);
   std::vector<std::vector<mx::array>> scans(num_scans);
   std::vector<mx::array> scan_like;  // a per-iteration value of each scan output (for zero trips)
   int64_t i = 0, unrolled = 0;       // iterations, and those traced into one graph
@@ -174,6 +208,7 @@ std::vector<mx::array> TranslateLoop(const OpContext& c) {
     // A while loop (eager trace): this iteration is evaluated with its condition, so the graph
     // never holds more than one iteration.
     cond = EvaluatedScalar(c, out[0].array, "the body's condition", state, scans) != 0;
+    HostCarried(c, state);
     unrolled = 0;
   }
   if (i == 0 && num_scans > 0) scan_like = ZeroTripScanLike(c, num_states, num_scans);

@@ -206,19 +206,34 @@ def test_nested_while_loops_and_if():
     one_partition(model, [dict(y0(), run=np.array(True)), dict(y0(), run=np.array(False))])
 
 
-def test_while_loop_reading_carried_state_on_the_host_is_declined():
-    # Slice starts = a carried counter: a host read of a value that changes every iteration.
-    b = body([const("one", np.int64(1)), helper.make_node("Add", ["k_in", "one"], ["k"]),
-              helper.make_node("Slice", ["x", "k_in", "k"], ["piece"]),
+def sliding_sum_model(k_elem=I64, k_shape=(1,)):
+    """Sums x[k:k+1] for k = k0, k0+1, ... while the piece is positive: the carried counter k is a
+    Slice start, read on the host every iteration."""
+    one = np.ones(k_shape, np.int64 if k_elem == I64 else np.float32)
+    b = body([const("one", one), helper.make_node("Add", ["k_in", "one"], ["k"]),
+              *([] if k_elem == I64 else [helper.make_node("Cast", ["k_in"], ["k_in_i"], to=I64),
+                                           helper.make_node("Cast", ["k"], ["k_i"], to=I64)]),
+              helper.make_node("Slice", ["x", "k_in" if k_elem == I64 else "k_in_i", "k" if k_elem == I64 else "k_i"],
+                               ["piece"]),
               helper.make_node("ReduceSum", ["piece"], ["s"], keepdims=0),
-              helper.make_node("Greater", ["s", "zero"], ["cond_out"])],
-             [vi("cond_out", BOOL, []), vi("k", I64, [1]), vi("piece_scan", F32)],
-             [vi("i", I64, []), vi("cond_in", BOOL, []), vi("k_in", I64, [1])])
-    b.node.append(helper.make_node("Identity", ["piece"], ["piece_scan"]))
+              helper.make_node("Greater", ["s", "zero"], ["cond_out"]), helper.make_node("Identity", ["piece"], ["scan"])],
+             [vi("cond_out", BOOL, []), vi("k", k_elem, list(k_shape)), vi("scan", F32)],
+             [vi("i", I64, []), vi("cond_in", BOOL, []), vi("k_in", k_elem, list(k_shape))])
     loop = helper.make_node("Loop", ["M", "", "k0"], ["k_final", "pieces"], body=b)
-    model = graph_model([loop], [vi("x", F32, [6])], [vi("k_final", I64, None), vi("pieces", F32, None)],
-                        [("M", np.array(6, np.int64)), ("k0", np.array([0], np.int64)), ("zero", np.float32(0))])
-    f = {"x": np.array([1, 2, -5, 3, 4, 5], np.float32)}
+    return graph_model([loop], [vi("x", F32, [8]), vi("k0", k_elem, list(k_shape))],
+                       [vi("k_final", k_elem, None), vi("pieces", F32, None)],
+                       [("M", np.array(4, np.int64)), ("zero", np.float32(0))])
+
+
+def test_while_loop_reading_a_carried_counter_on_the_host():
+    model = sliding_sum_model()
+    x = np.array([1, 2, -5, 3, 4, 5, 6, 7], np.float32)
+    one_partition(model, [{"x": x, "k0": np.array([k], np.int64)} for k in (0, 3, 2)])
+
+
+def test_while_loop_reading_a_float_carried_value_on_the_host_is_declined():
+    model = sliding_sum_model(k_elem=F32)
+    f = {"x": np.array([1, 2, -5, 3, 4, 5, 6, 7], np.float32), "k0": np.array([0], np.float32)}
     outs, report, _ = run_mlx_with_report(model, [f])
     (declined,) = [d for g in report["graphs"] for d in g["declined"] if d["op_type"] == "Loop"]
     assert "'k_in'" in declined["reason"], declined
