@@ -6,19 +6,20 @@ If on a condition computed from runtime data (ReduceMean(x @ W0) > 0), three way
               host by the If's partition, which is specialised on it (two partitions, two
               compiled functions at most)
   select    - both branches computed and the result chosen by Where(cond, then, else): one
-              partition, no host read (the EP does this when both branches are small; see
-              docs/control_flow.md)
+              partition, no host read (not what the EP does; docs/control_flow.md says why)
   declined  - ORT's CPU If (ONNXRUNTIME_EP_MLX_DECLINE_OPS=If), each branch a partition of its own
 
-Loop whose condition the body computes from runtime data (a while loop), three ways:
+Loop whose condition the body computes from runtime data (a while loop), two ways here:
 
-  per_iteration - what the EP does: the Loop claimed whole, its partition traced eagerly, the
-              condition evaluated and read on the host after every iteration
-  declined  - ORT's CPU Loop runs the body, whose nodes run as an MLX partition of their own,
-              and reads the condition every iteration (what the EP did before)
+  declined  - what the EP does: ORT's CPU Loop runs the body, whose nodes run as an MLX
+              partition of their own, and reads the condition every iteration
   masked    - all M iterations unrolled into one function, a `running` flag freezing the
               carried values (Where) once the condition turns false: exact for carried values,
               not for scan outputs (their length is the real trip count)
+
+(A third, the Loop claimed whole and its condition evaluated inside the EP after every iteration
+in an eager partition, was measured at commit 63e338c of branch `loop` and reverted: see
+docs/control_flow.md.)
 
 Every variant is a model of its own (select and masked are the same computation written in plain
 ONNX ops), run in its own process for `declined`; ORT's CPU EP runs each model as the reference.
@@ -171,6 +172,33 @@ def loop_model(case, masked):
     return model, [{"x": y0}, {"x": y0 * 0.5}]
 
 
+def decode_model(vocab=512, hidden=128, max_len=48):
+    """Greedy decoding: h = tanh(E[tok] @ Wx + h @ Wh), tok = argmax(h @ Wo) until tok == eos (134);
+    the tokens are a scan output (their count is the real trip count: no masked form)."""
+    r = np.random.default_rng(5)
+    inits = [init("emb", r.standard_normal((vocab, hidden)).astype(np.float32)),
+             init("wx", (r.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)),
+             init("wh", (r.standard_normal((hidden, hidden)) / np.sqrt(hidden)).astype(np.float32)),
+             init("wo", r.standard_normal((hidden, vocab)).astype(np.float32)), init("eos", np.array([134], np.int64)),
+             init("M", np.int64(max_len)), init("cond", np.array(True))]
+    nodes = [helper.make_node("Gather", ["emb", "tok_in"], ["e"]), helper.make_node("MatMul", ["e", "wx"], ["ex"]),
+             helper.make_node("MatMul", ["h_in", "wh"], ["hh"]), helper.make_node("Add", ["ex", "hh"], ["pre"]),
+             helper.make_node("Tanh", ["pre"], ["h_out"]), helper.make_node("MatMul", ["h_out", "wo"], ["logits"]),
+             helper.make_node("ArgMax", ["logits"], ["tok_out"], axis=1, keepdims=0),
+             helper.make_node("Equal", ["tok_out", "eos"], ["is_eos"]), helper.make_node("Not", ["is_eos"], ["going"]),
+             helper.make_node("Squeeze", ["going"], ["cond_out"]), helper.make_node("Identity", ["tok_out"], ["tok_scan"])]
+    g = helper.make_graph(nodes, "body", [vi("i", I64, []), vi("cond_in", BOOL, []), vi("tok_in", I64, [1]),
+                                          vi("h_in", F32, [1, hidden])],
+                          [vi("cond_out", BOOL, []), vi("tok_out", I64, [1]), vi("h_out", F32, [1, hidden]),
+                           vi("tok_scan", I64, [1])])
+    loop = helper.make_node("Loop", ["M", "cond", "tok0", "h0"], ["tok_last", "h_last", "tokens"], body=g)
+    model = model_of([loop], [vi("tok0", I64, [1]), vi("h0", F32, [1, hidden])],
+                     [vi("tokens", I64, None), vi("tok_last", I64, None), vi("h_last", F32, None)], inits)
+    feeds = [{"tok0": np.array([t], np.int64), "h0": np.random.default_rng(t).standard_normal((1, hidden)).astype(np.float32)}
+             for t in (1, 2, 3, 4)]
+    return model, feeds
+
+
 def real_trips(case):
     """Iterations the while loop really runs for each feed (ONNX's reference semantics)."""
     batch, width, trips, tol, layers = LOOP_CASES[case]
@@ -212,18 +240,24 @@ def variants(declined):
         if declined:
             out.append((f"loop/{case}/declined", model, feeds, True))
         else:
-            out.append((f"loop/{case}/per_iteration", model, feeds, True))
             out.append((f"loop/{case}/masked", loop_model(case, masked=True)[0], feeds, True))
             out.append((f"loop/{case}/ort_cpu", model, feeds, False))
+    model, feeds = decode_model()
+    if declined:
+        out.append(("loop/greedy_decode/declined", model, feeds, True))
+    else:
+        out.append(("loop/greedy_decode/ort_cpu", model, feeds, False))
     return out
 
 
-def worker(declined, iters):
+def worker(declined, iters, only=""):
     import onnxruntime_ep_mlx as mlx_ep
     mlx_ep.register_execution_provider_library()
     results = {}
     sessions = []
     for name, model, feeds, on_mlx in variants(declined):
+        if only not in name:
+            continue
         so = ort.SessionOptions()
         so.log_severity_level = 3
         if on_mlx:
@@ -248,9 +282,10 @@ def main():
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--worker", choices=["normal", "declined"])
+    ap.add_argument("--only", default="", help="measure only the variants whose name contains this")
     args = ap.parse_args()
     if args.worker:
-        worker(args.worker == "declined", args.iters)
+        worker(args.worker == "declined", args.iters, args.only)
         return
     runs = {}
     for _ in range(args.rounds):
@@ -259,12 +294,15 @@ def main():
             if mode == "declined":
                 env["ONNXRUNTIME_EP_MLX_DECLINE_OPS"] = "If,Loop"
             out = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", mode, "--iters",
-                                  str(args.iters)], env=env, check=True, capture_output=True, text=True).stdout
+                                  str(args.iters), "--only", args.only], env=env, check=True, capture_output=True, text=True).stdout
             for name, r in json.loads(out.strip().splitlines()[-1]).items():
                 runs.setdefault(name, []).append(r)
     print(f"medians over {args.rounds} processes of the median of {args.iters} interleaved runs; ms per run")
     for case in LOOP_CASES:
         print(f"loop/{case}: real trip counts {real_trips(case)} of M={LOOP_CASES[case][2]}")
+    model, feeds = decode_model()
+    cpu = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    print(f"loop/greedy_decode: tokens per feed {[cpu.run(None, f)[0].shape[0] for f in feeds]} of M=48")
     for name, rs in runs.items():
         ms, cpu = [r["ms"] for r in rs], [r["cpu_ms"] for r in rs]
         print(f"{name:<40}{statistics.median(ms):>8.3f} ms wall (min {min(ms):.3f}, max {max(ms):.3f})"

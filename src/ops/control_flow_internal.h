@@ -14,10 +14,6 @@ namespace mlx_ep {
 /** Iterations a Loop or Scan may unroll into one traced function. */
 inline constexpr int64_t kMaxUnrolledIterations = 4096;
 
-/** Elements of an integer carried value of a while loop that is read on the host after every
- *  iteration (a counter, a position, a token); a body that reads a larger one there fails. */
-inline constexpr int64_t kMaxHostCarriedElements = 1024;
-
 /** Maps host roots of a body to the node's host inputs: an outer-scope root becomes its implicit
  *  input's index (past the explicit inputs); a root in `body_inputs` is known while unrolling.
  *  Appends to the claim's host_inputs (and fold_inputs when `must_fold`); returns a reason when

@@ -1,9 +1,7 @@
-// Loop and Scan. A for loop (condition from the iteration number, the incoming condition and
-// constants) is unrolled: the body is traced once per iteration into the enclosing MLX function,
-// with the trip count and condition as host values (a constant, a folded shape computation, or
-// a partition input the function is specialised on). A while loop (condition on carried state,
-// outer values or data the body computes) is evaluated after every iteration instead, which
-// makes the partition run eagerly (Claim::evaluates_while_tracing). See docs/control_flow.md.
+// Loop and Scan, unrolled: the body is traced once per iteration into the enclosing MLX function.
+// A Loop's trip count and condition must be host values while tracing (a constant, a folded
+// shape computation, or a partition input the function is specialised on); a condition the body
+// computes from runtime data is declined. See docs/control_flow.md.
 #include <algorithm>
 
 #include "ops/control_flow_internal.h"
@@ -13,12 +11,10 @@ namespace mlx_ep {
 namespace {
 
 // Carried states (body inputs 2..) the loop condition's host value derives from, closed over the
-// states their updates derive from: their initial values and the outer values involved must fold.
-// Empty reason on success; `data_dependent` is set when the condition depends on runtime data the
-// body computes (a while loop: evaluated per iteration instead).
+// states their updates derive from: their initial values and the outer values involved must fold
+// (a condition computed from runtime data is a data-dependent early exit). Empty reason on success.
 std::string AddLoopConditionRoots(const NodeView& v, const Graph& body, const SubgraphFacts& facts,
-                                  std::set<std::string>& known, Claim& claim, bool& data_dependent) {
-  data_dependent = true;
+                                  std::set<std::string>& known, Claim& claim) {
   if (!facts.output_roots.at(0))
     return "the loop condition the body computes depends on runtime data (a data-dependent early exit)";
   const size_t num_states = body.inputs.size() - 2;
@@ -41,36 +37,7 @@ std::string AddLoopConditionRoots(const NodeView& v, const Graph& body, const Su
       }
     }
   }
-  data_dependent = false;
   return AddHostRoots(v, roots, known, "the loop condition", claim, true);
-}
-
-// A while loop (the condition depends on carried state, outer values or data the body computes):
-// the condition is evaluated after every iteration, in an eager trace. M and the initial
-// condition are read from their arrays when the trace has no host value for them (no partition
-// cut, no specialisation on values that change every run).
-// Small integer carried values are read on the host after every iteration (HostCarried), so the
-// body may read them there (a position counter as a Slice start); others it may not.
-bool SmallIntegerInput(const NodeView& v, size_t k) {
-  const auto shape = v.input_shape(k);
-  if (!IsInteger(v.input_type(k)) || !shape) return false;
-  int64_t n = 1;
-  for (int64_t d : *shape) {
-    if (d < 0 || d > kMaxHostCarriedElements) return false;
-    n *= d;
-  }
-  return n <= kMaxHostCarriedElements;
-}
-
-Claim ClaimWhileLoop(const NodeView& v, const Graph& body, const SubgraphFacts& facts) {
-  Claim claim = Claim::Yes();
-  claim.evaluates_while_tracing = true;
-  std::set<std::string> known = {body.inputs[0], body.inputs[1]};
-  for (size_t k = 2; k < body.inputs.size(); ++k)
-    if (SmallIntegerInput(v, k)) known.insert(body.inputs[k]);
-  if (auto r = AddBodyRoots(v, facts, known, claim); !r.empty()) return Claim::No(r);
-  claim.fold_reason = "a nested loop condition";
-  return claim;
 }
 
 Claim ClaimLoop(const NodeView& v) {
@@ -82,21 +49,16 @@ Claim ClaimLoop(const NodeView& v) {
     return Claim::No("the body's inputs and outputs do not match the node's");
   if (v.has_input(0) && v.input_type(0) != ElemType::kInt64) return Claim::No("the trip count is not int64");
   if (v.has_input(1) && v.input_type(1) != ElemType::kBool) return Claim::No("the condition is not bool");
-  Claim claim = Claim::Yes();
-  if (v.has_input(0)) AddHostInput(claim, 0, false);
-  if (v.has_input(1)) AddHostInput(claim, 1, false);
-  std::set<std::string> known = {body->inputs[0], body->inputs[1]};
-  bool data_dependent = false;
-  const std::string r = AddLoopConditionRoots(v, *body, *facts, known, claim, data_dependent);
-  if (!r.empty() && !data_dependent) return Claim::No(r);
-  // A condition on carried state or outer values: it folds only when those are constants, which
-  // ORT does not let the claim of a body see (docs/control_flow.md), so it is evaluated instead.
-  if (!r.empty() || !claim.fold_inputs.empty()) return ClaimWhileLoop(v, *body, *facts);
   if (const Tensor* m = v.constant_input(0);
       m && !v.has_input(1) && m->NumElements() == 1 && m->ToInt64()[0] > kMaxUnrolledIterations)
     return Claim::No("the trip count " + std::to_string(m->ToInt64()[0]) + " exceeds the unroll bound " +
                      std::to_string(kMaxUnrolledIterations));
-  if (auto r2 = AddBodyRoots(v, *facts, known, claim); !r2.empty()) return Claim::No(r2);
+  Claim claim = Claim::Yes();
+  if (v.has_input(0)) AddHostInput(claim, 0, false);
+  if (v.has_input(1)) AddHostInput(claim, 1, false);
+  std::set<std::string> known = {body->inputs[0], body->inputs[1]};
+  if (auto r = AddLoopConditionRoots(v, *body, *facts, known, claim); !r.empty()) return Claim::No(r);
+  if (auto r = AddBodyRoots(v, *facts, known, claim); !r.empty()) return Claim::No(r);
   claim.fold_reason = "the loop condition the body computes";
   return claim;
 }
@@ -122,94 +84,28 @@ std::vector<mx::array> ZeroTripScanLike(const OpContext& c, size_t num_states, s
   return out;
 }
 
-// A scalar array's value as int64, evaluated (only in an eager trace: a compiled one has no data)
-// together with a while loop's carried values and the iteration's scan outputs, so that the
-// graph never holds more than one iteration.
-int64_t EvaluatedScalar(const OpContext& c, const mx::array& a, const char* what,
-                        const std::vector<TracedValue>& state = {},
-                        const std::vector<std::vector<mx::array>>& scans = {}) {
-  if (a.size() != 1) c.Fail(std::string(what) + " must have one element");
-  if (a.is_tracer())  // derived from the inputs of a function being compiled
-    c.Fail(std::string(what) + " depends on runtime data, and the partition is being compiled");
-  std::vector<mx::array> pending = {mx::astype(mx::reshape(a, {}, c.stream), mx::int64, c.stream)};
-  for (const auto& s : state) pending.push_back(s.array);
-  for (const auto& steps : scans) pending.push_back(steps.back());
-  mx::eval(pending);
-  return pending[0].item<int64_t>();
-}
-
-// Gives the integer carried values of an eager trace a host value (see ClaimWhileLoop): a copy
-// of their evaluated array, when small enough.
-void HostCarried(const OpContext& c, std::vector<TracedValue>& state) {
-  for (auto& s : state) {
-    if (s.host || s.array.is_tracer() || !mx::issubdtype(s.array.dtype(), mx::integer) ||
-        static_cast<int64_t>(s.array.size()) > kMaxHostCarriedElements)
-      continue;
-    mx::array a = mx::contiguous(s.array, false, c.stream);
-    mx::eval(a);
-    auto t = std::make_shared<Tensor>();
-    t->type = FromMlxDtype(a.dtype());
-    t->shape.assign(a.shape().begin(), a.shape().end());
-    const auto* p = a.data<uint8_t>();
-    t->bytes.assign(p, p + a.nbytes());
-    s.host = std::move(t);
-  }
-}
-
-// Evaluates the carried values and scan outputs of the iterations so far; false (nothing done)
-// in a compiled trace, whose arrays have no data yet.
-bool EvaluateIterations(const std::vector<TracedValue>& state,
-                        const std::vector<std::vector<mx::array>>& scans) {
-  std::vector<mx::array> pending;
-  for (const auto& s : state) pending.push_back(s.array);
-  for (const auto& steps : scans) pending.insert(pending.end(), steps.begin(), steps.end());
-  if (std::any_of(pending.begin(), pending.end(), [](const mx::array& a) { return a.is_tracer(); }))
-    return false;
-  mx::eval(pending);
-  return true;
-}
-
-// Input `i` (M or the initial condition) as int64: its host value, else its evaluated array.
-int64_t LoopScalar(const OpContext& c, size_t i, const char* what) {
-  if (const Tensor* h = c.host_if_known(i)) return HostScalar(c, *h, what);
-  return EvaluatedScalar(c, c.input(i), what);
-}
-
 std::vector<mx::array> TranslateLoop(const OpContext& c) {
-  const int64_t trips = c.has_input(0) ? LoopScalar(c, 0, "the trip count M") : -1;
-  bool cond = !c.has_input(1) || LoopScalar(c, 1, "the loop condition") != 0;
+  const int64_t trips = c.has_input(0) ? HostScalar(c, c.host(0), "the trip count M") : -1;
+  bool cond = !c.has_input(1) || HostScalar(c, c.host(1), "the loop condition") != 0;
   const size_t num_states = c.num_inputs() - 2;
   const size_t num_scans = c.num_outputs() - num_states;
   std::vector<TracedValue> state;
   for (size_t k = 0; k < num_states; ++k) state.push_back(CarriedInput(c, k));
-  HostCarried(c, state);
   std::vector<std::vector<mx::array>> scans(num_scans);
   std::vector<mx::array> scan_like;  // a per-iteration value of each scan output (for zero trips)
-  int64_t i = 0, unrolled = 0;       // iterations, and those traced into one graph
+  int64_t i = 0;
   for (; (trips < 0 || i < trips) && cond; ++i) {
-    // An eager trace evaluates what the iterations built so far (a while loop whose condition
-    // folds, a counter from a constant); a compiled one cannot.
-    if (unrolled++ >= kMaxUnrolledIterations) {
-      if (!EvaluateIterations(state, scans))
-        c.Fail("the loop runs past the unroll bound of " + std::to_string(kMaxUnrolledIterations) +
-               " iterations");
-      unrolled = 1;
-    }
+    if (i >= kMaxUnrolledIterations)
+      c.Fail("the loop runs past the unroll bound of " + std::to_string(kMaxUnrolledIterations) +
+             " iterations");
     std::vector<TracedValue> in = {HostScalarValue(i, ElemType::kInt64), HostScalarValue(1, ElemType::kBool)};
     in.insert(in.end(), state.begin(), state.end());
     std::vector<TracedValue> out = c.TraceSubgraph("body", in);
     if (out.size() != 1 + num_states + num_scans) c.Fail("the body has an unexpected number of outputs");
+    if (!out[0].host) c.Fail("the loop condition did not fold to a host value");
+    cond = HostScalar(c, *out[0].host, "the body's condition") != 0;
     for (size_t k = 0; k < num_states; ++k) state[k] = out[1 + k];
     for (size_t k = 0; k < num_scans; ++k) scans[k].push_back(out[1 + num_states + k].array);
-    if (out[0].host) {
-      cond = HostScalar(c, *out[0].host, "the body's condition") != 0;
-      continue;
-    }
-    // A while loop (eager trace): this iteration is evaluated with its condition, so the graph
-    // never holds more than one iteration.
-    cond = EvaluatedScalar(c, out[0].array, "the body's condition", state, scans) != 0;
-    HostCarried(c, state);
-    unrolled = 0;
   }
   if (i == 0 && num_scans > 0) scan_like = ZeroTripScanLike(c, num_states, num_scans);
   std::vector<mx::array> result;

@@ -36,17 +36,13 @@ struct Claim {
    *  (an If condition from a sample-rate input): that chain stays in the node's partition, and
    *  the inputs it starts from are read on the host (one compiled function per value). */
   std::vector<size_t> specialise_inputs;
-  /** The translation evaluates arrays while tracing (a loop condition computed from runtime data,
-   *  read on the host every iteration): the partition holding the node is traced and evaluated
-   *  afresh each run, never compiled (Plan::eager). */
-  bool evaluates_while_tracing = false;
 
   /** A positive claim. */
   static Claim Yes(std::vector<size_t> host_inputs = {}) {
-    return {true, "", std::move(host_inputs), {}, "", {}, false};
+    return {true, "", std::move(host_inputs), {}, "", {}};
   }
   /** A refusal with a reason shown in the claim report. */
-  static Claim No(std::string reason) { return {false, std::move(reason), {}, {}, "", {}, false}; }
+  static Claim No(std::string reason) { return {false, std::move(reason), {}, {}, "", {}}; }
 };
 
 /** What the claim of a node with subgraphs learns about one body (every body node is claimable,

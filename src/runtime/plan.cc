@@ -121,13 +121,10 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
       throw std::invalid_argument("[MlxEp] " + node.Label() + " (" + node.op_type +
                                   ") can no longer be claimed: " + claim.reason);
     PlanNode pn{node, registry.Find(node.domain, node.op_type, node.since_version), claim.host_inputs, {}};
-    plan.eager = plan.eager || claim.evaluates_while_tracing;
     // Bodies become plans of their own, with their initializers as constants.
-    for (const auto& [attr, body] : node.subgraphs) {
+    for (const auto& [attr, body] : node.subgraphs)
       pn.subplans[attr] = std::make_shared<const Plan>(BuildPlanOf(
           *body, name + "/" + node.Label() + "/" + attr, body->inputs, body->outputs, registry, true));
-      plan.eager = plan.eager || pn.subplans[attr]->eager;
-    }
     for (const auto& out : node.outputs)
       if (const ValueInfo* v = graph.Value(out)) plan.value_types[out] = v->type;
     // Implicit inputs too: the bodies read this graph's constants by name.

@@ -45,9 +45,6 @@ struct Plan {
   std::unordered_map<std::string, ElemType> value_types;
   /** True for the plan of a body: names it neither produces nor holds come from the enclosing trace. */
   bool is_subgraph = false;
-  /** Some node (or body node) evaluates arrays while tracing (Claim::evaluates_while_tracing):
-   *  the runner traces the plan eagerly every run instead of compiling it. */
-  bool eager = false;
 };
 
 /** Builds the plan for a fused cluster. `graph` holds the cluster's nodes with all constant

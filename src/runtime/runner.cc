@@ -176,7 +176,7 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
     for (size_t i = 0; i < host.size(); ++i) ptrs[i] = host[i].get();
     return ptrs;
   };
-  if (!compile_ || plan_.eager) {  // eager: a translation evaluates arrays while tracing
+  if (!compile_) {
     const auto host = HostValues(inputs);
     const auto host_ptrs = pointers(host);
     check_messages = std::make_shared<std::vector<std::string>>();

@@ -195,21 +195,30 @@ def counter_loop():
     return helper.make_node("Loop", ["", "cond", "k0", "y0"], ["k_final", "y_final"], body=b)
 
 
-def test_loop_counter_state_condition_is_claimed_whole():
+def test_loop_counter_state_condition_is_declined_whole():
     # ORT asks about the body before the Loop, when whether k0 is a constant cannot be read: the
-    # condition is evaluated after every iteration instead (test_control_flow_while.py), so the
-    # Loop runs on MLX whole.
+    # body is partitioned on its own (on MLX), the Loop runs on CPU, the reason says why.
     model = graph_model([counter_loop()], [vi("x", F32, [2, 3]), vi("y0", F32, [2, 3])],
                         [vi("k_final", I64, None), vi("y_final", F32, None)],
                         [("cond", np.array(True)), ("k0", np.array(0, np.int64))])
-    one_partition(model, [loop_feeds()])
+    outs, report, providers = run_mlx_with_report(model, [loop_feeds()])
+    (declined,) = [d for g in report["graphs"] for d in g["declined"] if d["op_type"] == "Loop"]
+    assert "'k0', which is not a constant" in declined["reason"], declined
+    assert EP in providers
+    for g, r in zip(outs[0], run_cpu(model, loop_feeds())):
+        assert_close(g, r)
 
 
-def test_loop_data_dependent_condition_is_evaluated_per_iteration():
+def test_loop_data_dependent_condition_is_declined():
     cond = [helper.make_node("ReduceSum", ["y_out"], ["t"], keepdims=0), const("ten", np.float32(10)),
             helper.make_node("Less", ["t", "ten"], ["cond_out"])]
     model = loop_model([], cond, m_inits=[("M", np.array(20, np.int64))])
-    one_partition(model, [loop_feeds(), loop_feeds(seed=1)])
+    f = loop_feeds()
+    outs, report, _ = run_mlx_with_report(model, [f])
+    declined = [d for g in report["graphs"] for d in g["declined"] if d["op_type"] == "Loop"]
+    assert declined and "data-dependent" in declined[0]["reason"], report["graphs"]
+    for g, r in zip(outs[0], run_cpu(model, f)):
+        assert_close(g, r)
 
 
 def scan_model(num_states, scan_inputs, scan_outputs, nodes, attrs, opset=17):
