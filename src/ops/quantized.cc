@@ -19,6 +19,7 @@
 #include <bit>
 
 #include "ops/claim_util.h"
+#include "ops/quantized_cpu.h"
 #include "ops/quantized_internal.h"
 #include "ops/registry.h"
 
@@ -164,6 +165,35 @@ bool QuantizedMatmulFits(const NBits& a, int64_t rows) {
   return rows <= kQuantizedMatmulMaxRows && mlx_group && std::endian::native == std::endian::little;
 }
 
+/** The CPU stream: one nbits_cpu primitive reads B in place (quantized_cpu.cc). */
+mx::array TranslateOnCpu(const OpContext& c, const NBits& a, const mx::array& A, const mx::array& scales,
+                         const mx::Shape& out_shape) {
+  const mx::Stream s = c.stream;
+  const int rows = static_cast<int>(A.size() / a.K);
+  nbits_cpu::NBitsShape shape;
+  shape.K = static_cast<int>(a.K);
+  shape.N = static_cast<int>(a.N);
+  shape.bits = static_cast<int>(a.bits);
+  shape.block_size = static_cast<int>(a.block_size);
+  shape.k_blocks = static_cast<int>(a.k_blocks);
+  shape.int8_a = c.node.AttrInt("accuracy_level", 0) == 4;
+  std::optional<mx::array> zp;
+  if (c.has_input(3)) {
+    const mx::array& z = c.input(3);
+    const size_t expected = z.dtype() == mx::uint8
+                                ? static_cast<size_t>(a.N * ((a.k_blocks * a.bits + 7) / 8))
+                                : static_cast<size_t>(a.N * a.k_blocks);
+    if (z.size() != expected)
+      c.Fail("zero_points has " + std::to_string(z.size()) + " values, expected " + std::to_string(expected));
+    zp = z.dtype() == mx::uint8 ? mx::flatten(z, s) : mx::astype(mx::flatten(z, s), mx::float32, s);
+  }
+  std::optional<mx::array> bias;
+  if (c.has_input(5)) bias = mx::astype(c.input(5), mx::float32, s);
+  const mx::array x = mx::astype(mx::reshape(A, {rows, shape.K}, s), mx::float32, s);
+  const mx::array y = nbits_cpu::MatMulNBits(x, c.input(1), scales, zp, bias, shape, s);
+  return mx::reshape(mx::astype(y, A.dtype(), s), out_shape, s);
+}
+
 std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
   const mx::Stream s = c.stream;
   const NBits a = ReadNBits(c.node);
@@ -181,6 +211,7 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
   const int N = static_cast<int>(a.N), K = static_cast<int>(a.K);
   const mx::array scales =
       mx::astype(mx::reshape(c.input(2), {N, static_cast<int>(a.k_blocks)}, s), mx::float32, s);
+  if (s.device == mx::Device::cpu) return {TranslateOnCpu(c, a, A, scales, out_shape)};
   const std::optional<mx::array> zp = ZeroPoints(c, a, s);
   mx::array x = mx::astype(mx::reshape(A, {static_cast<int>(rows), K}, s), mx::float32, s);
   mx::array y = [&] {

@@ -1,0 +1,62 @@
+// MatMulNBits on MLX's CPU device: a custom MLX primitive (quantized_cpu.cc) whose kernels
+// (quantized_cpu_kernels.cc) read ORT's packed weights in place. Used by quantized.cc.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "ops/op.h"
+
+namespace mlx_ep {
+namespace nbits_cpu {
+
+/** The attributes of one MatMulNBits node that its kernel needs. */
+struct NBitsShape {
+  int K = 0;            ///< logical K (A's last dimension)
+  int N = 0;            ///< output columns
+  int bits = 4;         ///< 2, 4 or 8
+  int block_size = 0;   ///< a power of 2 >= 16
+  int k_blocks = 0;     ///< ceil(K / block_size)
+  bool int8_a = false;  ///< accuracy_level 4: A quantized to int8 per block as ORT's MLAS CompInt8
+  bool operator==(const NBitsShape&) const = default;
+};
+
+/** One GEMM for the kernels: y [M, N] = x [M, padded K] @ dequantize(b)^T (+ bias). */
+struct Problem {
+  NBitsShape shape;
+  int M = 0;
+  int padded_k = 0;                    ///< k_blocks * block_size: x's row stride
+  const float* x = nullptr;            ///< [M, padded_k], zeros past K
+  const uint8_t* b = nullptr;          ///< [N, k_blocks, block_size * bits / 8], ORT's packing
+  const float* scales = nullptr;       ///< [N, k_blocks]
+  const uint8_t* zp_packed = nullptr;  ///< [N, zp_row_bytes] packed like B, or null
+  int zp_row_bytes = 0;
+  const float* zp_float = nullptr;  ///< [N, k_blocks] (bits 4 only), or null
+  const float* bias = nullptr;      ///< [N] or null
+  float* y = nullptr;               ///< [M, N]
+  // int8_a only: A quantized per block (QuantizeA).
+  const int8_t* qa = nullptr;       ///< [M, padded_k]
+  const float* a_scale = nullptr;   ///< [M, k_blocks]: amax / 127
+  const float* a_blksum = nullptr;  ///< [M, k_blocks]: a_scale * sum(qa) of the block
+};
+
+/** Computes columns [n0, n1) of p.y with the widest instruction set this CPU has. */
+void RunColumns(const Problem& p, int n0, int n1);
+
+/** Quantizes rows of x [M, padded_k] to int8 per block as MLAS's QuantizeARow_CompInt8 does:
+ *  scale = amax / 127, q = round-half-even(a * (127 / amax)) (0 when amax is 0). */
+void QuantizeA(const float* x, int M, int padded_k, int block_size, int8_t* qa, float* a_scale,
+               float* a_blksum);
+
+/** The name of the kernel set RunColumns uses ("avx512", "avx2" or "scalar"): for logs and tests. */
+const char* KernelIsa();
+
+/** y = x @ dequantize(B)^T (+ bias) in float32 as one primitive on CPU stream `s`:
+ *  x [M, K] float32, b uint8 (N * k_blocks * blob values), scales float32 [N, k_blocks], zero
+ *  points uint8 packed [N, ceil(k_blocks * bits / 8)] or float32 [N, k_blocks], bias float32 [N]. */
+mx::array MatMulNBits(const mx::array& x, const mx::array& b, const mx::array& scales,
+                      const std::optional<mx::array>& zero_points, const std::optional<mx::array>& bias,
+                      const NBitsShape& shape, mx::Stream s);
+
+}  // namespace nbits_cpu
+}  // namespace mlx_ep
