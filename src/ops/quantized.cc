@@ -43,6 +43,9 @@ namespace {
 // Rows of A up to which mx::quantized_matmul beats dequantize + GEMM on MLX's CPU (measured with
 // bench/bench_matmulnbits.py: its cost grows with every row, the dequantization is paid once).
 constexpr int64_t kQuantizedMatmulMaxRows = 2;
+// MLX's CPU stream: rows of A up to which the nbits_cpu kernel (reading B in place) beats
+// dequantizing B once per run (nbits_cpu::Dequantize) + BLAS GEMM (bench/bench_matmulnbits.py).
+constexpr int kCpuKernelMaxRows = 16;
 
 struct NBits {
   int64_t K, N, bits, block_size, k_blocks, blob;
@@ -69,6 +72,20 @@ bool ShapeIs(const NodeView& v, size_t i, std::initializer_list<std::vector<int6
   return false;
 }
 
+/** accuracy_level 4: ORT's CPU EP quantizes A to int8 per block (MLAS CompInt8) when it has a
+ *  kernel for the case and has prepacked B; nbits_cpu reproduces that on MLX's CPU device. */
+Claim ClaimInt8A(const NodeView& v, const NBits& a) {
+  if (RuntimeDevice() != mx::Device(mx::Device::cpu))
+    return Claim::No("accuracy_level=4 (int8 A, MLAS CompInt8) is reproduced on MLX's CPU device only");
+  if (a.bits != 4)
+    return Claim::No("accuracy_level=4 with bits=" + std::to_string(a.bits) + " (int8 A) not reproduced");
+  if (!v.is_constant_input(1))
+    return Claim::No("accuracy_level=4 with B not a constant (ORT then computes in float32 unpacked)");
+  if (v.has_input(3) && v.input_type(3) != ElemType::kUInt8)
+    return Claim::No("accuracy_level=4 with float zero points (ORT then computes in float32 unpacked)");
+  return Claim::Yes();
+}
+
 Claim ClaimMatMulNBits(const NodeView& v) {
   const Node& n = v.node();
   const ElemType t = v.input_type(0);
@@ -83,10 +100,10 @@ Claim ClaimMatMulNBits(const NodeView& v) {
     return Claim::No("block_size=" + std::to_string(a.block_size) + " is not a power of 2 >= 16");
   if (a.K <= 0 || a.N <= 0) return Claim::No("K and N must be positive");
   const int64_t level = n.AttrInt("accuracy_level", 0);
-  if (level == 4)
-    return Claim::No(
-        "accuracy_level=4: ORT's CPU EP quantizes A to int8 blocks (MLAS CompInt8), not reproduced");
   if (level < 0 || level > 4) return Claim::No("accuracy_level=" + std::to_string(level));
+  if (level == 4) {
+    if (Claim no = ClaimInt8A(v, a); !no.ok) return no;
+  }
   if (n.AttrInt("weight_prepacked", 0) != 0)
     return Claim::No("weight_prepacked (an EP-specific layout of B)");
   if (v.has_input(4)) return Claim::No("g_idx (deprecated act-order reordering of K) is not supported");
@@ -190,7 +207,13 @@ mx::array TranslateOnCpu(const OpContext& c, const NBits& a, const mx::array& A,
   std::optional<mx::array> bias;
   if (c.has_input(5)) bias = mx::astype(c.input(5), mx::float32, s);
   const mx::array x = mx::astype(mx::reshape(A, {rows, shape.K}, s), mx::float32, s);
-  const mx::array y = nbits_cpu::MatMulNBits(x, c.input(1), scales, zp, bias, shape, s);
+  mx::array y = [&] {
+    if (rows <= kCpuKernelMaxRows || shape.int8_a)
+      return nbits_cpu::MatMulNBits(x, c.input(1), scales, zp, bias, shape, s);
+    const mx::array w = nbits_cpu::Dequantize(c.input(1), scales, zp, shape, s);
+    mx::array xw = mx::matmul(x, mx::transpose(mx::slice(w, {0, 0}, {shape.N, shape.K}, s), s), s);
+    return bias ? mx::add(xw, *bias, s) : xw;
+  }();
   return mx::reshape(mx::astype(y, A.dtype(), s), out_shape, s);
 }
 

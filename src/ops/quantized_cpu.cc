@@ -116,42 +116,39 @@ class ColumnPool {
 // tens of microseconds on a loaded machine).
 constexpr int64_t kMinParallelWork = 1 << 19;
 
-void RunParallel(const Problem& p) {
-  const int64_t work = static_cast<int64_t>(p.M) * p.shape.N * p.padded_k;
+/** fn(n0, n1) over column ranges of p (multiples of 4) on the pool, or at once for small work. */
+template <typename Fn>
+void ForColumns(const Problem& p, int64_t work, Fn fn) {
   ColumnPool& pool = ColumnPool::Get();
   const int threads = work < kMinParallelWork ? 1 : std::min(pool.threads(), std::max(1, p.shape.N / 16));
-  if (threads == 1) return RunColumns(p, 0, p.shape.N);
+  if (threads == 1) return fn(0, p.shape.N);
   // A few tasks per thread evens out a thread that another process holds back.
   const int tasks = threads * 4;
   const int per_task = ((p.shape.N + tasks - 1) / tasks + 3) / 4 * 4;  // the kernels take 4 columns at a time
   pool.Run(tasks, [&](int t) {
     const int n0 = t * per_task, n1 = std::min(p.shape.N, n0 + per_task);
-    if (n0 < n1) RunColumns(p, n0, n1);
+    if (n0 < n1) fn(n0, n1);
   });
 }
 
 struct Inputs {
   bool packed_zp = false, float_zp = false, bias = false;
+  bool dequantize = false;  ///< no x: the output is dequantize(B) [N, padded K]
   bool operator==(const Inputs&) const = default;
 };
 
-void Compute(const std::vector<mx::array>& in, mx::array& out, const NBitsShape& s, Inputs has) {
+/** The kernels' view of the primitive's inputs: [x,] b, scales, [zero points,] [bias]. */
+Problem MakeProblem(const std::vector<mx::array>& in, const NBitsShape& s, Inputs has, bool with_x) {
   Problem p;
   p.shape = s;
-  p.M = in[0].shape(0);
   p.padded_k = s.k_blocks * s.block_size;
-  std::vector<float> padded;
-  p.x = in[0].data<float>();
-  if (p.padded_k != s.K) {  // the last block is partial: its weights meet zeros
-    padded.assign(static_cast<size_t>(p.M) * p.padded_k, 0.f);
-    for (int m = 0; m < p.M; ++m)
-      std::copy_n(p.x + static_cast<size_t>(m) * s.K, s.K,
-                  padded.data() + static_cast<size_t>(m) * p.padded_k);
-    p.x = padded.data();
+  size_t next = 0;
+  if (with_x) {
+    p.M = in[next].shape(0);
+    p.x = in[next++].data<float>();
   }
-  p.b = in[1].data<uint8_t>();
-  p.scales = in[2].data<float>();
-  size_t next = 3;
+  p.b = in[next++].data<uint8_t>();
+  p.scales = in[next++].data<float>();
   if (has.packed_zp) {
     p.zp_packed = in[next++].data<uint8_t>();
     p.zp_row_bytes = (s.k_blocks * s.bits + 7) / 8;
@@ -159,6 +156,24 @@ void Compute(const std::vector<mx::array>& in, mx::array& out, const NBitsShape&
     p.zp_float = in[next++].data<float>();
   }
   if (has.bias) p.bias = in[next++].data<float>();
+  return p;
+}
+
+void Compute(const std::vector<mx::array>& in, mx::array& out, const NBitsShape& s, Inputs has) {
+  Problem p = MakeProblem(in, s, has, !has.dequantize);
+  if (has.dequantize) {
+    float* w = out.data<float>();
+    return ForColumns(p, static_cast<int64_t>(s.N) * p.padded_k / 4,
+                      [&](int n0, int n1) { DequantizeRows(p, n0, n1, w); });
+  }
+  std::vector<float> padded;
+  if (p.padded_k != s.K) {  // the last block is partial: its weights meet zeros
+    padded.assign(static_cast<size_t>(p.M) * p.padded_k, 0.f);
+    for (int m = 0; m < p.M; ++m)
+      std::copy_n(p.x + static_cast<size_t>(m) * s.K, s.K,
+                  padded.data() + static_cast<size_t>(m) * p.padded_k);
+    p.x = padded.data();
+  }
   p.y = out.data<float>();
   std::vector<int8_t> qa;
   std::vector<float> a_scale, a_blksum;
@@ -171,7 +186,7 @@ void Compute(const std::vector<mx::array>& in, mx::array& out, const NBitsShape&
     p.a_scale = a_scale.data();
     p.a_blksum = a_blksum.data();
   }
-  RunParallel(p);
+  ForColumns(p, static_cast<int64_t>(p.M) * s.N * p.padded_k, [&](int n0, int n1) { RunColumns(p, n0, n1); });
 }
 
 class MatMulNBitsCpu : public mx::UnaryPrimitive {
@@ -199,7 +214,7 @@ class MatMulNBitsCpu : public mx::UnaryPrimitive {
     throw std::runtime_error("MatMulNBitsCpu runs on the CPU only (GPU streams compose MLX ops instead)");
   }
 
-  const char* name() const override { return "MatMulNBitsCpu"; }
+  const char* name() const override { return has_.dequantize ? "DequantizeNBitsCpu" : "MatMulNBitsCpu"; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
     const auto& o = static_cast<const MatMulNBitsCpu&>(other);
@@ -207,6 +222,7 @@ class MatMulNBitsCpu : public mx::UnaryPrimitive {
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    if (has_.dequantize) return {{shape_.N, shape_.k_blocks * shape_.block_size}};
     return {{inputs[0].shape(0), shape_.N}};
   }
 
@@ -217,23 +233,44 @@ class MatMulNBitsCpu : public mx::UnaryPrimitive {
 
 }  // namespace
 
-mx::array MatMulNBits(const mx::array& x, const mx::array& b, const mx::array& scales,
-                      const std::optional<mx::array>& zero_points, const std::optional<mx::array>& bias,
-                      const NBitsShape& shape, mx::Stream s) {
-  Inputs has;
-  std::vector<mx::array> inputs = {mx::contiguous(x, false, s), mx::contiguous(mx::flatten(b, s), false, s),
+namespace {
+
+/** The primitive's inputs after [x]: B, scales, zero points; flags in `has`. */
+std::vector<mx::array> WeightInputs(const mx::array& b, const mx::array& scales,
+                                    const std::optional<mx::array>& zero_points, Inputs& has, mx::Stream s) {
+  std::vector<mx::array> inputs = {mx::contiguous(mx::flatten(b, s), false, s),
                                    mx::contiguous(scales, false, s)};
   if (zero_points) {
     has.packed_zp = zero_points->dtype() == mx::uint8;
     has.float_zp = !has.packed_zp;
     inputs.push_back(mx::contiguous(*zero_points, false, s));
   }
+  return inputs;
+}
+
+}  // namespace
+
+mx::array MatMulNBits(const mx::array& x, const mx::array& b, const mx::array& scales,
+                      const std::optional<mx::array>& zero_points, const std::optional<mx::array>& bias,
+                      const NBitsShape& shape, mx::Stream s) {
+  Inputs has;
+  std::vector<mx::array> inputs = {mx::contiguous(x, false, s)};
+  for (mx::array& a : WeightInputs(b, scales, zero_points, has, s)) inputs.push_back(std::move(a));
   if (bias) {
     has.bias = true;
     inputs.push_back(mx::contiguous(*bias, false, s));
   }
   return mx::array({x.shape(0), shape.N}, mx::float32, std::make_shared<MatMulNBitsCpu>(s, shape, has),
                    std::move(inputs));
+}
+
+mx::array Dequantize(const mx::array& b, const mx::array& scales, const std::optional<mx::array>& zero_points,
+                     const NBitsShape& shape, mx::Stream s) {
+  Inputs has;
+  has.dequantize = true;
+  std::vector<mx::array> inputs = WeightInputs(b, scales, zero_points, has, s);
+  return mx::array({shape.N, shape.k_blocks * shape.block_size}, mx::float32,
+                   std::make_shared<MatMulNBitsCpu>(s, shape, has), std::move(inputs));
 }
 
 }  // namespace nbits_cpu

@@ -40,6 +40,9 @@ struct Problem {
   const float* a_blksum = nullptr;  ///< [M, k_blocks]: a_scale * sum(qa) of the block
 };
 
+/** Writes rows [n0, n1) of w [N, padded_k]: the weights dequantized as ORT does (p.x and p.y unused). */
+void DequantizeRows(const Problem& p, int n0, int n1, float* w);
+
 /** Computes columns [n0, n1) of p.y with the widest instruction set this CPU has. */
 void RunColumns(const Problem& p, int n0, int n1);
 
@@ -50,6 +53,11 @@ void QuantizeA(const float* x, int M, int padded_k, int block_size, int8_t* qa, 
 
 /** The name of the kernel set RunColumns uses ("avx512", "avx2" or "scalar"): for logs and tests. */
 const char* KernelIsa();
+
+/** dequantize(B) [N, k_blocks * block_size] float32 as one primitive on CPU stream `s` (the
+ *  same inputs as MatMulNBits but x and bias): for many rows of A, where a BLAS GEMM wins. */
+mx::array Dequantize(const mx::array& b, const mx::array& scales, const std::optional<mx::array>& zero_points,
+                     const NBitsShape& shape, mx::Stream s);
 
 /** y = x @ dequantize(B)^T (+ bias) in float32 as one primitive on CPU stream `s`:
  *  x [M, K] float32, b uint8 (N * k_blocks * blob values), scales float32 [N, k_blocks], zero

@@ -374,6 +374,33 @@ void Int8ColumnsX86(const Problem& p, int n0, int n1) {
 
 }  // namespace
 
+void DequantizeRows(const Problem& p, int n0, int n1, float* w) {
+  const NBitsShape& s = p.shape;
+  for (int n = n0; n < n1; ++n) {
+    float* row = w + static_cast<size_t>(n) * p.padded_k;
+    for (int blk = 0; blk < s.k_blocks; ++blk) {
+      const uint8_t* blob = Blob(p, n, blk);
+      const Dequant d = BlockDequant(p, n, blk);
+      float* out = row + static_cast<size_t>(blk) * s.block_size;
+      if (s.bits == 8) {
+        for (int i = 0; i < s.block_size; ++i)
+          out[i] = (static_cast<float>(blob[i]) - d.sub) * d.scale + d.add;
+        continue;
+      }
+      float table[16];  // the block's possible weights
+      for (int q = 0; q < 16; ++q) table[q] = (static_cast<float>(q) - d.sub) * d.scale + d.add;
+      if (s.bits == 4) {
+        for (int i = 0; i < s.block_size / 2; ++i) {
+          out[2 * i] = table[blob[i] & 15];
+          out[2 * i + 1] = table[blob[i] >> 4];
+        }
+      } else {
+        for (int i = 0; i < s.block_size; ++i) out[i] = table[Stored(blob, i, 2)];
+      }
+    }
+  }
+}
+
 void RunColumns(const Problem& p, int n0, int n1) {
 #if defined(MLX_EP_NBITS_X86)
   if (kIsa != Isa::kScalar) {
