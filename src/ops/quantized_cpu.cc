@@ -175,17 +175,8 @@ void Compute(const std::vector<mx::array>& in, mx::array& out, const NBitsShape&
     p.x = padded.data();
   }
   p.y = out.data<float>();
-  std::vector<int8_t> qa;
-  std::vector<float> a_scale, a_blksum;
-  if (s.int8_a) {
-    qa.resize(static_cast<size_t>(p.M) * p.padded_k);
-    a_scale.resize(static_cast<size_t>(p.M) * s.k_blocks);
-    a_blksum.resize(a_scale.size());
-    QuantizeA(p.x, p.M, p.padded_k, s.block_size, qa.data(), a_scale.data(), a_blksum.data());
-    p.qa = qa.data();
-    p.a_scale = a_scale.data();
-    p.a_blksum = a_blksum.data();
-  }
+  Int8A int8_a;
+  if (s.int8_a) PrepareInt8A(p, int8_a);
   ForColumns(p, static_cast<int64_t>(p.M) * s.N * p.padded_k, [&](int n0, int n1) { RunColumns(p, n0, n1); });
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "ops/op.h"
 
@@ -38,7 +39,18 @@ struct Problem {
   const int8_t* qa = nullptr;       ///< [M, padded_k]
   const float* a_scale = nullptr;   ///< [M, k_blocks]: amax / 127
   const float* a_blksum = nullptr;  ///< [M, k_blocks]: a_scale * sum(qa) of the block
+  const int8_t* qa_vnni = nullptr;  ///< AVX-512 VNNI, 4 bits: qa per 128 values, 64 evens then 64 odds
+  int qa_vnni_stride = 0;           ///< its row length (a multiple of 128, zeros past padded_k)
 };
+
+/** Buffers of the int8 form of A (accuracy_level 4). */
+struct Int8A {
+  std::vector<int8_t> qa, qa_vnni;
+  std::vector<float> a_scale, a_blksum;
+};
+
+/** Quantizes p.x into `a` (QuantizeA, plus the VNNI order when RunColumns uses it) and points p at it. */
+void PrepareInt8A(Problem& p, Int8A& a);
 
 /** Writes rows [n0, n1) of w [N, padded_k]: the weights dequantized as ORT does (p.x and p.y unused). */
 void DequantizeRows(const Problem& p, int n0, int n1, float* w);
