@@ -166,14 +166,8 @@ void Compute(const std::vector<mx::array>& in, mx::array& out, const NBitsShape&
     return ForColumns(p, static_cast<int64_t>(s.N) * p.padded_k / 4,
                       [&](int n0, int n1) { DequantizeRows(p, n0, n1, w); });
   }
-  std::vector<float> padded;
-  if (p.padded_k != s.K) {  // the last block is partial: its weights meet zeros
-    padded.assign(static_cast<size_t>(p.M) * p.padded_k, 0.f);
-    for (int m = 0; m < p.M; ++m)
-      std::copy_n(p.x + static_cast<size_t>(m) * s.K, s.K,
-                  padded.data() + static_cast<size_t>(m) * p.padded_k);
-    p.x = padded.data();
-  }
+  std::vector<float> x_buffer;
+  PrepareX(p, x_buffer);
   p.y = out.data<float>();
   Int8A int8_a;
   if (s.int8_a) PrepareInt8A(p, int8_a);

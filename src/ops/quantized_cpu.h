@@ -27,7 +27,7 @@ struct Problem {
   NBitsShape shape;
   int M = 0;
   int padded_k = 0;                    ///< k_blocks * block_size: x's row stride
-  const float* x = nullptr;            ///< [M, padded_k], zeros past K
+  const float* x = nullptr;            ///< [M, padded_k] as PrepareX leaves it
   const uint8_t* b = nullptr;          ///< [N, k_blocks, block_size * bits / 8], ORT's packing
   const float* scales = nullptr;       ///< [N, k_blocks]
   const uint8_t* zp_packed = nullptr;  ///< [N, zp_row_bytes] packed like B, or null
@@ -42,6 +42,10 @@ struct Problem {
   const int8_t* qa_vnni = nullptr;  ///< AVX-512 VNNI, 4 bits: qa per 128 values, 64 evens then 64 odds
   int qa_vnni_stride = 0;           ///< its row length (a multiple of 128, zeros past padded_k)
 };
+
+/** Points p.x at the layout the kernels read (in `buffer` when it differs from x): rows padded
+ *  with zeros to padded_k and, for the AVX-512 4-bit kernel, each 32 values as evens then odds. */
+void PrepareX(Problem& p, std::vector<float>& buffer);
 
 /** Buffers of the int8 form of A (accuracy_level 4). */
 struct Int8A {

@@ -192,8 +192,9 @@ MLX_EP_AVX512 void Avx512Columns(const Problem& p, int n, int m0) {
     }
     const float* xb = x0 + static_cast<size_t>(blk) * s.block_size;
     if (Bits == 4 && s.block_size >= 32) {
-      // 32 values from 16 bytes: low nibbles and (shifted) high nibbles, interleaved; the
-      // table lookup reads only the low 4 bits of each byte.
+      // 32 values from 16 bytes: the bytes widened to 16 lanes hold the even values in their
+      // low 4 bits and the odd ones in bits 4-7; the table lookup reads only the low 4 bits.
+      // x holds each 32 values as 16 evens then 16 odds (PrepareX).
       for (int c = 0; c < s.block_size; c += 32) {
         __m512 xa[R], xc[R];
         for (int r = 0; r < R; ++r) {
@@ -201,10 +202,10 @@ MLX_EP_AVX512 void Avx512Columns(const Problem& p, int n, int m0) {
           xc[r] = _mm512_loadu_ps(xb + static_cast<size_t>(r) * p.padded_k + c + 16);
         }
         for (int j = 0; j < NC; ++j) {
-          const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blob[j] + c / 2));
-          const __m128i h = _mm_srli_epi16(v, 4);
-          const __m512 w0 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, h)), table[j]);
-          const __m512 w1 = _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(_mm_unpackhi_epi8(v, h)), table[j]);
+          const __m512i q =
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blob[j] + c / 2)));
+          const __m512 w0 = _mm512_permutexvar_ps(q, table[j]);
+          const __m512 w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table[j]);
           for (int r = 0; r < R; ++r) {
             acc[r][j] = _mm512_fmadd_ps(w0, xa[r], acc[r][j]);
             acc[r][j] = _mm512_fmadd_ps(w1, xc[r], acc[r][j]);
@@ -528,6 +529,26 @@ void QuantizeA(const float* x, int M, int padded_k, int block_size, int8_t* qa, 
       a_blksum[static_cast<size_t>(m) * k_blocks + blk] = scale * static_cast<float>(sum);
     }
   }
+}
+
+void PrepareX(Problem& p, std::vector<float>& buffer) {
+  const NBitsShape& s = p.shape;
+  bool even_odd = false;
+#if defined(MLX_EP_NBITS_X86)
+  even_odd = kIsa == Isa::kAvx512 && s.bits == 4 && s.block_size >= 32 && !s.int8_a;
+#endif
+  if (!even_odd && p.padded_k == s.K) return;
+  buffer.assign(static_cast<size_t>(p.M) * p.padded_k, 0.f);
+  for (int m = 0; m < p.M; ++m) {
+    const float* src = p.x + static_cast<size_t>(m) * s.K;
+    float* dst = buffer.data() + static_cast<size_t>(m) * p.padded_k;
+    if (!even_odd) {
+      std::copy_n(src, s.K, dst);
+      continue;
+    }
+    for (int k = 0; k < s.K; ++k) dst[k / 32 * 32 + (k % 2) * 16 + (k % 32) / 2] = src[k];
+  }
+  p.x = buffer.data();
 }
 
 void PrepareInt8A(Problem& p, Int8A& a) {
