@@ -6,7 +6,7 @@ accuracy_level 0 (float32 math) and 4 (ORT's CPU EP quantizes A to int8 per bloc
 reproduces that on MLX's CPU device). On MLX's CPU stream up to 16 rows take the EP's nbits_cpu
 kernel (src/ops/quantized_cpu*.cc), more rows dequantize B once per run + BLAS GEMM (level 0).
 Prints medians, ORT CPU / MLX EP (above 1: the EP is faster), and per (bits, block, level, rows)
-the sum over one layer's projections times 24 layers: the MatMulNBits time of one token (M=1).
+the sum over one layer's projections times 24 layers: the MatMulNBits time of a forward pass.
 
     .venv/bin/python bench/bench_matmulnbits.py
     .venv/bin/python bench/bench_matmulnbits.py --rows 1,4,8,128 --bits 4 --shapes 2048x2048
@@ -105,7 +105,7 @@ def main():
                                             ort_cpu_ms=t_cpu, mlx_ep_ms=t_mlx, scaled_diff=err))
     if args.layer:
         layer = [(tuple(map(int, kn.split("x"))), int(c)) for kn, c in (e.split(":") for e in args.layer.split(","))]
-        print(f"\nMatMulNBits per token, {args.layers} layers of {args.layer}:")
+        print(f"\nMatMulNBits of one forward pass (M tokens), {args.layers} layers of {args.layer}:")
         groups = sorted({(r["bits"], r["block_size"], r["accuracy_level"], r["rows"]) for r in results})
         for g in groups:
             rows = {(r["K"], r["N"]): r for r in results if (r["bits"], r["block_size"], r["accuracy_level"], r["rows"]) == g}

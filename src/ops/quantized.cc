@@ -5,17 +5,23 @@
 // column n and block of `block_size` values along K, the `bits`-wide unsigned values packed low bits
 // first; weights w = (q - zero_point) * scale. ORT's CPU EP computes in float32 for every
 // accuracy_level but 4 (float16 A, scales and bias are widened to float32 and the result rounded
-// once); we do the same. Two ways, chosen per trace on the number of rows of A (measured on x86,
-// bench/bench_matmulnbits.py):
-//  - few rows (decode): mx::quantized_matmul reads B in place. On a little-endian machine ORT's
+// once); we do the same.
+//  - MLX's CPU stream: nbits_cpu (quantized_cpu.cc), a custom primitive whose AVX-512 / AVX2
+//    kernels read ORT's bytes in place, for up to kCpuKernelMaxRows rows of A; more rows
+//    dequantize B once per run (another nbits_cpu primitive) for one BLAS GEMM.
+//    accuracy_level 4 (genai's default for the CPU EP): ORT's CPU EP then quantizes A to int8 per
+//    block (MLAS CompInt8) when B is a constant and the zero points are packed; nbits_cpu
+//    reproduces that for 4 bits, at every row count. Other level-4 cases are declined.
+//  - GPU streams, by the number of rows of A (measured on x86, bench/bench_matmulnbits.py):
+//    few rows (decode): mx::quantized_matmul reads B in place. On a little-endian machine ORT's
 //    bytes reinterpret as MLX's uint32 words (element i of a word at bits [bits*i, bits*(i+1)),
 //    low nibble of the first byte first), so B is only viewed; MLX's affine form
 //    w = scale * q + bias takes bias = -(scale * zero_point). Needs MLX's group sizes (32/64/128).
-//  - more rows (prefill): B is unpacked and dequantized as ORT does, (q - zp) * scale in float32
-//    (q * scale - scale * zp for float zero points, ORT's formula there), then one BLAS GEMM.
+//    More rows (prefill): B is unpacked and dequantized as ORT does, (q - zp) * scale in float32
+//    (q * scale - scale * zp for float zero points, ORT's formula there), then one GEMM.
 // K not a multiple of block_size: the last block is padded; A is padded with zeros to match.
-// Declined: accuracy_level 4 (ORT quantizes A to int8 blocks, MLAS CompInt8), g_idx, prepacked
-// weights, float zero points of another type than A or with bits != 4 (no ORT CPU kernel).
+// Declined: accuracy_level 4 on GPUs, with bits 2/8, float zero points or B not a constant; g_idx,
+// prepacked weights, float zero points of another type than A or with bits != 4 (no ORT CPU kernel).
 #include <bit>
 
 #include "ops/claim_util.h"

@@ -1,6 +1,8 @@
 """Parity of com.microsoft MatMulNBits (src/ops/quantized.cc) and GatherBlockQuantized
 (src/ops/quantized_gather.cc) against ORT's CPU EP. Weights come from ORT's own block quantizer
 (onnxruntime.quantization's C++ helpers) or are random bytes."""
+import os
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -318,3 +320,22 @@ def test_gather_block_quantized_declined_uint4():
                                                     helper.make_opsetid("com.microsoft", 1)])
     model.ir_version = 10
     assert_declined(model, {"indices": np.array([3, 1], np.int64)})
+
+
+# ---- the other CPU kernel sets ------------------------------------------------------------------
+
+@pytest.mark.parametrize("isa", ["avx2", "scalar"])
+def test_matmulnbits_narrower_cpu_kernels(isa):
+    """The AVX2 and portable MatMulNBits kernels (src/ops/quantized_cpu*.cc) on this machine:
+    ONNXRUNTIME_EP_MLX_NBITS_ISA narrows the kernel set, in a fresh process (it is read once), for
+    a subset of the parity tests above (every bit width, zero points, bias, level 4, float16)."""
+    import platform
+    import subprocess
+    import sys
+    if platform.machine() not in ("x86_64", "AMD64") and isa != "scalar":
+        pytest.skip("x86 kernels")
+    env = dict(os.environ, ONNXRUNTIME_EP_MLX_NBITS_ISA=isa)
+    subset = "random_bytes or float_zero_points or (level_4 and not declined) or (test_float16 and int)"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", subset],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
