@@ -85,8 +85,10 @@ Claim ClaimInt8A(const NodeView& v, const NBits& a) {
     return Claim::No("accuracy_level=4 (int8 A, MLAS CompInt8) is reproduced on MLX's CPU device only");
   if (a.bits != 4)
     return Claim::No("accuracy_level=4 with bits=" + std::to_string(a.bits) + " (int8 A) not reproduced");
-  if (!v.is_constant_input(1))
-    return Claim::No("accuracy_level=4 with B not a constant (ORT then computes in float32 unpacked)");
+  // ORT prepacks B, scales and zero points for CompInt8 only when they are constants.
+  if (!v.is_constant_input(1) || !v.is_constant_input(2) || (v.has_input(3) && !v.is_constant_input(3)))
+    return Claim::No(
+        "accuracy_level=4 with B, scales or zero points not constants (ORT does not prepack them)");
   if (v.has_input(3) && v.input_type(3) != ElemType::kUInt8)
     return Claim::No("accuracy_level=4 with float zero points (ORT then computes in float32 unpacked)");
   return Claim::Yes();
@@ -241,6 +243,7 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
   const mx::array scales =
       mx::astype(mx::reshape(c.input(2), {N, static_cast<int>(a.k_blocks)}, s), mx::float32, s);
   if (s.device == mx::Device::cpu) return {TranslateOnCpu(c, a, A, scales, out_shape)};
+  if (c.node.AttrInt("accuracy_level", 0) == 4) c.Fail("accuracy_level=4 runs on MLX's CPU device only");
   const std::optional<mx::array> zp = ZeroPoints(c, a, s);
   mx::array x = mx::astype(mx::reshape(A, {static_cast<int>(rows), K}, s), mx::float32, s);
   mx::array y = [&] {

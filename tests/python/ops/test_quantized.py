@@ -211,15 +211,22 @@ def test_accuracy_level_4_differs_from_level_0():
     assert np.abs(level4 - level0).max() > 1e-4 * np.abs(level0).max()
 
 
-@pytest.mark.parametrize("what", ["bits8", "bits2", "float_zp", "weights_as_inputs"])
+@pytest.mark.parametrize("what", ["bits8", "bits2", "float_zp", "weights_as_inputs", "scales_as_input"])
 def test_declined_accuracy_level_4(what):
     """Level 4 cases not reproduced: other bit widths (ORT's int8 kernels differ), and the cases
-    where ORT falls back to unpacked float32 math (float zero points, B not a constant)."""
+    where ORT does not prepack for CompInt8 (float zero points; B, scales or zero points not
+    constants)."""
     bits = {"bits8": 8, "bits2": 2}.get(what, 4)
     K, N, bs = 128, 16, 64
     a, b, scales, zps, _ = case(K, N, bits, bs, (2, K), zp="float" if what == "float_zp" else "uint8")
-    assert_declined(*nbits_model(a, b, scales, K, N, bits, bs, zps, attrs={"accuracy_level": 4},
-                                 weights_as_inputs=what == "weights_as_inputs"))
+    model, feeds = nbits_model(a, b, scales, K, N, bits, bs, zps, attrs={"accuracy_level": 4},
+                               weights_as_inputs=what == "weights_as_inputs")
+    if what == "scales_as_input":
+        init = next(i for i in model.graph.initializer if i.name == "scales")
+        model.graph.initializer.remove(init)
+        model.graph.input.append(helper.make_tensor_value_info("scales", init.data_type, list(init.dims)))
+        feeds["scales"] = scales
+    assert_declined(model, feeds)
 
 
 def test_declined_g_idx():
