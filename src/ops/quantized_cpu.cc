@@ -5,6 +5,8 @@
 // quantized_cpu_kernels.cc read ORT's packed weights in place with AVX-512 / AVX2. The primitive
 // is an ordinary node of the traced graph, so mx::compile keeps the partition in one piece; on
 // GPU streams quantized.cc keeps composing MLX ops and never creates it (eval_gpu refuses).
+// The same primitive class, without A, dequantizes B to float32 [N, padded K] (Dequantize) for
+// the GEMM that many rows of A take. Nothing is repacked or cached: every run reads B as given.
 //
 // Threads: the output columns are split over a small pool (one thread per CPU, as the BLAS
 // default, blas/blas.h) whose workers sleep on a condition variable between calls: spinning
