@@ -5,20 +5,27 @@
 // column n and block of `block_size` values along K, the `bits`-wide unsigned values packed low bits
 // first; weights w = (q - zero_point) * scale. ORT's CPU EP computes in float32 for every
 // accuracy_level but 4 (float16 A, scales and bias are widened to float32 and the result rounded
-// once); we do the same. Two ways, chosen per trace on the number of rows of A (measured on x86,
-// bench/bench_matmulnbits.py):
-//  - few rows (decode): mx::quantized_matmul reads B in place. On a little-endian machine ORT's
+// once); we do the same.
+//  - MLX's CPU stream: nbits_cpu (quantized_cpu.cc), a custom primitive whose AVX-512 / AVX2
+//    kernels read ORT's bytes in place, for up to kCpuKernelMaxRows rows of A; more rows
+//    dequantize B once per run (another nbits_cpu primitive) for one BLAS GEMM.
+//    accuracy_level 4 (genai's default for the CPU EP): ORT's CPU EP then quantizes A to int8 per
+//    block (MLAS CompInt8) when B is a constant and the zero points are packed; nbits_cpu
+//    reproduces that for 4 bits, at every row count. Other level-4 cases are declined.
+//  - GPU streams, by the number of rows of A (measured on x86, bench/bench_matmulnbits.py):
+//    few rows (decode): mx::quantized_matmul reads B in place. On a little-endian machine ORT's
 //    bytes reinterpret as MLX's uint32 words (element i of a word at bits [bits*i, bits*(i+1)),
 //    low nibble of the first byte first), so B is only viewed; MLX's affine form
 //    w = scale * q + bias takes bias = -(scale * zero_point). Needs MLX's group sizes (32/64/128).
-//  - more rows (prefill): B is unpacked and dequantized as ORT does, (q - zp) * scale in float32
-//    (q * scale - scale * zp for float zero points, ORT's formula there), then one BLAS GEMM.
+//    More rows (prefill): B is unpacked and dequantized as ORT does, (q - zp) * scale in float32
+//    (q * scale - scale * zp for float zero points, ORT's formula there), then one GEMM.
 // K not a multiple of block_size: the last block is padded; A is padded with zeros to match.
-// Declined: accuracy_level 4 (ORT quantizes A to int8 blocks, MLAS CompInt8), g_idx, prepacked
-// weights, float zero points of another type than A or with bits != 4 (no ORT CPU kernel).
+// Declined: accuracy_level 4 on GPUs, with bits 2/8, float zero points or B not a constant; g_idx,
+// prepacked weights, float zero points of another type than A or with bits != 4 (no ORT CPU kernel).
 #include <bit>
 
 #include "ops/claim_util.h"
+#include "ops/quantized_cpu.h"
 #include "ops/quantized_internal.h"
 #include "ops/registry.h"
 
@@ -42,6 +49,9 @@ namespace {
 // Rows of A up to which mx::quantized_matmul beats dequantize + GEMM on MLX's CPU (measured with
 // bench/bench_matmulnbits.py: its cost grows with every row, the dequantization is paid once).
 constexpr int64_t kQuantizedMatmulMaxRows = 2;
+// MLX's CPU stream: rows of A up to which the nbits_cpu kernel (reading B in place) beats
+// dequantizing B once per run (nbits_cpu::Dequantize) + BLAS GEMM (bench/bench_matmulnbits.py).
+constexpr int kCpuKernelMaxRows = 16;
 
 struct NBits {
   int64_t K, N, bits, block_size, k_blocks, blob;
@@ -68,6 +78,22 @@ bool ShapeIs(const NodeView& v, size_t i, std::initializer_list<std::vector<int6
   return false;
 }
 
+/** accuracy_level 4: ORT's CPU EP quantizes A to int8 per block (MLAS CompInt8) when it has a
+ *  kernel for the case and has prepacked B; nbits_cpu reproduces that on MLX's CPU device. */
+Claim ClaimInt8A(const NodeView& v, const NBits& a) {
+  if (RuntimeDevice() != mx::Device(mx::Device::cpu))
+    return Claim::No("accuracy_level=4 (int8 A, MLAS CompInt8) is reproduced on MLX's CPU device only");
+  if (a.bits != 4)
+    return Claim::No("accuracy_level=4 with bits=" + std::to_string(a.bits) + " (int8 A) not reproduced");
+  // ORT prepacks B, scales and zero points for CompInt8 only when they are constants.
+  if (!v.is_constant_input(1) || !v.is_constant_input(2) || (v.has_input(3) && !v.is_constant_input(3)))
+    return Claim::No(
+        "accuracy_level=4 with B, scales or zero points not constants (ORT does not prepack them)");
+  if (v.has_input(3) && v.input_type(3) != ElemType::kUInt8)
+    return Claim::No("accuracy_level=4 with float zero points (ORT then computes in float32 unpacked)");
+  return Claim::Yes();
+}
+
 Claim ClaimMatMulNBits(const NodeView& v) {
   const Node& n = v.node();
   const ElemType t = v.input_type(0);
@@ -82,10 +108,10 @@ Claim ClaimMatMulNBits(const NodeView& v) {
     return Claim::No("block_size=" + std::to_string(a.block_size) + " is not a power of 2 >= 16");
   if (a.K <= 0 || a.N <= 0) return Claim::No("K and N must be positive");
   const int64_t level = n.AttrInt("accuracy_level", 0);
-  if (level == 4)
-    return Claim::No(
-        "accuracy_level=4: ORT's CPU EP quantizes A to int8 blocks (MLAS CompInt8), not reproduced");
   if (level < 0 || level > 4) return Claim::No("accuracy_level=" + std::to_string(level));
+  if (level == 4) {
+    if (Claim no = ClaimInt8A(v, a); !no.ok) return no;
+  }
   if (n.AttrInt("weight_prepacked", 0) != 0)
     return Claim::No("weight_prepacked (an EP-specific layout of B)");
   if (v.has_input(4)) return Claim::No("g_idx (deprecated act-order reordering of K) is not supported");
@@ -164,6 +190,41 @@ bool QuantizedMatmulFits(const NBits& a, int64_t rows) {
   return rows <= kQuantizedMatmulMaxRows && mlx_group && std::endian::native == std::endian::little;
 }
 
+/** The CPU stream: one nbits_cpu primitive reads B in place (quantized_cpu.cc). */
+mx::array TranslateOnCpu(const OpContext& c, const NBits& a, const mx::array& A, const mx::array& scales,
+                         const mx::Shape& out_shape) {
+  const mx::Stream s = c.stream;
+  const int rows = static_cast<int>(A.size() / a.K);
+  nbits_cpu::NBitsShape shape;
+  shape.K = static_cast<int>(a.K);
+  shape.N = static_cast<int>(a.N);
+  shape.bits = static_cast<int>(a.bits);
+  shape.block_size = static_cast<int>(a.block_size);
+  shape.k_blocks = static_cast<int>(a.k_blocks);
+  shape.int8_a = c.node.AttrInt("accuracy_level", 0) == 4;
+  std::optional<mx::array> zp;
+  if (c.has_input(3)) {
+    const mx::array& z = c.input(3);
+    const size_t expected = z.dtype() == mx::uint8
+                                ? static_cast<size_t>(a.N * ((a.k_blocks * a.bits + 7) / 8))
+                                : static_cast<size_t>(a.N * a.k_blocks);
+    if (z.size() != expected)
+      c.Fail("zero_points has " + std::to_string(z.size()) + " values, expected " + std::to_string(expected));
+    zp = z.dtype() == mx::uint8 ? mx::flatten(z, s) : mx::astype(mx::flatten(z, s), mx::float32, s);
+  }
+  std::optional<mx::array> bias;
+  if (c.has_input(5)) bias = mx::astype(c.input(5), mx::float32, s);
+  const mx::array x = mx::astype(mx::reshape(A, {rows, shape.K}, s), mx::float32, s);
+  mx::array y = [&] {
+    if (rows <= kCpuKernelMaxRows || shape.int8_a)
+      return nbits_cpu::MatMulNBits(x, c.input(1), scales, zp, bias, shape, s);
+    const mx::array w = nbits_cpu::Dequantize(c.input(1), scales, zp, shape, s);
+    mx::array xw = mx::matmul(x, mx::transpose(mx::slice(w, {0, 0}, {shape.N, shape.K}, s), s), s);
+    return bias ? mx::add(xw, *bias, s) : xw;
+  }();
+  return mx::reshape(mx::astype(y, A.dtype(), s), out_shape, s);
+}
+
 std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
   const mx::Stream s = c.stream;
   const NBits a = ReadNBits(c.node);
@@ -181,6 +242,8 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
   const int N = static_cast<int>(a.N), K = static_cast<int>(a.K);
   const mx::array scales =
       mx::astype(mx::reshape(c.input(2), {N, static_cast<int>(a.k_blocks)}, s), mx::float32, s);
+  if (s.device == mx::Device::cpu) return {TranslateOnCpu(c, a, A, scales, out_shape)};
+  if (c.node.AttrInt("accuracy_level", 0) == 4) c.Fail("accuracy_level=4 runs on MLX's CPU device only");
   const std::optional<mx::array> zp = ZeroPoints(c, a, s);
   mx::array x = mx::astype(mx::reshape(A, {static_cast<int>(rows), K}, s), mx::float32, s);
   mx::array y = [&] {

@@ -1,0 +1,264 @@
+// MatMulNBits as a custom MLX primitive for the CPU stream (quantized_cpu.h).
+//
+// Why a primitive: MLX's CPU quantized_matmul is scalar on x86 (its CPU kernels are Simd<T, 1>)
+// and ORT's bytes would need dequantizing to float32 on every run for a BLAS GEMM; the kernels in
+// quantized_cpu_kernels.cc read ORT's packed weights in place with AVX-512 / AVX2. The primitive
+// is an ordinary node of the traced graph, so mx::compile keeps the partition in one piece; on
+// GPU streams quantized.cc keeps composing MLX ops and never creates it (eval_gpu refuses).
+// The same primitive class, without A, dequantizes B to float32 [N, padded K] (Dequantize) for
+// the GEMM that many rows of A take. Nothing is repacked or cached: every run reads B as given.
+//
+// Threads: the output columns are split over a small pool (one thread per CPU, as the BLAS
+// default, blas/blas.h) whose workers sleep on a condition variable between calls: spinning
+// workers would take the cores ORT's own kernels need (src/blas/blas_pool.c says more).
+#include "ops/quantized_cpu.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "blas/blas.h"
+#include "common/env.h"
+#include "mlx/allocator.h"
+#include "mlx/backend/cpu/encoder.h"
+#include "mlx/primitives.h"
+
+namespace mlx_ep {
+namespace nbits_cpu {
+namespace {
+
+/** Runs batches of tasks on sleeping workers and the calling thread. */
+class ColumnPool {
+ public:
+  explicit ColumnPool(int threads) : threads_(threads) {
+    for (int i = 1; i < threads; ++i) std::thread([this] { Work(); }).detach();
+  }
+  int threads() const { return threads_; }
+
+  /** fn(0) ... fn(tasks - 1), on the workers and this thread. One batch at a time: a second
+   *  caller (another MLX CPU stream) runs its tasks itself rather than wait. */
+  void Run(int tasks, const std::function<void(int)>& fn) {
+    std::unique_lock<std::mutex> busy(dispatch_, std::try_to_lock);
+    if (!busy.owns_lock()) {
+      for (int t = 0; t < tasks; ++t) fn(t);
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      fn_ = &fn;
+      tasks_ = tasks;
+      next_ = 0;
+      unfinished_ = tasks;
+      ++generation_;
+    }
+    wake_.notify_all();
+    RunTasks();
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, [this] { return unfinished_ == 0; });
+    fn_ = nullptr;
+  }
+
+  static ColumnPool& Get() {
+    static ColumnPool* pool = new ColumnPool(PoolThreads());  // never destroyed: no exit-order issue
+    return *pool;
+  }
+
+ private:
+  /** ONNXRUNTIME_EP_MLX_BLAS_THREADS when it is a count, else one per CPU (as the BLAS). */
+  static int PoolThreads() {
+    if (const char* v = std::getenv(env::kBlasThreads)) {
+      char* end = nullptr;
+      const long n = std::strtol(v, &end, 10);
+      if (end != v && *end == '\0' && n >= 1 && n <= 1024) return static_cast<int>(n);
+    }
+    return std::max(1, DefaultBlasThreads());
+  }
+
+  void RunTasks() {
+    for (;;) {
+      const std::function<void(int)>* fn;
+      int task;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!fn_ || next_ >= tasks_) return;
+        fn = fn_;
+        task = next_++;
+      }
+      (*fn)(task);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (--unfinished_ == 0) done_.notify_all();
+    }
+  }
+
+  void Work() {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      wake_.wait(lock, [&] { return generation_ != seen; });
+      seen = generation_;
+      lock.unlock();
+      RunTasks();
+      lock.lock();
+    }
+  }
+
+  const int threads_;
+  std::mutex dispatch_, mu_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int)>* fn_ = nullptr;
+  int tasks_ = 0, next_ = 0, unfinished_ = 0;
+  uint64_t generation_ = 0;
+};
+
+// Below this many multiply-adds one thread is faster than waking another (a wake-up costs
+// tens of microseconds on a loaded machine).
+constexpr int64_t kMinParallelWork = 1 << 19;
+
+/** fn(n0, n1) over column ranges of p (multiples of 4) on the pool, or at once for small work. */
+template <typename Fn>
+void ForColumns(const Problem& p, int64_t work, Fn fn) {
+  ColumnPool& pool = ColumnPool::Get();
+  const int threads = work < kMinParallelWork ? 1 : std::min(pool.threads(), std::max(1, p.shape.N / 16));
+  if (threads == 1) return fn(0, p.shape.N);
+  // A few tasks per thread evens out a thread that another process holds back.
+  const int tasks = threads * 4;
+  const int per_task = ((p.shape.N + tasks - 1) / tasks + 3) / 4 * 4;  // the kernels take 4 columns at a time
+  pool.Run(tasks, [&](int t) {
+    const int n0 = t * per_task, n1 = std::min(p.shape.N, n0 + per_task);
+    if (n0 < n1) fn(n0, n1);
+  });
+}
+
+struct Inputs {
+  bool packed_zp = false, float_zp = false, bias = false;
+  bool dequantize = false;  ///< no x: the output is dequantize(B) [N, padded K]
+  bool operator==(const Inputs&) const = default;
+};
+
+/** The kernels' view of the primitive's inputs: [x,] b, scales, [zero points,] [bias]. */
+Problem MakeProblem(const std::vector<mx::array>& in, const NBitsShape& s, Inputs has, bool with_x) {
+  Problem p;
+  p.shape = s;
+  p.padded_k = s.k_blocks * s.block_size;
+  size_t next = 0;
+  if (with_x) {
+    p.M = in[next].shape(0);
+    p.x = in[next++].data<float>();
+  }
+  p.b = in[next++].data<uint8_t>();
+  p.scales = in[next++].data<float>();
+  if (has.packed_zp) {
+    p.zp_packed = in[next++].data<uint8_t>();
+    p.zp_row_bytes = (s.k_blocks * s.bits + 7) / 8;
+  } else if (has.float_zp) {
+    p.zp_float = in[next++].data<float>();
+  }
+  if (has.bias) p.bias = in[next++].data<float>();
+  return p;
+}
+
+void Compute(const std::vector<mx::array>& in, mx::array& out, const NBitsShape& s, Inputs has) {
+  Problem p = MakeProblem(in, s, has, !has.dequantize);
+  if (has.dequantize) {
+    float* w = out.data<float>();
+    return ForColumns(p, static_cast<int64_t>(s.N) * p.padded_k / 4,
+                      [&](int n0, int n1) { DequantizeRows(p, n0, n1, w); });
+  }
+  std::vector<float> x_buffer;
+  PrepareX(p, x_buffer);
+  p.y = out.data<float>();
+  Int8A int8_a;
+  if (s.int8_a) PrepareInt8A(p, int8_a);
+  ForColumns(p, static_cast<int64_t>(p.M) * s.N * p.padded_k, [&](int n0, int n1) { RunColumns(p, n0, n1); });
+}
+
+class MatMulNBitsCpu : public mx::UnaryPrimitive {
+ public:
+  MatMulNBitsCpu(mx::Stream stream, NBitsShape shape, Inputs has)
+      : mx::UnaryPrimitive(stream), shape_(shape), has_(has) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    for (const mx::array& a : inputs)
+      if (!a.flags().row_contiguous)
+        throw std::runtime_error("MatMulNBitsCpu: inputs must be row-contiguous");
+    out.set_data(mx::allocator::malloc(out.nbytes()));
+    auto& encoder = mx::cpu::get_command_encoder(stream());
+    std::vector<mx::array> in;
+    for (const mx::array& a : inputs) {
+      encoder.set_input_array(a);
+      in.push_back(mx::array::unsafe_weak_copy(a));
+    }
+    encoder.set_output_array(out);
+    encoder.dispatch([in = std::move(in), out = mx::array::unsafe_weak_copy(out), shape = shape_,
+                      has = has_]() mutable { Compute(in, out, shape, has); });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("MatMulNBitsCpu runs on the CPU only (GPU streams compose MLX ops instead)");
+  }
+
+  const char* name() const override { return has_.dequantize ? "DequantizeNBitsCpu" : "MatMulNBitsCpu"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    const auto& o = static_cast<const MatMulNBitsCpu&>(other);
+    return shape_ == o.shape_ && has_ == o.has_;
+  }
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    if (has_.dequantize) return {{shape_.N, shape_.k_blocks * shape_.block_size}};
+    return {{inputs[0].shape(0), shape_.N}};
+  }
+
+ private:
+  NBitsShape shape_;
+  Inputs has_;
+};
+
+}  // namespace
+
+namespace {
+
+/** The primitive's inputs after [x]: B, scales, zero points; flags in `has`. */
+std::vector<mx::array> WeightInputs(const mx::array& b, const mx::array& scales,
+                                    const std::optional<mx::array>& zero_points, Inputs& has, mx::Stream s) {
+  std::vector<mx::array> inputs = {mx::contiguous(mx::flatten(b, s), false, s),
+                                   mx::contiguous(scales, false, s)};
+  if (zero_points) {
+    has.packed_zp = zero_points->dtype() == mx::uint8;
+    has.float_zp = !has.packed_zp;
+    inputs.push_back(mx::contiguous(*zero_points, false, s));
+  }
+  return inputs;
+}
+
+}  // namespace
+
+mx::array MatMulNBits(const mx::array& x, const mx::array& b, const mx::array& scales,
+                      const std::optional<mx::array>& zero_points, const std::optional<mx::array>& bias,
+                      const NBitsShape& shape, mx::Stream s) {
+  Inputs has;
+  std::vector<mx::array> inputs = {mx::contiguous(x, false, s)};
+  for (mx::array& a : WeightInputs(b, scales, zero_points, has, s)) inputs.push_back(std::move(a));
+  if (bias) {
+    has.bias = true;
+    inputs.push_back(mx::contiguous(*bias, false, s));
+  }
+  return mx::array({x.shape(0), shape.N}, mx::float32, std::make_shared<MatMulNBitsCpu>(s, shape, has),
+                   std::move(inputs));
+}
+
+mx::array Dequantize(const mx::array& b, const mx::array& scales, const std::optional<mx::array>& zero_points,
+                     const NBitsShape& shape, mx::Stream s) {
+  Inputs has;
+  has.dequantize = true;
+  std::vector<mx::array> inputs = WeightInputs(b, scales, zero_points, has, s);
+  return mx::array({shape.N, shape.k_blocks * shape.block_size}, mx::float32,
+                   std::make_shared<MatMulNBitsCpu>(s, shape, has), std::move(inputs));
+}
+
+}  // namespace nbits_cpu
+}  // namespace mlx_ep
