@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -115,6 +116,9 @@ class Worker {
     if (task.error) std::rethrow_exception(task.error);
   }
 
+  /** Waits until the worker has made its MLX streams. */
+  void WaitReady() { ready_future_.wait(); }
+
   /** Runs queued or running on this worker (a hint for choosing one; read without a lock). */
   int load() const { return load_.load(std::memory_order_relaxed); }
 
@@ -122,12 +126,18 @@ class Worker {
   void Loop() {
     current_worker = index_;
     // MLX creates a thread's default stream on first use; a compiled function first called
-    // before that misses its own compile cache once and traces twice. Create it up front.
-    try {
-      (void)mlx::core::default_stream(mlx::core::default_device());
-    } catch (...) {
-      // No usable device: the first task reports it.
+    // before that misses its own compile cache once and traces twice. Create them up front, for
+    // every device the EP may use (a GPU runtime runs graphs with empty tensors on the CPU),
+    // while the pool's constructor waits (see MlxPool): workers creating their streams at once
+    // corrupted the heap inside MLX's new_stream (a double free, 1 process start in about 40).
+    for (const mlx::core::Device device : {mlx::core::Device(mlx::core::Device::cpu), mlx::core::default_device()}) {
+      try {
+        if (mlx::core::is_available(device)) (void)mlx::core::default_stream(device);
+      } catch (...) {
+        // No usable device: the first task reports it.
+      }
     }
+    ready_.set_value();
     while (Task* task = Next()) {
       try {
         task->call(task->context);
@@ -177,6 +187,8 @@ class Worker {
   std::atomic<int> load_{0};         // tasks handed to this worker and not finished
   bool sleeping_ = false;            // guarded by mu_: the worker waits on cv_ and must be notified
   bool stop_ = false;
+  std::promise<void> ready_;  // set once the worker's streams exist
+  std::future<void> ready_future_ = ready_.get_future();
   std::thread thread_;  // last: starts after the members it uses exist
 };
 
@@ -202,8 +214,16 @@ std::atomic<bool> pool_stopped{false};
 class MlxPool {
  public:
   MlxPool() {
+    // MLX's allocator is a function-local static made on first use. Made first by a worker, it
+    // would be destroyed at exit before this pool, whose workers then free their thread-local
+    // MLX state (compile caches holding arrays) into a destroyed allocator: a double free at
+    // exit, seen in about 1 of 40 runs of a test process. Made here, it outlives the pool.
+    (void)mlx::core::allocator::allocator();
     const size_t count = WorkerCountFromEnv();
-    for (size_t i = 0; i < count; ++i) workers_.push_back(std::make_unique<Worker>(i, MlxThreadSpinMicros()));
+    for (size_t i = 0; i < count; ++i) {
+      workers_.push_back(std::make_unique<Worker>(i, MlxThreadSpinMicros()));
+      workers_.back()->WaitReady();  // one worker at a time makes its MLX streams
+    }
   }
   ~MlxPool() { pool_stopped = true; }  // before the members: the workers are joined after this
 
