@@ -21,6 +21,8 @@
 #if defined(MLX_EP_HAVE_BLAS_SHIM)
 extern "C" {  // libonnxruntime_ep_mlx_blas (src/blas/blas_shim.c)
 void onnxruntime_ep_mlx_blas_set_num_threads(int num_threads);
+void onnxruntime_ep_mlx_blas_configure_threads(int num_threads, int fit_to_load);
+int onnxruntime_ep_mlx_blas_threads_for_load(double load);
 int onnxruntime_ep_mlx_blas_num_threads(void);
 unsigned long onnxruntime_ep_mlx_blas_pool_batches(void);
 const char* onnxruntime_ep_mlx_blas_corename(void);
@@ -216,11 +218,32 @@ void ConfigureBlasThreads() {
   std::call_once(once, [] {
     const int threads = BlasThreadsFromEnv();
 #if defined(MLX_EP_HAVE_BLAS_SHIM)
-    onnxruntime_ep_mlx_blas_set_num_threads(threads);
+    // The default policy follows the machine's load (blas_shim.c); a count the user set is kept.
+    onnxruntime_ep_mlx_blas_configure_threads(threads, EnvString(env::kBlasThreads).empty() ? 1 : 0);
 #else
     (void)threads;
 #endif
   });
+}
+
+int BlasThreadsForLoad(double load) {
+#if defined(MLX_EP_HAVE_BLAS_SHIM)
+  return onnxruntime_ep_mlx_blas_threads_for_load(load);
+#else
+  (void)load;
+  return -1;
+#endif
+}
+
+bool ConfigureBlasThreadsForTest(int threads, bool fit_to_load) {
+#if defined(MLX_EP_HAVE_BLAS_SHIM)
+  onnxruntime_ep_mlx_blas_configure_threads(threads, fit_to_load ? 1 : 0);
+  return true;
+#else
+  (void)threads;
+  (void)fit_to_load;
+  return false;
+#endif
 }
 
 BlasBinding InspectBlasBinding() { return Inspect(); }

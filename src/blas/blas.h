@@ -34,6 +34,16 @@ void ConfigureBlasThreads();
  *  default used to be 1). Larger machines are not measured on the CPU backend. */
 int DefaultBlasThreads();
 
+/** The OpenBLAS threads the default policy uses at a 1-minute load average of `load`: one while
+ *  the load exceeds the process's CPUs by more than half a CPU (parallel GEMMs busy-wait for
+ *  each other and degrade 10-100x on oversubscribed cores), else the configured count; -1
+ *  without the shim. */
+int BlasThreadsForLoad(double load);
+
+/** Sets the thread count as ConfigureBlasThreads would, `fit_to_load` as the default policy
+ *  does (tests); false without the shim. */
+bool ConfigureBlasThreadsForTest(int threads, bool fit_to_load);
+
 /** Reads libmlx's binding of cblas_sgemm (its GOT slot); when the slot is still unresolved
  *  (lazy binding), first runs a 2x2 matmul on MLX's CPU stream to resolve it. */
 BlasBinding InspectBlasBinding();

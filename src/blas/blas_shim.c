@@ -12,19 +12,64 @@
  * uses) are left to the wheel's liblapack.
  *
  * The other functions are the EP's controls and diagnostics; they are not part of any BLAS ABI. */
-#define _GNU_SOURCE /* dladdr */
+#define _GNU_SOURCE /* dladdr, sched_getaffinity */
 #include <dlfcn.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
 
 #include "blas_pool.h"
 #include "cblas.h" /* scipy-openblas32's: declares scipy_cblas_* with blasint == int */
 
 #define SHIM_EXPORT __attribute__((visibility("default")))
 
+/* Fitting the thread count to the machine's load (the default policy only; an explicit count is
+ * kept). The jobs of one parallel OpenBLAS GEMM busy-wait for each other's panels: when the
+ * cores are oversubscribed, a job spins through its time slices waiting for a descheduled peer,
+ * and a GEMM that takes 1 ms on an idle machine took 65-900 ms with 2 threads on 2 cores at a
+ * load average of 9 (1 thread: a few ms). So while the 1-minute load average exceeds the CPUs
+ * this process may use by more than half a CPU, GEMMs run on one thread; checked at most every
+ * 100 ms, before a GEMM. */
+static int fit_to_load = 0;         /* the default policy is in force */
+static int configured_threads = 1;  /* what the policy chose for an idle machine */
+static int active_threads = 1;      /* what OpenBLAS was last told */
+static int process_cpus = 1;
+static atomic_llong next_check_ns;
+
+static long long MonotonicNs(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts); /* vDSO: no system call */
+  return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The thread count for a 1-minute load average of `load`. */
+SHIM_EXPORT int onnxruntime_ep_mlx_blas_threads_for_load(double load) {
+  return load > process_cpus + 0.5 ? 1 : configured_threads;
+}
+
+static void FitThreadsToLoad(void) {
+  if (!fit_to_load || configured_threads <= 1) return;
+  long long next = atomic_load_explicit(&next_check_ns, memory_order_relaxed);
+  const long long now = MonotonicNs();
+  if (now < next) return;
+  /* one caller checks; the others go on with the current count */
+  if (!atomic_compare_exchange_strong(&next_check_ns, &next, now + 100000000LL)) return;
+  double load = 0;
+  if (getloadavg(&load, 1) != 1) return;
+  const int want = onnxruntime_ep_mlx_blas_threads_for_load(load);
+  if (want != active_threads) {
+    active_threads = want;
+    scipy_openblas_set_num_threads(want);
+  }
+}
+
 SHIM_EXPORT void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE trans_a,
                              const enum CBLAS_TRANSPOSE trans_b, const blasint m, const blasint n,
                              const blasint k, const float alpha, const float* a, const blasint lda,
                              const float* b, const blasint ldb, const float beta, float* c,
                              const blasint ldc) {
+  FitThreadsToLoad();
   scipy_cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -33,6 +78,7 @@ SHIM_EXPORT void cblas_dgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRAN
                              const blasint k, const double alpha, const double* a, const blasint lda,
                              const double* b, const blasint ldb, const double beta, double* c,
                              const blasint ldc) {
+  FitThreadsToLoad();
   scipy_cblas_dgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -40,20 +86,31 @@ SHIM_EXPORT void cblas_cgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRAN
                              const enum CBLAS_TRANSPOSE trans_b, const blasint m, const blasint n,
                              const blasint k, const void* alpha, const void* a, const blasint lda,
                              const void* b, const blasint ldb, const void* beta, void* c, const blasint ldc) {
+  FitThreadsToLoad();
   scipy_cblas_cgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* Sets OpenBLAS's thread count (process-wide). The first call moves OpenBLAS's parallel work
+/* Sets OpenBLAS's thread count (process-wide); `fit` (the default policy) lets it drop to one
+ * thread while the machine is overloaded (above). The first call moves OpenBLAS's parallel work
  * from its own spinning thread server onto blas_pool.c's sleeping workers. */
-SHIM_EXPORT void onnxruntime_ep_mlx_blas_set_num_threads(int num_threads) {
+SHIM_EXPORT void onnxruntime_ep_mlx_blas_configure_threads(int num_threads, int fit) {
   static int pool_installed = 0;
   if (!pool_installed) {
     scipy_openblas_set_threads_callback_function(blas_pool_callback());
     pool_installed = 1;
+    cpu_set_t cpus;
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 0) process_cpus = CPU_COUNT(&cpus);
   }
   /* OpenBLAS never hands over a batch of more jobs than its thread count: cap it to the jobs
    * the pool can run at once. */
-  scipy_openblas_set_num_threads(blas_pool_prepare(num_threads));
+  configured_threads = active_threads = blas_pool_prepare(num_threads);
+  fit_to_load = fit;
+  atomic_store(&next_check_ns, 0);
+  scipy_openblas_set_num_threads(configured_threads);
+}
+
+SHIM_EXPORT void onnxruntime_ep_mlx_blas_set_num_threads(int num_threads) {
+  onnxruntime_ep_mlx_blas_configure_threads(num_threads, 0);
 }
 
 SHIM_EXPORT int onnxruntime_ep_mlx_blas_num_threads(void) { return scipy_openblas_get_num_threads(); }

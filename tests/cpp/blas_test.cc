@@ -42,5 +42,17 @@ TEST(Blas, ParallelGemmsRunOnTheEpPool) {
   }
 }
 
+TEST(Blas, DefaultThreadsDropToOneWhileTheMachineIsOverloaded) {
+  if (BlasPoolBatches() < 0) GTEST_SKIP() << "built without scipy-openblas32 (or not on Linux)";
+  const int cpus = DefaultBlasThreads();
+  ASSERT_TRUE(ConfigureBlasThreadsForTest(2, /*fit_to_load=*/true));
+  EXPECT_EQ(BlasThreadsForLoad(0.0), 2);
+  EXPECT_EQ(BlasThreadsForLoad(cpus + 0.4), 2);  // our own threads' load is not overload
+  EXPECT_EQ(BlasThreadsForLoad(cpus + 0.6), 1);
+  EXPECT_EQ(BlasThreadsForLoad(4.0 * cpus + 1), 1);
+  SetBlasThreads(1);
+  EXPECT_EQ(BlasThreadsForLoad(100.0), 1);
+}
+
 }  // namespace
 }  // namespace mlx_ep
