@@ -56,7 +56,10 @@ void AppendBytes(const uint8_t* bytes, size_t size, std::vector<int64_t>& key) {
 }  // namespace
 
 PartitionRunner::PartitionRunner(Plan plan, bool compile, size_t max_compiled)
-    : plan_(std::move(plan)), compile_(compile), max_compiled_(max_compiled) {}
+    : plan_(std::move(plan)),
+      compile_(compile),
+      max_compiled_(max_compiled),
+      alias_seen_(plan_.output_names.size(), false) {}
 
 PartitionRunner::~PartitionRunner() {
   try {
@@ -82,10 +85,12 @@ mx::Device PartitionRunner::ChooseDevice(const std::vector<mx::array>& inputs,
 
 std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inputs,
                                               const std::vector<const Tensor*>& host, mx::Device device,
-                                              std::vector<std::string>* check_messages) {
+                                              std::vector<std::string>* check_messages,
+                                              std::vector<InPlaceOutput>* in_place) {
   TraceInfo info;
   std::vector<mx::array> outputs = TracePlan(plan_, inputs, host, mx::default_stream(device), &info);
   if (check_messages) *check_messages = std::move(info.check_messages);
+  if (in_place) *in_place = std::move(info.in_place);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.traces;
   stats_.folded_nodes += info.folded;
@@ -170,7 +175,8 @@ std::vector<std::shared_ptr<const Tensor>> PartitionRunner::HostValues(
 
 std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>& inputs,
                                                  const std::vector<mx::array>& arrays,
-                                                 std::shared_ptr<std::vector<std::string>>& check_messages) {
+                                                 std::shared_ptr<std::vector<std::string>>& check_messages,
+                                                 std::shared_ptr<std::vector<InPlaceOutput>>& in_place) {
   auto pointers = [](const std::vector<std::shared_ptr<const Tensor>>& host) {
     std::vector<const Tensor*> ptrs(host.size(), nullptr);
     for (size_t i = 0; i < host.size(); ++i) ptrs[i] = host[i].get();
@@ -180,7 +186,8 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
     const auto host = HostValues(inputs);
     const auto host_ptrs = pointers(host);
     check_messages = std::make_shared<std::vector<std::string>>();
-    return Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs), check_messages.get());
+    in_place = std::make_shared<std::vector<InPlaceOutput>>();
+    return Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs), check_messages.get(), in_place.get());
   }
   // On a hit nothing is copied: the key holds the host inputs' bytes, the entry their values.
   const SignatureKey key = MakeKey(inputs);
@@ -190,18 +197,23 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
     const auto host_ptrs = pointers(host);
     const mx::Device device = ChooseDevice(arrays, host_ptrs);
     auto messages = std::make_shared<std::vector<std::string>>();
-    auto traced = [this, host_ptrs, device, messages](const std::vector<mx::array>& in) {
-      return Trace(in, host_ptrs, device, messages.get());
+    auto updates = std::make_shared<std::vector<InPlaceOutput>>();
+    auto traced = [this, host_ptrs, device, messages, updates](const std::vector<mx::array>& in) {
+      return Trace(in, host_ptrs, device, messages.get(), updates.get());
     };
-    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages});
+    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, updates});
   }
   check_messages = entry->check_messages;
-  return entry->fn(arrays);
+  in_place = entry->in_place;
+  std::vector<mx::array> outputs = entry->fn(arrays);  // traces on the first call: fills both
+  return outputs;
 }
 
-void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink) {
+void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink,
+                                   const std::vector<bool>& skip) {
   uint64_t copied = 0, adopted = 0;
   for (size_t k = 0; k < plan_.output_names.size(); ++k) {  // not the runtime checks' verdict
+    if (k < skip.size() && skip[k]) continue;
     const mx::array& a = outputs[k];
     const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
     if (DeviceMemoryEnabled() && Adoptable(a)) {
@@ -237,11 +249,25 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
     stats_.bytes_in_wrapped += wrapped;
   }
   std::shared_ptr<std::vector<std::string>> check_messages;
-  std::vector<mx::array> outputs = Evaluate(inputs, arrays, check_messages);
-  mx::eval(outputs);
+  std::shared_ptr<std::vector<InPlaceOutput>> in_place;
+  std::vector<mx::array> outputs = Evaluate(inputs, arrays, check_messages, in_place);
+  // An output whose buffer is its input's own (a shared KV cache) is never evaluated: only its
+  // new rows are (TracePlan's outputs after the partition's and the checks' verdict).
+  std::vector<void*> given(plan_.output_names.size(), nullptr);
+  std::vector<bool> aliased(plan_.output_names.size(), false);
+  ProbeInPlace(inputs, outputs, *in_place, sink, given, aliased);
+  std::vector<mx::array> needed;
+  for (size_t k = 0; k < outputs.size(); ++k)
+    if (k < plan_.output_names.size() ? !aliased[k]
+                                      : k == plan_.output_names.size() && !check_messages->empty())
+      needed.push_back(outputs[k]);
+  for (const InPlaceOutput& e : *in_place)
+    if (aliased[e.output]) needed.insert(needed.end(), {outputs[e.rows], outputs[e.offsets]});
+  mx::eval(needed);
+  needed.clear();  // a second reference would keep every output from being adoptable
   // The runtime checks' verdict (TracePlan) is the output after the partition's outputs.
-  if (outputs.size() > plan_.output_names.size()) {
-    const int32_t failed = outputs.back().item<int32_t>();
+  if (!check_messages->empty()) {
+    const int32_t failed = outputs.at(plan_.output_names.size()).item<int32_t>();
     if (failed >= 0)
       throw std::invalid_argument(static_cast<size_t>(failed) < check_messages->size()
                                       ? check_messages->at(failed)
@@ -249,7 +275,75 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   }
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
   // output, and an output that aliases an input (Identity) still points at live memory.
-  WriteOutputs(outputs, sink);
+  if (!WriteInPlace(outputs, *in_place, given, aliased)) {
+    // An offset out of range (a total length past the buffer, whose outputs are NaN): nothing
+    // was written; every output whole, from a second evaluation (only on such inputs).
+    outputs = Evaluate(inputs, arrays, check_messages, in_place);
+    mx::eval(outputs);
+    aliased.assign(aliased.size(), false);
+  }
+  WriteOutputs(
+      outputs,
+      [&](size_t k, const std::vector<int64_t>& shape, size_t bytes) -> void* {
+        if (given[k]) return given[k];
+        void* dst = sink(k, shape, bytes);
+        for (const InPlaceOutput& e : *in_place)
+          if (e.output == k && dst && dst == inputs[e.input].data) alias_seen_[k] = true;
+        return dst;
+      },
+      aliased);
+}
+
+void PartitionRunner::ProbeInPlace(const std::vector<InputTensor>& inputs,
+                                   const std::vector<mx::array>& outputs,
+                                   const std::vector<InPlaceOutput>& in_place, const OutputSink& sink,
+                                   std::vector<void*>& given, std::vector<bool>& aliased) {
+  for (const InPlaceOutput& e : in_place) {
+    const mx::array& a = outputs[e.output];
+    const InputTensor& t = inputs[e.input];
+    const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+    if (shape != t.shape || a.nbytes() != ByteSize(t) || a.nbytes() == 0 || !t.data || given[e.output])
+      continue;
+    // ORT's buffer for an output it did not bind is allocated here; with device memory that
+    // would forgo adopting MLX's own buffer, so it is asked for early only once seen aliased.
+    if (DeviceMemoryEnabled() && !alias_seen_[e.output]) continue;
+    given[e.output] = sink(e.output, shape, a.nbytes());  // the sink checks ORT's size
+    aliased[e.output] = given[e.output] == t.data;
+    if (aliased[e.output]) alias_seen_[e.output] = true;
+  }
+}
+
+bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
+                                   const std::vector<InPlaceOutput>& in_place,
+                                   const std::vector<void*>& given, const std::vector<bool>& aliased) {
+  for (const InPlaceOutput& e : in_place) {
+    if (!aliased[e.output]) continue;
+    const mx::array& offsets = outputs[e.offsets];
+    const int64_t room = outputs[e.output].shape(e.axis) - outputs[e.rows].shape(e.axis);
+    const int32_t* off = offsets.data<int32_t>();
+    if (!std::all_of(off, off + offsets.size(), [&](int32_t o) { return o >= 0 && o <= room; })) return false;
+  }
+  uint64_t in_place_bytes = 0;
+  for (const InPlaceOutput& e : in_place) {
+    if (!aliased[e.output]) continue;
+    const mx::array &rows = outputs[e.rows], &offsets = outputs[e.offsets];
+    const mx::Shape& shape = outputs[e.output].shape();
+    size_t outer = 1, per_entry = 1, inner = rows.itemsize();  // rows are row-contiguous
+    for (int d = 0; d < e.axis; ++d) outer *= static_cast<size_t>(shape[d]);
+    for (int d = 1; d < e.axis; ++d) per_entry *= static_cast<size_t>(shape[d]);
+    for (size_t d = e.axis + 1; d < shape.size(); ++d) inner *= static_cast<size_t>(shape[d]);
+    const size_t len = static_cast<size_t>(shape[e.axis]), seq = static_cast<size_t>(rows.shape(e.axis));
+    auto* dst = static_cast<uint8_t*>(given[e.output]);
+    const uint8_t* src = rows.data<uint8_t>();
+    const int32_t* off = offsets.data<int32_t>();
+    for (size_t o = 0; o < outer; ++o)
+      std::memcpy(dst + (o * len + static_cast<size_t>(off[o / per_entry])) * inner, src + o * seq * inner,
+                  seq * inner);
+    in_place_bytes += rows.nbytes();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_out_in_place += in_place_bytes;
+  return true;
 }
 
 }  // namespace mlx_ep

@@ -43,6 +43,9 @@ struct RunnerStats {
   uint64_t bytes_in_wrapped = 0;
   uint64_t bytes_out_host_copied = 0;
   uint64_t bytes_out_adopted = 0;
+  /** Rows written into an output buffer that is the input it updates (a shared KV cache): the
+   *  rest of that output is not copied (docs/kv_cache.md). */
+  uint64_t bytes_out_in_place = 0;
 };
 
 /** Compiled functions kept per partition by default (least recently used dropped first). */
@@ -82,6 +85,8 @@ class PartitionRunner {
     std::list<SignatureKey>::iterator lru;                   // this entry's place in lru_
     /** What fn's runtime checks say when they fail (filled by its first trace). */
     std::shared_ptr<std::vector<std::string>> check_messages;
+    /** fn's outputs that are inputs updated in place (filled by its first trace). */
+    std::shared_ptr<std::vector<InPlaceOutput>> in_place;
   };
 
   /** The device a signature runs on: the runtime device, except that graphs holding an empty
@@ -91,7 +96,8 @@ class PartitionRunner {
   mx::Device ChooseDevice(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) const;
   /** Traces the plan for `device` and counts the trace. */
   std::vector<mx::array> Trace(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host,
-                               mx::Device device, std::vector<std::string>* check_messages = nullptr);
+                               mx::Device device, std::vector<std::string>* check_messages = nullptr,
+                               std::vector<InPlaceOutput>* in_place = nullptr);
   /** The compiled function for `key`, or nullptr (a miss); counts the hit or miss. */
   CacheEntry* Find(const SignatureKey& key);
   /** Adds the compiled function for `key` and keeps the cache bound. */
@@ -102,11 +108,25 @@ class PartitionRunner {
   std::vector<std::shared_ptr<const Tensor>> HostValues(const std::vector<InputTensor>& inputs) const;
   /** The partition's (unevaluated) outputs for `arrays`: the compiled function for the inputs'
    *  signature, traced and compiled on a miss; the traced graph when not compiling. When the
-   *  plan has runtime checks, their verdict is one more output; `check_messages` their texts. */
-  std::vector<mx::array> Evaluate(const std::vector<InputTensor>& inputs, const std::vector<mx::array>& arrays,
-                                  std::shared_ptr<std::vector<std::string>>& check_messages);
-  /** Writes the evaluated outputs into the buffers `sink` gives; counts the bytes. */
-  void WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink);
+   *  plan has runtime checks, their verdict is one more output; `check_messages` their texts;
+   *  `in_place` the outputs that are inputs updated in place (their rows and offsets follow). */
+  std::vector<mx::array> Evaluate(const std::vector<InputTensor>& inputs,
+                                  const std::vector<mx::array>& arrays,
+                                  std::shared_ptr<std::vector<std::string>>& check_messages,
+                                  std::shared_ptr<std::vector<InPlaceOutput>>& in_place);
+  /** Writes the evaluated outputs into the buffers `sink` gives, except those marked `skip`;
+   *  counts the bytes. */
+  void WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink,
+                    const std::vector<bool>& skip = {});
+  /** For each in-place output whose buffer ORT can be asked for before evaluation: that buffer
+   *  (`given`, by output) and whether it is its input's own (`aliased`, by output). */
+  void ProbeInPlace(const std::vector<InputTensor>& inputs, const std::vector<mx::array>& outputs,
+                    const std::vector<InPlaceOutput>& in_place, const OutputSink& sink,
+                    std::vector<void*>& given, std::vector<bool>& aliased);
+  /** Writes the rows of each aliased in-place output into its buffer; counts the bytes. False,
+   *  writing nothing, when an offset is out of range (then the outputs are written whole). */
+  bool WriteInPlace(const std::vector<mx::array>& outputs, const std::vector<InPlaceOutput>& in_place,
+                    const std::vector<void*>& given, const std::vector<bool>& aliased);
   /** The body of Run, on the MLX thread. */
   void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);
 
@@ -117,6 +137,9 @@ class PartitionRunner {
   std::unordered_map<SignatureKey, CacheEntry, SignatureHash> cache_;
   std::list<SignatureKey> lru_;  // cache keys, most recently used first
   RunnerStats stats_;
+  /** By output: ORT once gave the input's own buffer for this in-place output (with device memory
+   *  the buffer is asked for before evaluation only then, so that other outputs stay adoptable). */
+  std::vector<bool> alias_seen_;
 };
 
 }  // namespace mlx_ep
