@@ -256,15 +256,7 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   std::vector<void*> given(plan_.output_names.size(), nullptr);
   std::vector<bool> aliased(plan_.output_names.size(), false);
   ProbeInPlace(inputs, outputs, *in_place, sink, given, aliased);
-  std::vector<mx::array> needed;
-  for (size_t k = 0; k < outputs.size(); ++k)
-    if (k < plan_.output_names.size() ? !aliased[k]
-                                      : k == plan_.output_names.size() && !check_messages->empty())
-      needed.push_back(outputs[k]);
-  for (const InPlaceOutput& e : *in_place)
-    if (aliased[e.output]) needed.insert(needed.end(), {outputs[e.rows], outputs[e.offsets]});
-  mx::eval(needed);
-  needed.clear();  // a second reference would keep every output from being adoptable
+  EvalExceptAliased(outputs, *in_place, aliased, !check_messages->empty());
   // The runtime checks' verdict (TracePlan) is the output after the partition's outputs.
   if (!check_messages->empty()) {
     const int32_t failed = outputs.at(plan_.output_names.size()).item<int32_t>();
@@ -282,16 +274,28 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
     mx::eval(outputs);
     aliased.assign(aliased.size(), false);
   }
-  WriteOutputs(
-      outputs,
-      [&](size_t k, const std::vector<int64_t>& shape, size_t bytes) -> void* {
-        if (given[k]) return given[k];
-        void* dst = sink(k, shape, bytes);
-        for (const InPlaceOutput& e : *in_place)
-          if (e.output == k && dst && dst == inputs[e.input].data) alias_seen_[k] = true;
-        return dst;
-      },
-      aliased);
+  // The buffers ProbeInPlace was given already; noting those ORT gives later that are aliased.
+  auto give = [&](size_t k, const std::vector<int64_t>& shape, size_t bytes) -> void* {
+    if (given[k]) return given[k];
+    void* dst = sink(k, shape, bytes);
+    for (const InPlaceOutput& e : *in_place)
+      if (e.output == k && dst && dst == inputs[e.input].data) alias_seen_[k] = true;
+    return dst;
+  };
+  WriteOutputs(outputs, give, aliased);
+}
+
+void PartitionRunner::EvalExceptAliased(const std::vector<mx::array>& outputs,
+                                        const std::vector<InPlaceOutput>& in_place,
+                                        const std::vector<bool>& aliased, bool has_checks) {
+  const size_t n = plan_.output_names.size();
+  std::vector<mx::array> needed;
+  for (size_t k = 0; k < n; ++k)
+    if (!aliased[k]) needed.push_back(outputs[k]);
+  if (has_checks) needed.push_back(outputs.at(n));
+  for (const InPlaceOutput& e : in_place)
+    if (aliased[e.output]) needed.insert(needed.end(), {outputs[e.rows], outputs[e.offsets]});
+  mx::eval(needed);  // `needed` dies here: a second reference would keep outputs from being adopted
 }
 
 void PartitionRunner::ProbeInPlace(const std::vector<InputTensor>& inputs,

@@ -123,6 +123,10 @@ class PartitionRunner {
   void ProbeInPlace(const std::vector<InputTensor>& inputs, const std::vector<mx::array>& outputs,
                     const std::vector<InPlaceOutput>& in_place, const OutputSink& sink,
                     std::vector<void*>& given, std::vector<bool>& aliased);
+  /** Evaluates the outputs (and the checks' verdict) except the `aliased` ones, and the rows and
+   *  offsets of those. */
+  void EvalExceptAliased(const std::vector<mx::array>& outputs, const std::vector<InPlaceOutput>& in_place,
+                         const std::vector<bool>& aliased, bool has_checks);
   /** Writes the rows of each aliased in-place output into its buffer; counts the bytes. False,
    *  writing nothing, when an offset is out of range (then the outputs are written whole). */
   bool WriteInPlace(const std::vector<mx::array>& outputs, const std::vector<InPlaceOutput>& in_place,

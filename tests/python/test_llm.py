@@ -15,6 +15,8 @@ test_real_models does for its detector.
 Placement and compile counts come from the EP's report: every node on MLX in one partition; a
 shared-buffer decode (static shapes) adds no trace after its first step; prompt lengths cost one
 trace each, and nothing more when they come again.
+Bytes come from the report too: with past and present bound to one buffer, each run writes only its
+new KV rows into it and copies out only the logits (docs/kv_cache.md).
 
 The genai-layout models use com.microsoft GroupQueryAttention, MatMulNBits,
 SimplifiedLayerNormalization/SkipSimplifiedLayerNormalization and the encoder MultiHeadAttention,
@@ -179,7 +181,7 @@ def _logits_bytes(models, name):
 def test_shared_buffer_decode_writes_only_new_rows(models, name):
     """past and present bound to one buffer (genai's past_present_share_buffer): each run writes
     only its new rows of every KV cache into it (bytes_out_in_place), and copies out nothing but the
-    logits -- not the [1, kv_heads, max_len, head] buffers (2 x 24 KiB a layer here, fp32)."""
+    logits -- not the [1, kv_heads, max_len, head] buffers (64 KiB a layer here, fp32)."""
     steps = 8
     rs = ReportedSession(path(models, name))
     decoder(models, name, rs.sess).greedy(PROMPT, steps)
