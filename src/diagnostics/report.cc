@@ -100,7 +100,8 @@ std::string SessionReport::ToJson() const {
                      {"bytes_in_host_copied", s.bytes_in_host_copied},
                      {"bytes_in_wrapped", s.bytes_in_wrapped},
                      {"bytes_out_host_copied", s.bytes_out_host_copied},
-                     {"bytes_out_adopted", s.bytes_out_adopted}});
+                     {"bytes_out_adopted", s.bytes_out_adopted},
+                     {"bytes_out_in_place", s.bytes_out_in_place}});
   }
   const TransferStats t = GetTransferStats();  // process-wide: every session's boundary copies
   j["runtime"] = {{"partitions", parts},
@@ -128,7 +129,9 @@ std::string SessionReport::Summary() const {
     RunnerStats s = r->stats();
     os << "partition " << r->plan().name << ": " << r->plan().nodes.size() << " nodes, " << s.runs
        << " runs, compile cache " << s.cache_hits << " hits / " << s.cache_misses << " misses, " << s.traces
-       << " traces, " << s.folded_nodes << " nodes folded\n";
+       << " traces, " << s.folded_nodes << " nodes folded; bytes in " << s.bytes_in_host_copied
+       << " copied / " << s.bytes_in_wrapped << " wrapped, out " << s.bytes_out_host_copied << " copied / "
+       << s.bytes_out_adopted << " adopted / " << s.bytes_out_in_place << " in place\n";
   }
   return os.str();
 }

@@ -11,7 +11,13 @@
 //  - past_key/past_value [B, Hkv, P, D] are the shared buffer layout: present has the same shape,
 //    rows [0, offset_b) copied from past, the S new rows written at offset_b, later rows zero (as
 //    ORT's CPU kernel writes them when present is a buffer of its own). Without past, present is
-//    the new K/V ([B, Hkv, S, D]).
+//    the new K/V ([B, Hkv, S, D]). present is declared an in-place update of past (OpContext::
+//    UpdateInPlace: the new rows at offset_b): when ORT hands the partition past's own buffer as
+//    present's (onnxruntime-genai's past_present_share_buffer), the runner writes only those rows
+//    and never evaluates present; the rows after them keep what the buffer held, as ORT's CPU
+//    kernel leaves them when it sees one buffer (docs/kv_cache.md).
+//  - Attention reads the past rows j < offset_b from past_key/past_value themselves and the new
+//    rows apart (one softmax over both score blocks), never present: no copy of the cache.
 //  - ORT sizes present as max(total_sequence_length, P) (S without past), a value a compiled graph
 //    cannot have as a shape. The translation fixes it at P (S without past); an input whose
 //    total_sequence_length says otherwise (the non-shared layout, present = past + new) gets NaN
@@ -26,8 +32,7 @@
 //  - Scores are float32 as in ORT (float16 inputs are widened first): scale * Q K^T, then
 //    softcap * tanh(x / softcap), then + attention_bias, softmax over the attended keys with
 //    head_sink (or 0 for smooth_softmax) as an extra logit in the denominator, times V, rounded
-//    once to T. Without softcap this is MLX's fused scaled_dot_product_attention (its mask and
-//    sinks are exactly these); with softcap it is composed.
+//    once to T.
 //  - do_rotary rotates Q and K (not V) with cos_cache/sin_cache [max_position, rotary_dim / 2] at
 //    the positions above, in float32 rounded to T (ORT stores the rotated Q/K in T). position_ids
 //    (int64 data) replace them: [b, s] per token, except on the first prompt, where ORT reads only
@@ -208,19 +213,26 @@ int PresentLength(const OpContext& c) {
   return std::max<int>(past_len, static_cast<int>(total->ToInt64()[0]));
 }
 
-/** present [B, Hkv, L, D]: past rows below the offset, the new rows at it, zeros after. */
-mx::array Present(const OpContext& c, const mx::array& fresh, const Step& st, size_t past_input) {
-  const mx::Stream s = c.stream;
-  if (!c.has_input(past_input)) return fresh;
+/** past_key/past_value [B, Hkv, L, D]: as given, or zero-padded to present's length L. */
+mx::array PastRows(const OpContext& c, const mx::array& fresh, size_t past_input) {
   mx::array past = c.input(past_input);
   if (past.ndim() != 4 || past.shape(0) != fresh.shape(0) || past.shape(1) != fresh.shape(1) ||
       past.shape(3) != fresh.shape(3))
     c.Fail("past_key/past_value must be [batch, kv_num_heads, max_length, head_size]");
-  const int len = PresentLength(c), seq = fresh.shape(2);
+  const int len = PresentLength(c);
   // The non-shared layout: present = past + new rows, a buffer of its own (zero-padded here).
   if (len > past.shape(2))
     past = mx::pad(past, {{0, 0}, {0, 0}, {0, len - past.shape(2)}, {0, 0}}, mx::array(0, past.dtype()),
-                   "constant", s);
+                   "constant", c.stream);
+  return past;
+}
+
+/** present [B, Hkv, L, D] from PastRows: past rows below the offset, the new rows at it, zeros
+ *  after. Attention never reads it (see Attend): in the shared-buffer layout the runner writes only
+ *  the new rows into ORT's buffer and this array is not evaluated. */
+mx::array Present(const OpContext& c, const mx::array& fresh, const Step& st, const mx::array& past) {
+  const mx::Stream s = c.stream;
+  const int len = past.shape(2), seq = fresh.shape(2);
   const mx::array j = mx::reshape(mx::arange(len, mx::int32, s), {1, 1, len, 1}, s);
   const mx::array row = mx::subtract(j, st.offset, s);  // [B, 1, L, 1]: row of `fresh` at j
   const mx::array in_fresh = mx::logical_and(mx::greater_equal(row, mx::array(0, mx::int32), s),
@@ -233,11 +245,17 @@ mx::array Present(const OpContext& c, const mx::array& fresh, const Step& st, si
   return mx::where(in_fresh, written, kept, s);
 }
 
-/** Which keys each query row attends: [B, 1, S, L] bool, and [B, 1, S, 1] whether any. */
-std::pair<mx::array, mx::array> KeyMask(const OpContext& c, const Step& st, int seq, int len) {
+/** Which keys each query row attends, over present's positions: the past rows j < offset_b (the
+ *  rest of the past buffer is stale or about to be overwritten) and the new rows at offset_b + s',
+ *  each [B, 1, S, keys] bool; and [B, 1, S, 1] whether a row attends any key. */
+struct KeyMasks {
+  std::optional<mx::array> past;
+  mx::array fresh, any;
+};
+
+KeyMasks KeyMask(const OpContext& c, const Step& st, int seq, int past_len, int len) {
   const mx::Stream s = c.stream;
   const mx::array i = mx::reshape(mx::arange(seq, mx::int32, s), {1, 1, seq, 1}, s);
-  const mx::array j = mx::reshape(mx::arange(len, mx::int32, s), {1, 1, 1, len}, s);
   const mx::array causal_end = mx::add(mx::add(st.offset, i, s), mx::array(1, mx::int32), s);
   const mx::array end = mx::minimum(causal_end, st.total, s);
   mx::array start = mx::array(0, mx::int32);
@@ -245,33 +263,99 @@ std::pair<mx::array, mx::array> KeyMask(const OpContext& c, const Step& st, int 
   // ORT places the window at the causal end, before capping it at the entry's length: a padding
   // row of a prompt may see fewer than `window` keys, or none (its output is then zero).
   if (window > 0) start = mx::subtract(causal_end, mx::array(static_cast<int>(window), mx::int32), s);
-  const mx::array mask = mx::logical_and(mx::less(j, end, s), mx::greater_equal(j, start, s), s);
-  return {mask, mx::less(start, end, s)};
+  auto attended = [&](const mx::array& pos) {
+    return mx::logical_and(mx::less(pos, end, s), mx::greater_equal(pos, start, s), s);
+  };
+  // New row s' sits at offset_b + s' of present, when that is inside it.
+  const mx::array at = mx::add(st.offset, mx::reshape(mx::arange(seq, mx::int32, s), {1, 1, 1, seq}, s), s);
+  const mx::array inside = mx::logical_and(mx::greater_equal(at, mx::array(0, mx::int32), s),
+                                           mx::less(at, mx::array(len, mx::int32), s), s);
+  KeyMasks m{std::nullopt, mx::logical_and(attended(at), inside, s), mx::less(start, end, s)};
+  if (past_len > 0) {
+    const mx::array j = mx::reshape(mx::arange(past_len, mx::int32, s), {1, 1, 1, past_len}, s);
+    m.past = mx::logical_and(attended(j), mx::less(j, st.offset, s), s);
+  }
+  return m;
 }
 
-/** attention_bias [B|1, H|1, S, total] as float32 [.., S, L] (zero columns past its end). */
-mx::array Bias(const OpContext& c, int seq, int len) {
+/** attention_bias [B|1, H|1, S, total] as float32 columns of the past rows [.., S, past_len] (zero
+ *  past its end) and of the new rows ([B, H|1, S, S], at offset_b + s'). */
+std::pair<std::optional<mx::array>, mx::array> Bias(const OpContext& c, const Step& st, int batch, int seq,
+                                                    int past_len, int len) {
   const mx::Stream s = c.stream;
   mx::array bias = mx::astype(c.input(kBias), mx::float32, s);
   if (bias.ndim() != 4 || bias.shape(2) != seq || bias.shape(3) > len)
     c.Fail("attention_bias must be [batch or 1, num_heads or 1, sequence, total_sequence_length]");
   if (bias.shape(3) < len)
     bias = mx::pad(bias, {{0, 0}, {0, 0}, {0, 0}, {0, len - bias.shape(3)}}, mx::array(0.f), "constant", s);
-  return bias;
+  const mx::Shape full = {batch, bias.shape(1), seq, len};
+  const mx::array at =
+      mx::clip(mx::add(st.offset, mx::reshape(mx::arange(seq, mx::int32, s), {1, 1, 1, seq}, s), s),
+               mx::array(0, mx::int32), mx::array(len - 1, mx::int32), s);
+  const mx::array fresh = mx::take_along_axis(
+      mx::broadcast_to(bias, full, s), mx::broadcast_to(at, {batch, bias.shape(1), seq, seq}, s), 3, s);
+  if (past_len == 0) return {std::nullopt, fresh};
+  return {mx::slice(bias, {0, 0, 0, 0}, {bias.shape(0), bias.shape(1), seq, past_len}, s), fresh};
 }
 
-/** softmax(scores with sinks as an extra logit) @ v, composed (scores float32 [B, H, S, L]). */
-mx::array ComposedAttention(const mx::array& scores, const mx::array& v,
-                            const std::optional<mx::array>& sinks, int groups, mx::Stream s) {
-  mx::array x = scores;
-  if (sinks) {
-    const mx::array sink =
-        mx::broadcast_to(mx::reshape(*sinks, {1, -1, 1, 1}, s), {x.shape(0), x.shape(1), x.shape(2), 1}, s);
-    x = mx::concatenate({sink, x}, 3, s);
+/** Keys and values attention reads (float32): the past rows as given (no copy of the cache) and
+ *  the step's new rows, never present itself. */
+struct AttendedKv {
+  std::optional<mx::array> past_k, past_v;
+  mx::array k, v;
+};
+
+/** softmax(scores of the past and new keys, sinks an extra logit) @ (past V; new V): one softmax
+ *  over the concatenated scores (small: [B, H, S, past + S]), two products, no concatenated cache. */
+mx::array Attend(const OpContext& c, const mx::array& qf, const AttendedKv& kv, const Step& st, int len) {
+  const mx::Stream s = c.stream;
+  const Node& n = c.node;
+  const int heads = qf.shape(1), groups = heads / kv.k.shape(1), batch = qf.shape(0), seq = qf.shape(2);
+  const int past_len = kv.past_k ? kv.past_k->shape(2) : 0;
+  const float scale_attr = n.AttrFloat("scale", 0.f);
+  const float scale = scale_attr == 0.f ? 1.f / std::sqrt(static_cast<float>(qf.shape(3))) : scale_attr;
+  const mx::array q = mx::multiply(qf, mx::array(scale), s);
+  auto scores_of = [&](const mx::array& k) { return GroupedMatmul(q, mx::swapaxes(k, 2, 3, s), groups, s); };
+  const KeyMasks mask = KeyMask(c, st, seq, past_len, len);
+  mx::array scores = scores_of(kv.k);
+  mx::array allowed = mask.fresh;
+  std::optional<mx::array> bias;
+  if (c.has_input(kBias)) {
+    auto [past_bias, fresh_bias] = Bias(c, st, batch, seq, past_len, len);
+    bias =
+        past_len
+            ? mx::concatenate(
+                  {mx::broadcast_to(*past_bias, {batch, fresh_bias.shape(1), seq, past_len}, s), fresh_bias},
+                  3, s)
+            : fresh_bias;
   }
-  mx::array p = mx::softmax(x, std::vector<int>{3}, true, s);
-  if (sinks) p = mx::slice(p, {0, 0, 0, 1}, p.shape(), s);
-  return GroupedMatmul(p, v, groups, s);
+  if (past_len) {
+    scores = mx::concatenate({scores_of(*kv.past_k), scores}, 3, s);
+    allowed = mx::concatenate({mx::broadcast_to(*mask.past, {batch, 1, seq, past_len}, s),
+                               mx::broadcast_to(mask.fresh, {batch, 1, seq, seq}, s)},
+                              3, s);
+  }
+  if (const float softcap = n.AttrFloat("softcap", 0.f); softcap > 0.f) {
+    const mx::array cap(softcap);
+    scores = mx::multiply(mx::tanh(mx::divide(scores, cap, s), s), cap, s);
+  }
+  if (bias) scores = mx::add(scores, *bias, s);
+  scores = mx::where(allowed, scores, mx::array(-INFINITY), s);
+  std::optional<mx::array> sinks;
+  if (c.has_input(kHeadSink))
+    sinks = mx::astype(mx::reshape(c.input(kHeadSink), {-1}, s), mx::float32, s);
+  else if (n.AttrInt("smooth_softmax", 0) == 1)
+    sinks = mx::zeros({heads}, mx::float32, s);
+  if (sinks && sinks->shape(0) != heads) c.Fail("head_sink must hold num_heads values");
+  if (sinks)
+    scores = mx::concatenate(
+        {mx::broadcast_to(mx::reshape(*sinks, {1, -1, 1, 1}, s), {batch, heads, seq, 1}, s), scores}, 3, s);
+  mx::array p = mx::softmax(scores, std::vector<int>{3}, true, s);
+  const int from = sinks ? 1 : 0, total = p.shape(3);
+  auto part = [&](int a, int b) { return mx::slice(p, {0, 0, 0, a}, {batch, heads, seq, b}, s); };
+  mx::array y = GroupedMatmul(part(from + past_len, total), kv.v, groups, s);
+  if (past_len) y = mx::add(GroupedMatmul(part(from, from + past_len), *kv.past_v, groups, s), y, s);
+  return mx::where(mask.any, y, mx::array(0.f), s);
 }
 
 std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
@@ -281,43 +365,23 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
             kv_heads = static_cast<int>(n.AttrInt("kv_num_heads", 0));
   auto [q, k, v] = SplitQkv(c, heads, kv_heads);
   const mx::Dtype t = q.dtype();
-  const int batch = q.shape(0), seq = q.shape(2), head_size = q.shape(3);
+  const int batch = q.shape(0), seq = q.shape(2);
   const Step st = StepOf(c, batch, seq);
   if (n.AttrInt("do_rotary", 0) == 1) {
     q = Rotate(c, q, st);
     k = Rotate(c, k, st);
   }
-  const mx::array present_k = Present(c, k, st, kPastKey), present_v = Present(c, v, st, kPastValue);
-  const int len = present_k.shape(2);
-
-  const float scale_attr = n.AttrFloat("scale", 0.f);
-  const float scale = scale_attr == 0.f ? 1.f / std::sqrt(static_cast<float>(head_size)) : scale_attr;
-  const mx::array qf = mx::astype(q, mx::float32, s), kf = mx::astype(present_k, mx::float32, s),
-                  vf = mx::astype(present_v, mx::float32, s);
-  const auto [mask, any_key] = KeyMask(c, st, seq, len);
-  std::optional<mx::array> sinks;
-  if (c.has_input(kHeadSink))
-    sinks = mx::astype(mx::reshape(c.input(kHeadSink), {-1}, s), mx::float32, s);
-  else if (n.AttrInt("smooth_softmax", 0) == 1)
-    sinks = mx::zeros({heads}, mx::float32, s);
-  if (sinks && sinks->shape(0) != heads) c.Fail("head_sink must hold num_heads values");
-
-  const float softcap = n.AttrFloat("softcap", 0.f);
-  mx::array y = qf;
-  if (softcap > 0.f) {
-    mx::array scores =
-        mx::multiply(GroupedMatmul(qf, mx::swapaxes(kf, 2, 3, s), heads / kv_heads, s), mx::array(scale), s);
-    const mx::array cap(softcap);
-    scores = mx::multiply(mx::tanh(mx::divide(scores, cap, s), s), cap, s);
-    if (c.has_input(kBias)) scores = mx::add(scores, Bias(c, seq, len), s);
-    scores = mx::where(mask, scores, mx::array(-INFINITY), s);
-    y = ComposedAttention(scores, vf, sinks, heads / kv_heads, s);
-  } else {
-    const mx::array m =
-        c.has_input(kBias) ? mx::where(mask, Bias(c, seq, len), mx::array(-INFINITY), s) : mask;
-    y = mx::fast::scaled_dot_product_attention(qf, kf, vf, scale, "array", m, sinks, false, s);
+  AttendedKv kv{std::nullopt, std::nullopt, mx::astype(k, mx::float32, s), mx::astype(v, mx::float32, s)};
+  mx::array present_k = k, present_v = v;
+  if (c.has_input(kPastKey)) {
+    const mx::array past_k = PastRows(c, k, kPastKey), past_v = PastRows(c, v, kPastValue);
+    kv.past_k = mx::astype(past_k, mx::float32, s);
+    kv.past_v = mx::astype(past_v, mx::float32, s);
+    present_k = Present(c, k, st, past_k);
+    present_v = Present(c, v, st, past_v);
   }
-  y = mx::where(any_key, y, mx::array(0.f), s);
+  const int len = present_k.shape(2);
+  mx::array y = Attend(c, mx::astype(q, mx::float32, s), kv, st, len);
   // The shape ORT would give present (see the header): other total_sequence_lengths poison the
   // outputs (never reached when the trace knew the total: present was sized from it).
   const mx::array total = mx::reshape(c.input(kTotalLength), {}, s);
@@ -333,6 +397,13 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
     c.Assume(fits, "total_sequence_length fits present");
   }
   auto poison = [&](const mx::array& x) { return mx::where(fits, x, mx::array(NAN, x.dtype()), s); };
+  // The shared-buffer layout (present is past's shape): present = past with the new rows at
+  // offset_b. When ORT gives past's own buffer as present's, only those rows are written.
+  if (c.has_input(kPastKey) && len == c.input(kPastKey).shape(2)) {
+    const mx::array offsets = mx::reshape(st.offset, {batch}, s);
+    c.UpdateInPlace(1, kPastKey, 2, poison(k), offsets);
+    c.UpdateInPlace(2, kPastValue, 2, poison(v), offsets);
+  }
   std::vector<mx::array> outs = {poison(mx::astype(MergeHeads(y, s), t, s))};
   if (c.num_outputs() > 1) outs.push_back(poison(present_k));
   if (c.num_outputs() > 2) outs.push_back(poison(present_v));

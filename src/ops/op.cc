@@ -85,6 +85,11 @@ void OpContext::Require(const mx::array& ok, const std::string& message) const {
   checks_->push_back({mx::all(ok, stream), full});
 }
 
+void OpContext::UpdateInPlace(size_t output, size_t input, int axis, mx::array rows,
+                              mx::array offsets) const {
+  if (in_place_) in_place_->push_back({output, input, axis, std::move(rows), std::move(offsets)});
+}
+
 mx::array ToArray(const Tensor& t) {
   auto dtype = ToMlxDtype(t.type);
   if (!dtype) throw std::invalid_argument("[MlxEp] no MLX dtype for " + ElemName(t.type));

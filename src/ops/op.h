@@ -130,6 +130,19 @@ struct DynamicShapeUnsupported : std::runtime_error {
   std::set<int> symbols;
 };
 
+/** An output that is an input updated in place (a KV cache in the shared-buffer layout): output
+ *  `output` equals input `input` (same shape and type) except, for each index b of the leading
+ *  axis, rows [offsets[b], offsets[b] + S) along `axis`, which hold rows[b] (S = rows.shape(axis)).
+ *  When ORT hands the partition the input's buffer as the output's, the runner writes only `rows`
+ *  into it and never evaluates the full output (runtime/runner.cc). */
+struct InPlaceUpdate {
+  size_t output = 0;  ///< the node's output slot
+  size_t input = 0;   ///< the node's input slot
+  int axis = 0;       ///< >= 1
+  mx::array rows;     ///< the output's dtype; the output's shape but S along `axis`
+  mx::array offsets;  ///< [output.shape(0)] int32, data (computed in the graph)
+};
+
 class OpContext {
  public:
   OpContext(const Node& node, std::vector<std::optional<mx::array>> inputs,
@@ -170,6 +183,13 @@ class OpContext {
   void Require(const mx::array& ok, const std::string& message) const;
   /** Where Require records its checks (set by the trace). */
   void set_checks(std::vector<RuntimeCheck>* checks) { checks_ = checks; }
+  /** Declares that output `output` is input `input` with `rows` written at `offsets` along `axis`
+   *  (InPlaceUpdate). The output itself must still be returned, complete: it is what the runner
+   *  writes when ORT's buffers differ. Ignored where the trace cannot use it (folded nodes,
+   *  bodies, values that are not partition inputs/outputs). */
+  void UpdateInPlace(size_t output, size_t input, int axis, mx::array rows, mx::array offsets) const;
+  /** Where UpdateInPlace records its declarations (set by the trace; null: ignored). */
+  void set_in_place(std::vector<InPlaceUpdate>* updates) { in_place_ = updates; }
 
   // Traces with dynamic input dims (docs/dynamic_shapes.md): one compiled function serves every
   // value of some input dims, so a value computed from them (Shape of such an input, and what
@@ -212,6 +232,7 @@ class OpContext {
 
  private:
   std::vector<RuntimeCheck>* checks_ = nullptr;
+  std::vector<InPlaceUpdate>* in_place_ = nullptr;
   std::vector<std::optional<mx::array>> inputs_;
   std::vector<const Tensor*> host_;
   std::vector<ElemType> output_types_;

@@ -179,6 +179,8 @@ class PlanTrace {
     for (size_t i = 0; i < plan.nodes.size(); ++i)
       for (const auto& in : plan.nodes[i].node.AllInputs()) last_use_[in] = i;  // bodies read implicit ones
     for (const auto& out : plan.output_names) last_use_[out] = plan.nodes.size();  // never released
+    for (const PlanNode& pn : plan.nodes)
+      for (const auto& in : pn.node.AllInputs()) ++readers_[in];
   }
 
   // A body's inputs: arrays and, where the enclosing translation knows them, host values.
@@ -229,6 +231,7 @@ class PlanTrace {
       throw std::logic_error("[MlxEp] " + pn.node.Label() +
                              ": an input has no host value, so the node cannot fold");
     const size_t checks_before = check_sink_->size();
+    node_updates_.clear();
     std::optional<OpContext> ctx(Context(pn, fold));
     std::vector<mx::array> outs = pn.spec->translate(*ctx);
     if (fold && !pn.must_fold && TooLargeToFold(outs)) {
@@ -236,9 +239,12 @@ class PlanTrace {
       // is cheaper than a dense constant); nothing was evaluated yet.
       fold = false;
       check_sink_->erase(check_sink_->begin() + checks_before, check_sink_->end());
+      node_updates_.clear();
       ctx.emplace(Context(pn, false));
       outs = pn.spec->translate(*ctx);
     }
+    for (InPlaceUpdate& u : node_updates_) AcceptInPlace(pn, outs, std::move(u));
+    node_updates_.clear();
     if (fold) RunChecksNow(checks_before);
     const auto& host_outputs = ctx->host_outputs();
     CheckOutputCount(pn, outs);
@@ -275,6 +281,13 @@ class PlanTrace {
     EnsureAllocatable(bytes_, "partition " + plan_.name + " (largest value: output of " + largest_ + ", " +
                                   std::to_string(largest_bytes_) + " bytes)");
     if (!check_sink_->empty()) outputs.push_back(FirstFailedCheck());
+    for (auto& [where, u] : in_place_) {
+      where.rows = outputs.size();
+      outputs.push_back(mx::contiguous(u.rows, false, stream_));
+      where.offsets = outputs.size();
+      outputs.push_back(mx::astype(mx::reshape(u.offsets, {-1}, stream_), mx::int32, stream_));
+      if (info_) info_->in_place.push_back(where);
+    }
     return outputs;
   }
 
@@ -363,7 +376,12 @@ class PlanTrace {
         if (k < pn.node.inputs.size() && !all[k].empty() && !h) all_known = false;
       }
       ctx.set_trace_values(std::move(values));
+      node_updates_.clear();
       outs = pn.spec->translate(ctx);
+      // GroupQueryAttention's shared KV buffer with a dynamic mask length: present is still past
+      // updated in place.
+      for (InPlaceUpdate& u : node_updates_) AcceptInPlace(pn, outs, std::move(u));
+      node_updates_.clear();
       if (all_known) hints = HintOutputs(pn, fail);
     }
     CheckOutputCount(pn, outs);
@@ -457,6 +475,7 @@ class PlanTrace {
     OpContext ctx(pn.node, std::move(inputs), std::move(host), std::move(out_types),
                   fold ? host_stream_ : stream_);
     ctx.set_checks(check_sink_);  // a body's checks join the enclosing partition's
+    if (!fold && !parent_) ctx.set_in_place(&node_updates_);  // a body's values are no partition's outputs
     if (!pn.subplans.empty())
       ctx.set_subgraph_tracer([this, &pn](const std::string& attr, const std::vector<TracedValue>& in) {
         return TraceBody(pn, attr, in);
@@ -470,6 +489,39 @@ class PlanTrace {
     if (auto it = plan_.constants.find(name); it != plan_.constants.end()) return it->second;
     if (parent_) return parent_->Array(name);
     throw std::logic_error("[MlxEp] value '" + name + "' is not available in partition " + plan_.name);
+  }
+
+  // Keeps a node's InPlaceUpdate when the runner can act on it: the output is one partition
+  // output, the input a partition input only this node reads, and the shapes fit. Else the
+  // output is written whole, as any other.
+  void AcceptInPlace(const PlanNode& pn, const std::vector<mx::array>& outs, InPlaceUpdate u) {
+    const std::vector<std::string> ins = pn.node.AllInputs();
+    if (u.output >= outs.size() || u.output >= pn.node.outputs.size() || u.input >= pn.node.inputs.size())
+      return;
+    const std::string &out_name = pn.node.outputs[u.output], &in_name = ins[u.input];
+    const auto& outputs = plan_.output_names;
+    const auto& inputs = plan_.input_names;
+    auto out_it = std::find(outputs.begin(), outputs.end(), out_name);
+    auto in_it = std::find(inputs.begin(), inputs.end(), in_name);
+    if (out_name.empty() || out_it == outputs.end() ||
+        std::count(outputs.begin(), outputs.end(), out_name) != 1 || in_it == inputs.end() ||
+        readers_[in_name] != 1 || std::count(outputs.begin(), outputs.end(), in_name))
+      return;
+    const mx::array &out = outs[u.output], in = *Array(in_name);
+    const int rank = static_cast<int>(out.ndim());
+    if (in.shape() != out.shape() || in.dtype() != out.dtype() || u.rows.dtype() != out.dtype() ||
+        static_cast<int>(u.rows.ndim()) != rank || u.axis < 1 || u.axis >= rank ||
+        u.offsets.size() != static_cast<size_t>(out.shape(0)))
+      return;
+    for (int d = 0; d < rank; ++d)
+      if (d == u.axis ? u.rows.shape(d) > out.shape(d) : u.rows.shape(d) != out.shape(d)) return;
+    InPlaceOutput where;
+    where.output = static_cast<size_t>(out_it - outputs.begin());
+    where.input = static_cast<size_t>(in_it - inputs.begin());
+    where.axis = u.axis;
+    for (const auto& [w, _] : in_place_)
+      if (w.output == where.output) return;
+    in_place_.emplace_back(where, std::move(u));
   }
 
   static bool TooLargeToFold(const std::vector<mx::array>& outs) {
@@ -555,6 +607,9 @@ class PlanTrace {
   std::unordered_map<std::string, mx::array> runtime_shape_;             // dynamic input -> its dims as data
   std::vector<RuntimeCheck> checks_;       // OpContext::Require, of nodes not folded
   std::vector<RuntimeCheck>* check_sink_;  // &checks_, or the enclosing trace's (a body's)
+  std::vector<InPlaceUpdate> node_updates_;  // the running node's declarations
+  std::vector<std::pair<InPlaceOutput, InPlaceUpdate>> in_place_;  // accepted ones, for Outputs()
+  std::unordered_map<std::string, size_t> readers_;                // value -> how many node inputs read it
   std::unordered_map<std::string, mx::array> values_;
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_;
   std::unordered_map<std::string, size_t> last_use_;    // value -> index of its last consumer

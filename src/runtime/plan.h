@@ -54,6 +54,17 @@ struct Plan {
 Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::string> input_names,
                std::vector<std::string> output_names, const OpRegistry& registry);
 
+/** A partition output that is a partition input updated in place (InPlaceUpdate, declared by
+ *  the node that produces it): indices into the plan's outputs and inputs, and where TracePlan's
+ *  outputs hold the rows and offsets. */
+struct InPlaceOutput {
+  size_t output = 0;   ///< partition output
+  size_t input = 0;    ///< partition input (same shape and type; read by that node only)
+  int axis = 0;        ///< the rows' axis (>= 1)
+  size_t rows = 0;     ///< index of the rows in TracePlan's outputs
+  size_t offsets = 0;  ///< index of the int32 offsets [shape(0)] in TracePlan's outputs
+};
+
 /** What a trace did, for the runner's choices and counters. */
 struct TraceInfo {
   bool saw_empty = false;  ///< some input or produced value has zero elements
@@ -62,6 +73,8 @@ struct TraceInfo {
   std::vector<std::string> check_messages;
   /** Per check code: an assumption of a trace with dynamic dims (OpContext::Assume). */
   std::vector<bool> check_is_assumption;
+  /** Outputs that are inputs updated in place, see TracePlan. */
+  std::vector<InPlaceOutput> in_place;
 };
 
 // Dynamic dims (docs/dynamic_shapes.md): one compiled function for every value of some input
@@ -107,6 +120,8 @@ inline constexpr int64_t kMaxFoldedElements = 1 << 16;
  *  and returns the outputs, row-contiguous. When translations recorded runtime checks, one more
  *  output follows: an int32 scalar, -1 when every check held, else the code of the first that
  *  failed (info->check_messages[code] says what). Checks of folded nodes fail while tracing.
+ *  Then, per partition output that is a partition input updated in place (InPlaceUpdate), its
+ *  rows and offsets (info->in_place says which; empty without `info`).
  *  `host_inputs[i]` is set for inputs read on the host. Nodes whose inputs all have host values fold: they
  * are evaluated on MLX's CPU device while tracing and their outputs become constants of the traced graph. */
 std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,

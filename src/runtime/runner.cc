@@ -59,7 +59,11 @@ void AppendBytes(const uint8_t* bytes, size_t size, std::vector<int64_t>& key) {
 }  // namespace
 
 PartitionRunner::PartitionRunner(Plan plan, bool compile, size_t max_compiled)
-    : plan_(std::move(plan)), compile_(compile), max_compiled_(max_compiled), caches_(MlxWorkerCount()) {}
+    : plan_(std::move(plan)),
+      compile_(compile),
+      max_compiled_(max_compiled),
+      caches_(MlxWorkerCount()),
+      alias_seen_(new std::atomic<bool>[plan_.output_names.size()]()) {}
 
 PartitionRunner::~PartitionRunner() {
   // A compiled function erases its entries from the compile cache of the thread that made it;
@@ -90,11 +94,13 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
                                               const std::vector<const Tensor*>& host, mx::Device device,
                                               std::vector<std::string>* check_messages,
                                               std::vector<bool>* check_is_assumption,
-                                              const DynamicTrace* dynamic) {
+                                              const DynamicTrace* dynamic,
+                                              std::vector<InPlaceOutput>* in_place) {
   TraceInfo info;
   std::vector<mx::array> outputs = TracePlan(plan_, inputs, host, mx::default_stream(device), &info, dynamic);
   if (check_messages) *check_messages = std::move(info.check_messages);
   if (check_is_assumption) *check_is_assumption = std::move(info.check_is_assumption);
+  if (in_place) *in_place = std::move(info.in_place);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.traces;
   stats_.folded_nodes += info.folded;
@@ -236,6 +242,7 @@ PartitionRunner::CacheEntry PartitionRunner::MakeDynamicEntry(
   for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
   auto messages = std::make_shared<std::vector<std::string>>();
   auto assumptions = std::make_shared<std::vector<bool>>();
+  auto updates = std::make_shared<std::vector<InPlaceOutput>>();
   // fn's inputs: the static inputs, the dynamic ones' shapes (int64 [rank]), the prologue's
   // values. The dynamic inputs themselves are placeholders of their shape when traced.
   auto unpack = [d](const std::vector<mx::array>& in, std::vector<mx::array>& full, DynamicTrace& t) {
@@ -257,13 +264,13 @@ PartitionRunner::CacheEntry PartitionRunner::MakeDynamicEntry(
     TracePlan(plan_, full, host_ptrs, mx::default_stream(d->device), &info, &t);
     if (info.saw_empty) throw DynamicShapeUnsupported("[MlxEp] an empty value with dynamic dims on a GPU");
   }
-  auto traced = [this, host_ptrs, d, messages, assumptions, unpack](const std::vector<mx::array>& in) {
+  auto traced = [this, host_ptrs, d, messages, assumptions, updates, unpack](const std::vector<mx::array>& in) {
     std::vector<mx::array> full;
     DynamicTrace t;
     unpack(in, full, t);
-    return Trace(full, host_ptrs, d->device, messages.get(), assumptions.get(), &t);
+    return Trace(full, host_ptrs, d->device, messages.get(), assumptions.get(), &t, updates.get());
   };
-  return CacheEntry{mx::compile(traced), std::move(host), {}, messages, assumptions, d};
+  return CacheEntry{mx::compile(traced), std::move(host), {}, messages, assumptions, d, updates};
 }
 
 std::vector<mx::array> PartitionRunner::CallDynamic(CacheEntry& entry, const std::vector<mx::array>& arrays) {
@@ -310,7 +317,7 @@ std::optional<std::vector<mx::array>> PartitionRunner::EvaluateDynamic(const std
         std::lock_guard<std::mutex> lock(mu_);
         ++(hit ? stats_.cache_hits : stats_.cache_misses);
       }
-      used = {entry->check_messages, entry->check_is_assumption, key};
+      used = {entry->check_messages, entry->check_is_assumption, key, entry->in_place};
       return outputs;
     } catch (const DynamicShapeUnsupported& e) {
       // Exact for no value of these dims: they are static from now on.
@@ -324,6 +331,7 @@ std::optional<std::vector<mx::array>> PartitionRunner::EvaluateDynamic(const std
 std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>& inputs,
                                                  const std::vector<mx::array>& arrays, Evaluated& used) {
   std::shared_ptr<std::vector<std::string>>& check_messages = used.check_messages;
+  std::shared_ptr<std::vector<InPlaceOutput>>& in_place = used.in_place;
   auto pointers = [](const std::vector<std::shared_ptr<const Tensor>>& host) {
     std::vector<const Tensor*> ptrs(host.size(), nullptr);
     for (size_t i = 0; i < host.size(); ++i) ptrs[i] = host[i].get();
@@ -333,7 +341,9 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
     const auto host = HostValues(inputs);
     const auto host_ptrs = pointers(host);
     check_messages = std::make_shared<std::vector<std::string>>();
-    return Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs), check_messages.get());
+    in_place = std::make_shared<std::vector<InPlaceOutput>>();
+    return Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs), check_messages.get(), nullptr, nullptr,
+                 in_place.get());
   }
   if (auto outputs = EvaluateDynamic(inputs, arrays, used)) return *outputs;
   // On a hit nothing is copied: the key holds the host inputs' bytes, the entry their values.
@@ -344,18 +354,23 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
     const auto host_ptrs = pointers(host);
     const mx::Device device = ChooseDevice(arrays, host_ptrs);
     auto messages = std::make_shared<std::vector<std::string>>();
-    auto traced = [this, host_ptrs, device, messages](const std::vector<mx::array>& in) {
-      return Trace(in, host_ptrs, device, messages.get());
+    auto updates = std::make_shared<std::vector<InPlaceOutput>>();
+    auto traced = [this, host_ptrs, device, messages, updates](const std::vector<mx::array>& in) {
+      return Trace(in, host_ptrs, device, messages.get(), nullptr, nullptr, updates.get());
     };
-    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}});
+    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}, updates});
   }
   check_messages = entry->check_messages;
-  return entry->fn(arrays);
+  in_place = entry->in_place;
+  std::vector<mx::array> outputs = entry->fn(arrays);  // traces on the first call: fills both
+  return outputs;
 }
 
-void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink) {
+void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink,
+                                   const std::vector<bool>& skip) {
   uint64_t copied = 0, adopted = 0;
   for (size_t k = 0; k < plan_.output_names.size(); ++k) {  // not the runtime checks' verdict
+    if (k < skip.size() && skip[k]) continue;
     const mx::array& a = outputs[k];
     const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
     const char* refusal = DeviceMemoryEnabled() ? AdoptRefusal(a) : "";
@@ -383,6 +398,48 @@ void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const 
   stats_.bytes_out_adopted += adopted;
 }
 
+std::vector<mx::array> PartitionRunner::EvaluateChecked(const std::vector<InputTensor>& inputs,
+                                                        const std::vector<mx::array>& arrays,
+                                                        const OutputSink& sink, Evaluated& used,
+                                                        std::vector<void*>& given, std::vector<bool>& aliased) {
+  const size_t n = plan_.output_names.size();
+  for (;;) {
+    used = Evaluated{};
+    std::vector<mx::array> outputs = Evaluate(inputs, arrays, used);
+    // The runtime checks' verdict (TracePlan: the output after the partition's outputs) first:
+    // a failed assumption of a dynamic function retraces before ORT is asked for any output
+    // buffer (ORT fixes an output's shape when it gives the buffer).
+    if (used.check_messages && !used.check_messages->empty()) {
+      mx::eval(outputs.at(n));
+      const int32_t failed = outputs.at(n).item<int32_t>();
+      const auto& assumptions = used.check_is_assumption;
+      if (failed >= 0 && used.dynamic_key && assumptions && static_cast<size_t>(failed) < assumptions->size() &&
+          (*assumptions)[failed]) {
+        // A function with dynamic dims that does not hold for these inputs (nothing was written
+        // yet): its dims are static from now on, and the run is traced for its shapes.
+        if (CacheEntry* entry = Find(*used.dynamic_key, false))
+          caches_.at(CurrentMlxWorker())
+              .static_dims.insert(entry->dynamic->dims.begin(), entry->dynamic->dims.end());
+        Erase(*used.dynamic_key);
+        continue;
+      }
+      if (failed >= 0) {
+        const auto& messages = used.check_messages;
+        throw std::invalid_argument(static_cast<size_t>(failed) < messages->size()
+                                        ? messages->at(failed)
+                                        : "[MlxEp] a runtime check of partition " + plan_.name + " failed");
+      }
+    }
+    // An output whose buffer is its input's own (a shared KV cache) is never evaluated: only its
+    // new rows are (TracePlan's outputs after the partition's and the checks' verdict).
+    given.assign(n, nullptr);
+    aliased.assign(n, false);
+    ProbeInPlace(inputs, outputs, *used.in_place, sink, given, aliased);
+    EvalExceptAliased(outputs, *used.in_place, aliased, /*has_checks=*/false);
+    return outputs;
+  }
+}
+
 void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink) {
   std::vector<mx::array> arrays;
   arrays.reserve(inputs.size());
@@ -394,33 +451,94 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
     stats_.bytes_in_host_copied += copied;
     stats_.bytes_in_wrapped += wrapped;
   }
-  std::vector<mx::array> outputs;
-  for (;;) {
-    Evaluated used;
-    outputs = Evaluate(inputs, arrays, used);
-    mx::eval(outputs);
-    // The runtime checks' verdict (TracePlan) is the output after the partition's outputs.
-    if (outputs.size() <= plan_.output_names.size()) break;
-    const int32_t failed = outputs.back().item<int32_t>();
-    if (failed < 0) break;
-    const auto& assumptions = used.check_is_assumption;
-    if (used.dynamic_key && assumptions && static_cast<size_t>(failed) < assumptions->size() &&
-        (*assumptions)[failed]) {
-      // A function with dynamic dims that does not hold for these inputs (nothing was written
-      // yet): its dims are static from now on, and the run is traced for its shapes.
-      if (CacheEntry* entry = Find(*used.dynamic_key, false))
-        caches_.at(CurrentMlxWorker()).static_dims.insert(entry->dynamic->dims.begin(), entry->dynamic->dims.end());
-      Erase(*used.dynamic_key);
-      continue;
-    }
-    const auto& messages = used.check_messages;
-    throw std::invalid_argument(messages && static_cast<size_t>(failed) < messages->size()
-                                    ? messages->at(failed)
-                                    : "[MlxEp] a runtime check of partition " + plan_.name + " failed");
-  }
+  const size_t n = plan_.output_names.size();
+  Evaluated used;
+  std::vector<void*> given(n, nullptr);
+  std::vector<bool> aliased(n, false);
+  std::vector<mx::array> outputs = EvaluateChecked(inputs, arrays, sink, used, given, aliased);
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
   // output, and an output that aliases an input (Identity) still points at live memory.
-  WriteOutputs(outputs, sink);
+  if (!WriteInPlace(outputs, *used.in_place, given, aliased)) {
+    // An offset out of range (a total length past the buffer, whose outputs are NaN): nothing
+    // was written; every output whole, from a second evaluation (only on such inputs).
+    outputs = Evaluate(inputs, arrays, used);
+    mx::eval(outputs);
+    aliased.assign(aliased.size(), false);
+  }
+  // The buffers ProbeInPlace was given already; noting those ORT gives later that are aliased.
+  auto give = [&](size_t k, const std::vector<int64_t>& shape, size_t bytes) -> void* {
+    if (given[k]) return given[k];
+    void* dst = sink(k, shape, bytes);
+    for (const InPlaceOutput& e : *used.in_place)
+      if (e.output == k && dst && dst == inputs[e.input].data) alias_seen_[k] = true;
+    return dst;
+  };
+  WriteOutputs(outputs, give, aliased);
+}
+
+void PartitionRunner::EvalExceptAliased(const std::vector<mx::array>& outputs,
+                                        const std::vector<InPlaceOutput>& in_place,
+                                        const std::vector<bool>& aliased, bool has_checks) {
+  const size_t n = plan_.output_names.size();
+  std::vector<mx::array> needed;
+  for (size_t k = 0; k < n; ++k)
+    if (!aliased[k]) needed.push_back(outputs[k]);
+  if (has_checks) needed.push_back(outputs.at(n));
+  for (const InPlaceOutput& e : in_place)
+    if (aliased[e.output]) needed.insert(needed.end(), {outputs[e.rows], outputs[e.offsets]});
+  mx::eval(needed);  // `needed` dies here: a second reference would keep outputs from being adopted
+}
+
+void PartitionRunner::ProbeInPlace(const std::vector<InputTensor>& inputs,
+                                   const std::vector<mx::array>& outputs,
+                                   const std::vector<InPlaceOutput>& in_place, const OutputSink& sink,
+                                   std::vector<void*>& given, std::vector<bool>& aliased) {
+  for (const InPlaceOutput& e : in_place) {
+    const mx::array& a = outputs[e.output];
+    const InputTensor& t = inputs[e.input];
+    const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+    if (shape != t.shape || a.nbytes() != ByteSize(t) || a.nbytes() == 0 || !t.data || given[e.output])
+      continue;
+    // ORT's buffer for an output it did not bind is allocated here; with device memory that
+    // would forgo adopting MLX's own buffer, so it is asked for early only once seen aliased.
+    if (DeviceMemoryEnabled() && !alias_seen_[e.output]) continue;
+    given[e.output] = sink(e.output, shape, a.nbytes());  // the sink checks ORT's size
+    aliased[e.output] = given[e.output] == t.data;
+    if (aliased[e.output]) alias_seen_[e.output] = true;
+  }
+}
+
+bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
+                                   const std::vector<InPlaceOutput>& in_place,
+                                   const std::vector<void*>& given, const std::vector<bool>& aliased) {
+  for (const InPlaceOutput& e : in_place) {
+    if (!aliased[e.output]) continue;
+    const mx::array& offsets = outputs[e.offsets];
+    const int64_t room = outputs[e.output].shape(e.axis) - outputs[e.rows].shape(e.axis);
+    const int32_t* off = offsets.data<int32_t>();
+    if (!std::all_of(off, off + offsets.size(), [&](int32_t o) { return o >= 0 && o <= room; })) return false;
+  }
+  uint64_t in_place_bytes = 0;
+  for (const InPlaceOutput& e : in_place) {
+    if (!aliased[e.output]) continue;
+    const mx::array &rows = outputs[e.rows], &offsets = outputs[e.offsets];
+    const mx::Shape& shape = outputs[e.output].shape();
+    size_t outer = 1, per_entry = 1, inner = rows.itemsize();  // rows are row-contiguous
+    for (int d = 0; d < e.axis; ++d) outer *= static_cast<size_t>(shape[d]);
+    for (int d = 1; d < e.axis; ++d) per_entry *= static_cast<size_t>(shape[d]);
+    for (size_t d = e.axis + 1; d < shape.size(); ++d) inner *= static_cast<size_t>(shape[d]);
+    const size_t len = static_cast<size_t>(shape[e.axis]), seq = static_cast<size_t>(rows.shape(e.axis));
+    auto* dst = static_cast<uint8_t*>(given[e.output]);
+    const uint8_t* src = rows.data<uint8_t>();
+    const int32_t* off = offsets.data<int32_t>();
+    for (size_t o = 0; o < outer; ++o)
+      std::memcpy(dst + (o * len + static_cast<size_t>(off[o / per_entry])) * inner, src + o * seq * inner,
+                  seq * inner);
+    in_place_bytes += rows.nbytes();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_out_in_place += in_place_bytes;
+  return true;
 }
 
 }  // namespace mlx_ep

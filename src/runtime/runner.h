@@ -47,6 +47,9 @@ struct RunnerStats {
   uint64_t bytes_in_wrapped = 0;
   uint64_t bytes_out_host_copied = 0;
   uint64_t bytes_out_adopted = 0;
+  /** Rows written into an output buffer that is the input it updates (a shared KV cache): the
+   *  rest of that output is not copied (docs/kv_cache.md). */
+  uint64_t bytes_out_in_place = 0;
 };
 
 /** Compiled functions kept per partition and MLX worker by default (least recently used dropped
@@ -107,12 +110,15 @@ class PartitionRunner {
     /** Set for a function with dynamic dims: fn takes the static inputs, the dynamic ones' shapes
      *  and the prologue's values. */
     std::shared_ptr<const DynamicEntry> dynamic;
+    /** fn's outputs that are inputs updated in place (filled by its first trace). */
+    std::shared_ptr<std::vector<InPlaceOutput>> in_place;
   };
   /** What Evaluate used, for Execute's checks. */
   struct Evaluated {
     std::shared_ptr<std::vector<std::string>> check_messages;
     std::shared_ptr<std::vector<bool>> check_is_assumption;
     std::optional<SignatureKey> dynamic_key;  ///< the key of the dynamic entry used
+    std::shared_ptr<std::vector<InPlaceOutput>> in_place;  ///< fn's in-place outputs
   };
 
   /** The device a signature runs on: the runtime device, except that graphs holding an empty
@@ -124,7 +130,8 @@ class PartitionRunner {
   std::vector<mx::array> Trace(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host,
                                mx::Device device, std::vector<std::string>* check_messages = nullptr,
                                std::vector<bool>* check_is_assumption = nullptr,
-                               const DynamicTrace* dynamic = nullptr);
+                               const DynamicTrace* dynamic = nullptr,
+                               std::vector<InPlaceOutput>* in_place = nullptr);
   /** One MLX worker's compiled functions and what it learnt about varying dims. MLX keeps
    *  compile caches per thread, so a compiled function is only called, and released, on the
    *  worker that made it; nothing else touches this, and it needs no lock. */
@@ -165,11 +172,33 @@ class PartitionRunner {
   std::vector<std::shared_ptr<const Tensor>> HostValues(const std::vector<InputTensor>& inputs) const;
   /** The partition's (unevaluated) outputs for `arrays`: the compiled function for the inputs'
    *  signature, traced and compiled on a miss; the traced graph when not compiling. When the
-   *  plan has runtime checks, their verdict is one more output; `check_messages` their texts. */
+   *  plan has runtime checks, their verdict is one more output; `used` says which checks, and
+   *  which outputs are inputs updated in place (their rows and offsets follow the verdict). */
   std::vector<mx::array> Evaluate(const std::vector<InputTensor>& inputs,
                                   const std::vector<mx::array>& arrays, Evaluated& used);
-  /** Writes the evaluated outputs into the buffers `sink` gives; counts the bytes. */
-  void WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink);
+  /** Writes the evaluated outputs into the buffers `sink` gives, except those marked `skip`;
+   *  counts the bytes. */
+  void WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink,
+                    const std::vector<bool>& skip = {});
+  /** For each in-place output whose buffer ORT can be asked for before evaluation: that buffer
+   *  (`given`, by output) and whether it is its input's own (`aliased`, by output). */
+  void ProbeInPlace(const std::vector<InputTensor>& inputs, const std::vector<mx::array>& outputs,
+                    const std::vector<InPlaceOutput>& in_place, const OutputSink& sink,
+                    std::vector<void*>& given, std::vector<bool>& aliased);
+  /** Evaluates the outputs (and the checks' verdict) except the `aliased` ones, and the rows and
+   *  offsets of those. */
+  void EvalExceptAliased(const std::vector<mx::array>& outputs, const std::vector<InPlaceOutput>& in_place,
+                         const std::vector<bool>& aliased, bool has_checks);
+  /** Writes the rows of each aliased in-place output into its buffer; counts the bytes. False,
+   *  writing nothing, when an offset is out of range (then the outputs are written whole). */
+  bool WriteInPlace(const std::vector<mx::array>& outputs, const std::vector<InPlaceOutput>& in_place,
+                    const std::vector<void*>& given, const std::vector<bool>& aliased);
+  /** Evaluate, then the outputs (but those written in place: `aliased`, their buffers `given`)
+   *  and the runtime checks; a failed assumption of a dynamic function retraces for the shapes.
+   *  Throws the message of any other failed check. */
+  std::vector<mx::array> EvaluateChecked(const std::vector<InputTensor>& inputs, const std::vector<mx::array>& arrays,
+                                         const OutputSink& sink, Evaluated& used, std::vector<void*>& given,
+                                         std::vector<bool>& aliased);
   /** The body of Run, on an MLX worker. */
   void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);
 
@@ -179,6 +208,9 @@ class PartitionRunner {
   size_t max_compiled_;
   std::vector<WorkerCache> caches_;  // one per MLX worker, indexed by CurrentMlxWorker()
   RunnerStats stats_;
+  /** By output: ORT once gave the input's own buffer for this in-place output (with device memory
+   *  the buffer is asked for before evaluation only then, so that other outputs stay adoptable). */
+  std::unique_ptr<std::atomic<bool>[]> alias_seen_;  // atomic: several MLX workers run one runner
 };
 
 }  // namespace mlx_ep

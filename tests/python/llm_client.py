@@ -47,10 +47,13 @@ class Decoder:
     and feeds a static [1, max_len] attention mask (ones for the tokens so far), as
     onnxruntime-genai runs a past_present_share_buffer model with static mask handling: every
     decode step then has the same input shapes. shared=False feeds the growing mask and passes
-    each step's present back as the next past (the concatenating layout)."""
+    each step's present back as the next past (the concatenating layout). `kv_device`: the ORT
+    device name the shared buffers are allocated on ("gpu": the EP's device memory, when it has
+    some)."""
 
-    def __init__(self, sess, cfg, dtype, shared, position_ids=False):
+    def __init__(self, sess, cfg, dtype, shared, position_ids=False, kv_device="cpu"):
         self.sess, self.cfg, self.shared, self.position_ids = sess, cfg, shared, position_ids
+        self.kv_device = kv_device
         self.dtype = np.dtype(dtype)
 
     def _kv_names(self):
@@ -64,7 +67,8 @@ class Decoder:
         self.length = 0
         if self.shared:
             shape = (1, c.kv_heads, c.max_len, c.head_size)
-            self.kv = {p: ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.dtype)) for p, _ in self._kv_names()}
+            self.kv = {p: ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.dtype), self.kv_device, 0)
+                       for p, _ in self._kv_names()}
         else:
             self.kv = {p: np.zeros((1, c.kv_heads, 0, c.head_size), self.dtype) for p, _ in self._kv_names()}
 

@@ -17,6 +17,8 @@ Placement and compile counts come from the EP's report: every node on MLX in one
 shared-buffer decode adds no trace after its first step, through the plain loop (static shapes)
 and through genai (whose growing attention mask is a dynamic dim, docs/dynamic_shapes.md);
 prompt lengths cost one trace each, and nothing more when they come again.
+Bytes come from the report too: with past and present bound to one buffer, each run writes only its
+new KV rows into it and copies out only the logits (docs/kv_cache.md).
 
 The genai-layout models use com.microsoft GroupQueryAttention, MatMulNBits,
 SimplifiedLayerNormalization/SkipSimplifiedLayerNormalization and the encoder MultiHeadAttention,
@@ -167,6 +169,99 @@ def test_shared_buffer_decode_does_not_retrace(models, name):
     assert more == first, f"64 decode steps added {more - first} traces"
 
 
+def _kv_row_bytes(models, name):
+    """Bytes of one token's keys and values over every layer (what one decode step appends)."""
+    cfg = models[1]
+    return cfg.layers * 2 * cfg.kv_heads * cfg.head_size * np.dtype(llm.NP_DTYPES[VARIANTS[name][1]]).itemsize
+
+
+def _logits_bytes(models, name):
+    return models[1].vocab * np.dtype(llm.NP_DTYPES[VARIANTS[name][1]]).itemsize
+
+
+@pytest.mark.parametrize("name", [n for n in DECODERS if VARIANTS[n][3]])
+def test_shared_buffer_decode_writes_only_new_rows(models, name):
+    """past and present bound to one buffer (genai's past_present_share_buffer): each run writes
+    only its new rows of every KV cache into it (bytes_out_in_place), and copies out nothing but the
+    logits -- not the [1, kv_heads, max_len, head] buffers (64 KiB a layer here, fp32)."""
+    steps = 8
+    rs = ReportedSession(path(models, name))
+    decoder(models, name, rs.sess).greedy(PROMPT, steps)
+    part = rs.close()["runtime"]["partitions"][0]
+    tokens = len(PROMPT) + steps  # the prefill's rows, then one per decode step
+    assert part["runs"] == 1 + steps, part
+    assert part["bytes_out_in_place"] == tokens * _kv_row_bytes(models, name), part
+    assert part["bytes_out_host_copied"] == tokens * _logits_bytes(models, name), part
+
+
+def shared_decode_in_child(name, steps):
+    """(tokens, the partition's counters) of a shared-buffer greedy decode, printed as JSON: run
+    in a child process by the test below (the device-memory switch is read once per process)."""
+    import json
+
+    dirs, cfg = llm.build(OUT, "tiny")
+    rs = ReportedSession(os.path.join(dirs[name], "model.onnx"))
+    form, dtype, _, shared = VARIANTS[name]
+    dec = Decoder(rs.sess, cfg, llm.NP_DTYPES[dtype], bool(shared), kv_device="gpu")  # the EP's memory
+    tokens = dec.greedy(PROMPT, steps)[1]
+    del dec
+    print(json.dumps([tokens, rs.close()["runtime"]["partitions"][0]]))
+
+
+def test_shared_buffer_in_place_with_device_memory_forced(models):
+    """ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=force (the GPU's device-memory path, over MLX's CPU
+    allocator), the caches allocated in the EP's memory: ORT's buffer for present is asked for
+    after evaluation until it has once been past's own (so that an output ORT allocates stays
+    adoptable), so the prefill writes the caches whole and every decode step only its rows;
+    tokens as on the CPU EP."""
+    import json
+    import subprocess
+
+    name, steps, cfg = "genai_fp32_shared", 6, models[1]
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import sys; sys.path[:0] = [{os.path.join(ROOT, 'python')!r}, {here!r}]; "
+            f"import test_llm as t; t.shared_decode_in_child({name!r}, {steps})")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY": "force"})
+    assert proc.returncode == 0, proc.stderr
+    tokens, part = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert tokens == decoder(models, name, cpu_session(path(models, name))).greedy(PROMPT, steps)[1]
+    caches = 2 * cfg.layers * cfg.kv_heads * cfg.max_len * cfg.head_size * 4
+    assert part["bytes_out_in_place"] == steps * _kv_row_bytes(models, name), part
+    out = part["bytes_out_host_copied"] + part["bytes_out_adopted"]
+    assert out == (len(PROMPT) + steps) * _logits_bytes(models, name) + caches, part
+
+
+def test_shared_layout_with_its_own_present_buffer(models):
+    """The shared-buffer model run without binding present to past (ORT allocates present): the
+    whole present is written, rows past the new ones zero, and the decode matches the CPU EP."""
+    name, cfg = "genai_fp32_shared", models[1]
+    shape = (1, cfg.kv_heads, cfg.max_len, cfg.head_size)
+    names = [(f"past_key_values.{i}.{kv}", f"present.{i}.{kv}") for i in range(cfg.layers) for kv in ("key", "value")]
+    rs = ReportedSession(path(models, name))
+    cpu = cpu_session(path(models, name))
+    caches = [{p: np.zeros(shape, np.float32) for p, _ in names} for _ in range(2)]
+    length, tokens = 0, PROMPT
+    for _ in range(3):
+        total = length + len(tokens)
+        mask = np.zeros((1, cfg.max_len), np.int64)
+        mask[:, :total] = 1
+        feeds = {"input_ids": np.asarray([tokens], np.int64), "attention_mask": mask}
+        outs = []
+        for sess, kv in zip((rs.sess, cpu), caches):
+            got = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, {**feeds, **kv})))
+            kv.update({p: got[q] for p, q in names})
+            outs.append(got)
+        assert_close_to_scale(outs[0]["logits"], outs[1]["logits"], what=f"logits at {length}")
+        for p, q in names:
+            assert_close_to_scale(outs[0][q][:, :, :total], outs[1][q][:, :, :total], what=q)
+            assert not outs[0][q][:, :, total:].any(), q
+        length, tokens = total, [int(np.argmax(outs[1]["logits"][0, -1]))]
+    part = rs.close()["runtime"]["partitions"][0]
+    assert part["bytes_out_in_place"] == 0, part
+    assert part["bytes_out_host_copied"] >= 3 * len(names) * int(np.prod(shape)) * 4, part
+
+
 @pytest.mark.parametrize("name", pending([n for n in DECODERS if not VARIANTS[n][3]]))
 def test_concatenating_decode_traces_once_per_length(models, name):
     """Past/present concatenated: each step has new shapes, so one trace per length; decoding the
@@ -247,6 +342,18 @@ def test_genai_generator_parity(models, name):
         n = next((i for i, (a, b) in enumerate(zip(tokens, ref_tokens)) if a != b), len(tokens))
         for s in range(min(n + 1, len(tokens))):
             assert_close_to_scale(logits[s], ref_logits[s], rtol=TOL[dtype], what=f"step {s}")
+
+
+@pytest.mark.parametrize("name", ["genai_fp32_shared", "genai_fp16_shared"])
+def test_genai_shared_buffer_writes_only_new_rows(models, name):
+    """Through onnxruntime-genai (past_present_share_buffer): every run writes only its new KV rows
+    and copies out only the logits."""
+    _, _, report = genai_generate(models[0][name], PROMPT, 8, on_mlx=True)
+    part = report["runtime"]["partitions"][0]
+    tokens = len(PROMPT) + part["runs"] - 1  # the prompt's rows, then one per decode run
+    assert part["runs"] > 1, part
+    assert part["bytes_out_in_place"] == tokens * _kv_row_bytes(models, name), part
+    assert part["bytes_out_host_copied"] == tokens * _logits_bytes(models, name), part
 
 
 @pytest.mark.parametrize("name", pending(["standard_fp32", "genai_fp32_shared", "genai_int4_b32_shared"]))
