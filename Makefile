@@ -53,8 +53,9 @@ fuzz-build: setup
 fuzz: fuzz-build
 	bash tools/fuzz/libfuzzer/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
-# ctest (LeakSanitizer on) and a Python subset (LD_PRELOADed ASan runtime) against the sanitized EP.
-sanitize: fuzz-build
+# ctest (LeakSanitizer on) and a Python subset (LD_PRELOADed ASan runtime) against the sanitized EP;
+# VALGRIND=1 adds valgrind memcheck of the host test from the normal build.
+sanitize: fuzz-build build
 	bash tools/fuzz/sanitize.sh $(FUZZ_BUILD)
 
 clean:

@@ -69,43 +69,71 @@ Host& GetHost() {
   return *host;
 }
 
-// Small values (-1..3, unsigned 0..4, bool alternating) keep indices, axes and shapes mostly
-// in range, so runs get past input validation into the kernels.
-void FillSmallValues(ONNXTensorElementDataType type, void* data, int64_t n) {
-  static const uint16_t kHalf[] = {0xBC00, 0x0000, 0x3C00, 0x4000, 0x4200};
-  static const uint16_t kBf16[] = {0xBF80, 0x0000, 0x3F80, 0x4000, 0x4040};
-  for (int64_t i = 0; i < n; ++i) {
-    const int k = static_cast<int>((i * 7 + 3) % 5);
-    const int v = k - 1;
-    switch (type) {
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: static_cast<float*>(data)[i] = v * 0.75f; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE: static_cast<double*>(data)[i] = v * 0.75; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: static_cast<uint16_t*>(data)[i] = kHalf[k]; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16: static_cast<uint16_t*>(data)[i] = kBf16[k]; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: static_cast<int8_t*>(data)[i] = v; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16: static_cast<int16_t*>(data)[i] = v; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: static_cast<int32_t*>(data)[i] = v; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64: static_cast<int64_t*>(data)[i] = v; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: static_cast<uint8_t*>(data)[i] = k; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16: static_cast<uint16_t*>(data)[i] = k; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: static_cast<uint32_t*>(data)[i] = k; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64: static_cast<uint64_t*>(data)[i] = k; break;
-      case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: static_cast<bool*>(data)[i] = i % 2; break;
-      default: return;
-    }
-  }
+// Small values (-1..3 as k - 1, unsigned 0..4 as k, bool alternating) keep indices, axes and
+// shapes mostly in range, so runs get past input validation into the kernels.
+int SmallValue(int64_t i) { return static_cast<int>((i * 7 + 3) % 5); }
+
+template <typename T>
+void FillInts(void* data, int64_t n, int offset) {
+  for (int64_t i = 0; i < n; ++i) static_cast<T*>(data)[i] = static_cast<T>(SmallValue(i) + offset);
 }
 
-bool IsFillable(ONNXTensorElementDataType t) {
-  switch (t) {
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT: case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16: case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8: case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32: case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8: case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32: case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64:
-    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL: return true;
-    default: return false;
+template <typename T>
+void FillFloats(void* data, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) static_cast<T*>(data)[i] = static_cast<T>((SmallValue(i) - 1) * 0.75);
+}
+
+// float16 / bfloat16 bit patterns of -0.75, 0, 0.75, 1.5, 2.25 (the float fill's values).
+void FillHalves(void* data, int64_t n, bool bfloat) {
+  static const uint16_t kHalf[] = {0xBA00, 0x0000, 0x3A00, 0x3E00, 0x4080};
+  static const uint16_t kBf16[] = {0xBF40, 0x0000, 0x3F40, 0x3FC0, 0x4010};
+  for (int64_t i = 0; i < n; ++i) static_cast<uint16_t*>(data)[i] = (bfloat ? kBf16 : kHalf)[SmallValue(i)];
+}
+
+// False for element types the harness does not feed (strings, float8, int4, ...).
+bool FillSmallValues(ONNXTensorElementDataType type, void* data, int64_t n) {
+  switch (type) {
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT:
+      FillFloats<float>(data, n);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_DOUBLE:
+      FillFloats<double>(data, n);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_FLOAT16:
+      FillHalves(data, n, false);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BFLOAT16:
+      FillHalves(data, n, true);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT8:
+      FillInts<int8_t>(data, n, -1);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT16:
+      FillInts<int16_t>(data, n, -1);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT32:
+      FillInts<int32_t>(data, n, -1);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_INT64:
+      FillInts<int64_t>(data, n, -1);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT8:
+      FillInts<uint8_t>(data, n, 0);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT16:
+      FillInts<uint16_t>(data, n, 0);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT32:
+      FillInts<uint32_t>(data, n, 0);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_UINT64:
+      FillInts<uint64_t>(data, n, 0);
+      return true;
+    case ONNX_TENSOR_ELEMENT_DATA_TYPE_BOOL:
+      for (int64_t i = 0; i < n; ++i) static_cast<bool*>(data)[i] = i % 2;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -121,7 +149,6 @@ bool MakeFeeds(Ort::Session& session, std::vector<std::string>& names, std::vect
     if (type.GetONNXType() != ONNX_TYPE_TENSOR) return false;
     auto info = type.GetTensorTypeAndShapeInfo();
     const ONNXTensorElementDataType elem = info.GetElementType();
-    if (!IsFillable(elem)) return false;
     std::vector<int64_t> shape = info.GetShape();
     int64_t elements = 1;
     for (int64_t& d : shape) {
@@ -131,7 +158,7 @@ bool MakeFeeds(Ort::Session& session, std::vector<std::string>& names, std::vect
       if (elements > kMaxFeedElements) return false;
     }
     feeds.push_back(Ort::Value::CreateTensor(alloc, shape.data(), shape.size(), elem));
-    FillSmallValues(elem, feeds.back().GetTensorMutableRawData(), elements);
+    if (!FillSmallValues(elem, feeds.back().GetTensorMutableRawData(), elements)) return false;
   }
   return true;
 }
