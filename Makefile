@@ -5,8 +5,11 @@ VENV := $(ROOT)/.venv
 PY := $(VENV)/bin/python
 BUILD := $(ROOT)/build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# Sanitizer + fuzzing build (clang, ASan + UBSan + libFuzzer coverage on the EP's own code).
+FUZZ_BUILD := $(ROOT)/build-fuzz
+FUZZ_SECONDS ?= 600
 
-.PHONY: setup build test test-cpp test-python conformance demo bench format clean
+.PHONY: setup build test test-cpp test-python conformance demo bench format clean fuzz-build fuzz sanitize
 
 setup:
 	@bash scripts/setup.sh
@@ -37,6 +40,23 @@ bench: build
 
 format:
 	clang-format -i src/*/*.cc src/*/*.h src/blas/*.c tests/cpp/*.cc tests/cpp/*.h tools/list_ops/*.cc
+
+# The EP, its C++ tests and the libFuzzer target under ASan + UBSan, in build-fuzz/ (the normal
+# build is untouched; MLX and ORT stay uninstrumented). docs/reliability.md has the figures.
+fuzz-build: setup
+	@MLX_DIR=$$($(PY) -c "import mlx, os; print(list(mlx.__path__)[0])"); \
+	cmake -S . -B $(FUZZ_BUILD) -DMLX_ROOT=$$MLX_DIR -DPython_EXECUTABLE=$(PY) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO='-O1 -DNDEBUG' \
+	  -DCMAKE_C_FLAGS_RELWITHDEBINFO='-O1 -DNDEBUG' 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DMLX_EP_SANITIZE=address,undefined -DMLX_EP_FUZZ=ON >/dev/null && \
+	cmake --build $(FUZZ_BUILD) -j$(JOBS)
+
+# libFuzzer over model bytes for FUZZ_SECONDS (default 600); crashes land in build-fuzz/fuzz-artifacts/.
+fuzz: fuzz-build
+	bash tools/fuzz/libfuzzer/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# ctest (LeakSanitizer on) and a Python subset (LD_PRELOADed ASan runtime) against the sanitized EP;
+# VALGRIND=1 adds valgrind memcheck of the host test from the normal build.
+sanitize: fuzz-build build
+	bash tools/fuzz/sanitize.sh $(FUZZ_BUILD)
 
 clean:
 	rm -rf $(BUILD)

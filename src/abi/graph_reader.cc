@@ -129,13 +129,15 @@ Node ReadNode(const Ort::ConstNode& ort_node, Graph& g, size_t max_constant_byte
 Graph ReadConstGraph(Ort::ConstGraph graph, size_t max_constant_bytes) {
   Graph g;
   g.name = graph.GetName();
+  // A graph input/output with an empty name has no value info (ORT hands a null one): keep its
+  // position with an empty name, as node inputs/outputs do (found by the libFuzzer target).
   for (const auto& vi : graph.GetInputs()) {
     Record(g, vi, max_constant_bytes);
-    g.inputs.push_back(vi.GetName());
+    g.inputs.push_back(vi == nullptr ? std::string() : vi.GetName());
   }
   for (const auto& vi : graph.GetOutputs()) {
     Record(g, vi, max_constant_bytes);
-    g.outputs.push_back(vi.GetName());
+    g.outputs.push_back(vi == nullptr ? std::string() : vi.GetName());
   }
   for (const auto& vi : graph.GetInitializers()) Record(g, vi, max_constant_bytes);
   for (const auto& ort_node : graph.GetNodes()) g.nodes.push_back(ReadNode(ort_node, g, max_constant_bytes));

@@ -96,8 +96,10 @@ mx::array RangeOf(const OpContext& c, mx::Dtype dtype) {
       std::ceil((static_cast<double>(limit) - static_cast<double>(start)) / static_cast<double>(delta));
   // ORT 1.31 rejects a NaN or infinite count (NaN start/limit/delta, infinite limit).
   if (!std::isfinite(count)) c.Fail("the computed number of elements is not a finite value");
+  // Checked before the conversion: a count beyond int64's range (1e37) makes it undefined
+  // (found by the libFuzzer target under UBSan).
+  if (count > std::numeric_limits<int32_t>::max()) c.Fail("the output is too large");
   const int64_t n = count > 0 ? static_cast<int64_t>(count) : 0;
-  if (n > std::numeric_limits<int32_t>::max()) c.Fail("the output is too large");
   std::vector<T> values(n);
   for (int64_t i = 0; i < n; ++i) {
     values[i] = start;

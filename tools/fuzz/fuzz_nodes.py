@@ -223,7 +223,7 @@ def main(argv=None) -> int:
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--only", type=int, nargs="*", help="replay these mutant indices")
     ap.add_argument("--timeout", type=float, default=30.0, help="seconds per mutant (both EPs)")
-    ap.add_argument("--mem-gb", type=float, default=6.0, help="address-space limit of each worker")
+    ap.add_argument("--mem-gb", type=float, default=6.0, help="address-space limit of each worker (0: none, for ASan)")
     ap.add_argument("--report", type=Path, default=ROOT / "build" / "reports" / "fuzz.json")
     ap.add_argument("--keep", type=Path, help="keep mutants here (default: a temporary directory)")
     args = ap.parse_args(argv)

@@ -17,8 +17,9 @@ def main():
     ap.add_argument("--ep", choices=["cpu", "mlx"], required=True)
     ap.add_argument("--mem-gb", type=float, default=6.0)
     args = ap.parse_args()
-    limit = int(args.mem_gb * (1 << 30))
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if args.mem_gb > 0:  # 0: no limit (under ASan, whose shadow memory needs terabytes of address space)
+        limit = int(args.mem_gb * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     import onnxruntime as ort
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
