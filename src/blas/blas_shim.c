@@ -31,9 +31,9 @@
  * load average of 9 (1 thread: a few ms). So while the 1-minute load average exceeds the CPUs
  * this process may use by more than half a CPU, GEMMs run on one thread; checked at most every
  * 100 ms, before a GEMM. */
-static int fit_to_load = 0;         /* the default policy is in force */
-static int configured_threads = 1;  /* what the policy chose for an idle machine */
-static int active_threads = 1;      /* what OpenBLAS was last told */
+static int fit_to_load = 0;        /* the default policy is in force */
+static int configured_threads = 1; /* what the policy chose for an idle machine */
+static int active_threads = 1;     /* what OpenBLAS was last told */
 static int process_cpus = 1;
 static atomic_llong next_check_ns;
 
@@ -99,7 +99,8 @@ SHIM_EXPORT void onnxruntime_ep_mlx_blas_configure_threads(int num_threads, int 
     scipy_openblas_set_threads_callback_function(blas_pool_callback());
     pool_installed = 1;
     cpu_set_t cpus;
-    if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 0) process_cpus = CPU_COUNT(&cpus);
+    if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 0)
+      process_cpus = CPU_COUNT(&cpus);
   }
   /* OpenBLAS never hands over a batch of more jobs than its thread count: cap it to the jobs
    * the pool can run at once. */

@@ -130,7 +130,8 @@ class Worker {
     // every device the EP may use (a GPU runtime runs graphs with empty tensors on the CPU),
     // while the pool's constructor waits (see MlxPool): workers creating their streams at once
     // corrupted the heap inside MLX's new_stream (a double free, 1 process start in about 40).
-    for (const mlx::core::Device device : {mlx::core::Device(mlx::core::Device::cpu), mlx::core::default_device()}) {
+    for (const mlx::core::Device device :
+         {mlx::core::Device(mlx::core::Device::cpu), mlx::core::default_device()}) {
       try {
         if (mlx::core::is_available(device)) (void)mlx::core::default_stream(device);
       } catch (...) {

@@ -8,15 +8,10 @@
 #include "common/log.h"
 #include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
+#include "runtime/runner_internal.h"
 
 namespace mlx_ep {
 namespace {
-
-size_t ByteSize(const InputTensor& t) {
-  size_t n = ElemSize(t.type);
-  for (int64_t d : t.shape) n *= static_cast<size_t>(d);
-  return n;
-}
 
 // Binds one input as an MLX array, without a copy where MLX can read ORT's memory: on the CPU
 // device ORT's host memory, on a GPU the MLX memory the EP lent ORT (runtime/memory.h). The
@@ -191,27 +186,6 @@ PartitionRunner::SignatureKey PartitionRunner::MakeKey(
   return key;
 }
 
-std::vector<std::pair<size_t, size_t>> PartitionRunner::DynamicDims(const std::vector<InputTensor>& inputs) {
-  WorkerCache& w = caches_.at(CurrentMlxWorker());
-  if (w.first_shapes.empty()) {
-    for (const InputTensor& t : inputs) {
-      w.first_shapes.push_back(t.shape);
-      w.varying.emplace_back(t.shape.size(), false);
-    }
-    return {};
-  }
-  std::vector<std::pair<size_t, size_t>> dims;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const std::vector<int64_t>& shape = inputs[i].shape;
-    if (shape.size() != w.first_shapes[i].size() || plan_.input_is_host[i]) continue;
-    for (size_t a = 0; a < shape.size(); ++a) {
-      if (shape[a] != w.first_shapes[i][a]) w.varying[i][a] = true;
-      if (w.varying[i][a] && !w.static_dims.count({i, a})) dims.emplace_back(i, a);
-    }
-  }
-  return dims;
-}
-
 std::vector<std::shared_ptr<const Tensor>> PartitionRunner::HostValues(
     const std::vector<InputTensor>& inputs) const {
   std::vector<std::shared_ptr<const Tensor>> host(inputs.size());
@@ -222,110 +196,6 @@ std::vector<std::shared_ptr<const Tensor>> PartitionRunner::HostValues(
     host[i] = std::make_shared<Tensor>(Tensor{t.type, t.shape, std::vector<uint8_t>(p, p + ByteSize(t))});
   }
   return host;
-}
-
-PartitionRunner::CacheEntry PartitionRunner::MakeDynamicEntry(
-    const std::vector<std::pair<size_t, size_t>>& dims, const std::vector<InputTensor>& inputs,
-    const std::vector<mx::array>& arrays) {
-  auto d = std::make_shared<DynamicEntry>();
-  d->dims = dims;
-  for (const mx::array& a : arrays) {
-    d->axes.emplace_back(a.ndim(), -1);
-    d->trace_shapes.push_back(a.shape());
-    d->dtypes.push_back(a.dtype());
-  }
-  for (size_t s = 0; s < dims.size(); ++s) d->axes[dims[s].first][dims[s].second] = static_cast<int>(s);
-  d->device = RuntimeDevice();
-  d->prologue = FindPrologue(plan_, d->axes, arrays, mx::default_stream(d->device));
-  auto host = HostValues(inputs);
-  std::vector<const Tensor*> host_ptrs(host.size(), nullptr);
-  for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
-  auto messages = std::make_shared<std::vector<std::string>>();
-  auto assumptions = std::make_shared<std::vector<bool>>();
-  auto updates = std::make_shared<std::vector<InPlaceOutput>>();
-  // fn's inputs: the static inputs, the dynamic ones' shapes (int64 [rank]), the prologue's
-  // values. The dynamic inputs themselves are placeholders of their shape when traced.
-  auto unpack = [d](const std::vector<mx::array>& in, std::vector<mx::array>& full, DynamicTrace& t) {
-    t = DynamicTrace{&d->axes, &d->prologue, {}, {}};
-    size_t next = 0;
-    for (size_t i = 0; i < d->axes.size(); ++i)
-      full.push_back(d->IsDynamic(i) ? mx::zeros(d->trace_shapes[i], d->dtypes[i]) : in.at(next++));
-    for (size_t i = 0; i < d->axes.size(); ++i)
-      t.runtime_shapes.push_back(d->IsDynamic(i) ? std::optional<mx::array>(in.at(next++)) : std::nullopt);
-    while (next < in.size()) t.boundary.push_back(in[next++]);
-  };
-  if (d->device != mx::Device(mx::Device::cpu)) {
-    // As ChooseDevice: a graph holding an empty value must not run on a GPU. The main graph's
-    // shapes are the same for every run of the key, so one trace tells.
-    std::vector<mx::array> full;
-    DynamicTrace t;
-    unpack(DynamicInputs(*d, arrays), full, t);
-    TraceInfo info;
-    TracePlan(plan_, full, host_ptrs, mx::default_stream(d->device), &info, &t);
-    if (info.saw_empty) throw DynamicShapeUnsupported("[MlxEp] an empty value with dynamic dims on a GPU");
-  }
-  auto traced = [this, host_ptrs, d, messages, assumptions, updates, unpack](const std::vector<mx::array>& in) {
-    std::vector<mx::array> full;
-    DynamicTrace t;
-    unpack(in, full, t);
-    return Trace(full, host_ptrs, d->device, messages.get(), assumptions.get(), &t, updates.get());
-  };
-  return CacheEntry{mx::compile(traced), std::move(host), {}, messages, assumptions, d, updates};
-}
-
-std::vector<mx::array> PartitionRunner::CallDynamic(CacheEntry& entry, const std::vector<mx::array>& arrays) {
-  return entry.fn(DynamicInputs(*entry.dynamic, arrays));
-}
-
-std::vector<mx::array> PartitionRunner::DynamicInputs(const DynamicEntry& d,
-                                                      const std::vector<mx::array>& arrays) {
-  std::vector<mx::array> in;
-  for (size_t i = 0; i < arrays.size(); ++i)
-    if (!d.IsDynamic(i)) in.push_back(arrays[i]);
-  for (size_t i = 0; i < arrays.size(); ++i) {
-    if (!d.IsDynamic(i)) continue;
-    const std::vector<int64_t> dims(arrays[i].shape().begin(), arrays[i].shape().end());
-    in.push_back(mx::array(dims.begin(), mx::Shape{static_cast<int>(dims.size())}, mx::int64));
-  }
-  for (mx::array& v : RunPrologue(plan_, d.prologue, arrays, mx::default_stream(d.device))) in.push_back(v);
-  return in;
-}
-
-std::optional<std::vector<mx::array>> PartitionRunner::EvaluateDynamic(const std::vector<InputTensor>& inputs,
-                                                                       const std::vector<mx::array>& arrays,
-                                                                       Evaluated& used) {
-  for (;;) {
-    const std::vector<std::pair<size_t, size_t>> dims = DynamicDims(inputs);
-    if (dims.empty()) return std::nullopt;
-    // Empty tensors run on MLX's CPU device (ChooseDevice): leave them to the per-shape path.
-    for (const auto& [input, axis] : dims)
-      if (ByteSize(inputs[input]) == 0) return std::nullopt;
-    const SignatureKey key = MakeKey(inputs, &dims);
-    try {
-      CacheEntry* entry = Find(key, false);
-      const bool hit = entry != nullptr;
-      std::vector<mx::array> outputs;
-      if (hit) {
-        outputs = CallDynamic(*entry, arrays);
-      } else {
-        // Traced before it joins the cache, so that a failed attempt evicts nothing.
-        CacheEntry made = MakeDynamicEntry(dims, inputs, arrays);
-        outputs = CallDynamic(made, arrays);
-        entry = &Insert(key, std::move(made));
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        ++(hit ? stats_.cache_hits : stats_.cache_misses);
-      }
-      used = {entry->check_messages, entry->check_is_assumption, key, entry->in_place};
-      return outputs;
-    } catch (const DynamicShapeUnsupported& e) {
-      // Exact for no value of these dims: they are static from now on.
-      Erase(key);
-      if (e.symbols.empty()) caches_.at(CurrentMlxWorker()).static_dims.insert(dims.begin(), dims.end());
-      for (int s : e.symbols) caches_.at(CurrentMlxWorker()).static_dims.insert(dims.at(s));
-    }
-  }
 }
 
 std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>& inputs,
@@ -375,8 +245,8 @@ void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const 
     const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
     const char* refusal = DeviceMemoryEnabled() ? AdoptRefusal(a) : "";
     if (refusal && *refusal && !logged_refusal_.exchange(true) && EnvFlag(env::kVerbose))
-      LogLine("partition " + plan_.name + ": output " + std::to_string(k) + " is copied, not handed to ORT: " +
-              refusal);
+      LogLine("partition " + plan_.name + ": output " + std::to_string(k) +
+              " is copied, not handed to ORT: " + refusal);
     if (!refusal) {
       // ORT allocates the output from the EP's allocator: it gets MLX's buffer itself.
       AdoptScope scope(a);
@@ -401,7 +271,8 @@ void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const 
 std::vector<mx::array> PartitionRunner::EvaluateChecked(const std::vector<InputTensor>& inputs,
                                                         const std::vector<mx::array>& arrays,
                                                         const OutputSink& sink, Evaluated& used,
-                                                        std::vector<void*>& given, std::vector<bool>& aliased) {
+                                                        std::vector<void*>& given,
+                                                        std::vector<bool>& aliased) {
   const size_t n = plan_.output_names.size();
   for (;;) {
     used = Evaluated{};
@@ -413,8 +284,8 @@ std::vector<mx::array> PartitionRunner::EvaluateChecked(const std::vector<InputT
       mx::eval(outputs.at(n));
       const int32_t failed = outputs.at(n).item<int32_t>();
       const auto& assumptions = used.check_is_assumption;
-      if (failed >= 0 && used.dynamic_key && assumptions && static_cast<size_t>(failed) < assumptions->size() &&
-          (*assumptions)[failed]) {
+      if (failed >= 0 && used.dynamic_key && assumptions &&
+          static_cast<size_t>(failed) < assumptions->size() && (*assumptions)[failed]) {
         // A function with dynamic dims that does not hold for these inputs (nothing was written
         // yet): its dims are static from now on, and the run is traced for its shapes.
         if (CacheEntry* entry = Find(*used.dynamic_key, false))
@@ -474,71 +345,6 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
     return dst;
   };
   WriteOutputs(outputs, give, aliased);
-}
-
-void PartitionRunner::EvalExceptAliased(const std::vector<mx::array>& outputs,
-                                        const std::vector<InPlaceOutput>& in_place,
-                                        const std::vector<bool>& aliased, bool has_checks) {
-  const size_t n = plan_.output_names.size();
-  std::vector<mx::array> needed;
-  for (size_t k = 0; k < n; ++k)
-    if (!aliased[k]) needed.push_back(outputs[k]);
-  if (has_checks) needed.push_back(outputs.at(n));
-  for (const InPlaceOutput& e : in_place)
-    if (aliased[e.output]) needed.insert(needed.end(), {outputs[e.rows], outputs[e.offsets]});
-  mx::eval(needed);  // `needed` dies here: a second reference would keep outputs from being adopted
-}
-
-void PartitionRunner::ProbeInPlace(const std::vector<InputTensor>& inputs,
-                                   const std::vector<mx::array>& outputs,
-                                   const std::vector<InPlaceOutput>& in_place, const OutputSink& sink,
-                                   std::vector<void*>& given, std::vector<bool>& aliased) {
-  for (const InPlaceOutput& e : in_place) {
-    const mx::array& a = outputs[e.output];
-    const InputTensor& t = inputs[e.input];
-    const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
-    if (shape != t.shape || a.nbytes() != ByteSize(t) || a.nbytes() == 0 || !t.data || given[e.output])
-      continue;
-    // ORT's buffer for an output it did not bind is allocated here; with device memory that
-    // would forgo adopting MLX's own buffer, so it is asked for early only once seen aliased.
-    if (DeviceMemoryEnabled() && !alias_seen_[e.output]) continue;
-    given[e.output] = sink(e.output, shape, a.nbytes());  // the sink checks ORT's size
-    aliased[e.output] = given[e.output] == t.data;
-    if (aliased[e.output]) alias_seen_[e.output] = true;
-  }
-}
-
-bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
-                                   const std::vector<InPlaceOutput>& in_place,
-                                   const std::vector<void*>& given, const std::vector<bool>& aliased) {
-  for (const InPlaceOutput& e : in_place) {
-    if (!aliased[e.output]) continue;
-    const mx::array& offsets = outputs[e.offsets];
-    const int64_t room = outputs[e.output].shape(e.axis) - outputs[e.rows].shape(e.axis);
-    const int32_t* off = offsets.data<int32_t>();
-    if (!std::all_of(off, off + offsets.size(), [&](int32_t o) { return o >= 0 && o <= room; })) return false;
-  }
-  uint64_t in_place_bytes = 0;
-  for (const InPlaceOutput& e : in_place) {
-    if (!aliased[e.output]) continue;
-    const mx::array &rows = outputs[e.rows], &offsets = outputs[e.offsets];
-    const mx::Shape& shape = outputs[e.output].shape();
-    size_t outer = 1, per_entry = 1, inner = rows.itemsize();  // rows are row-contiguous
-    for (int d = 0; d < e.axis; ++d) outer *= static_cast<size_t>(shape[d]);
-    for (int d = 1; d < e.axis; ++d) per_entry *= static_cast<size_t>(shape[d]);
-    for (size_t d = e.axis + 1; d < shape.size(); ++d) inner *= static_cast<size_t>(shape[d]);
-    const size_t len = static_cast<size_t>(shape[e.axis]), seq = static_cast<size_t>(rows.shape(e.axis));
-    auto* dst = static_cast<uint8_t*>(given[e.output]);
-    const uint8_t* src = rows.data<uint8_t>();
-    const int32_t* off = offsets.data<int32_t>();
-    for (size_t o = 0; o < outer; ++o)
-      std::memcpy(dst + (o * len + static_cast<size_t>(off[o / per_entry])) * inner, src + o * seq * inner,
-                  seq * inner);
-    in_place_bytes += rows.nbytes();
-  }
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.bytes_out_in_place += in_place_bytes;
-  return true;
 }
 
 }  // namespace mlx_ep

@@ -117,7 +117,7 @@ class PartitionRunner {
   struct Evaluated {
     std::shared_ptr<std::vector<std::string>> check_messages;
     std::shared_ptr<std::vector<bool>> check_is_assumption;
-    std::optional<SignatureKey> dynamic_key;  ///< the key of the dynamic entry used
+    std::optional<SignatureKey> dynamic_key;               ///< the key of the dynamic entry used
     std::shared_ptr<std::vector<InPlaceOutput>> in_place;  ///< fn's in-place outputs
   };
 
@@ -196,8 +196,9 @@ class PartitionRunner {
   /** Evaluate, then the outputs (but those written in place: `aliased`, their buffers `given`)
    *  and the runtime checks; a failed assumption of a dynamic function retraces for the shapes.
    *  Throws the message of any other failed check. */
-  std::vector<mx::array> EvaluateChecked(const std::vector<InputTensor>& inputs, const std::vector<mx::array>& arrays,
-                                         const OutputSink& sink, Evaluated& used, std::vector<void*>& given,
+  std::vector<mx::array> EvaluateChecked(const std::vector<InputTensor>& inputs,
+                                         const std::vector<mx::array>& arrays, const OutputSink& sink,
+                                         Evaluated& used, std::vector<void*>& given,
                                          std::vector<bool>& aliased);
   /** The body of Run, on an MLX worker. */
   void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);

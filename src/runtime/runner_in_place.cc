@@ -1,0 +1,77 @@
+// PartitionRunner: outputs written in place into their input's buffer (docs/kv_cache.md).
+#include <algorithm>
+#include <cstring>
+
+#include "runtime/memory.h"
+#include "runtime/mlx_thread.h"
+#include "runtime/runner.h"
+#include "runtime/runner_internal.h"
+
+namespace mlx_ep {
+
+void PartitionRunner::EvalExceptAliased(const std::vector<mx::array>& outputs,
+                                        const std::vector<InPlaceOutput>& in_place,
+                                        const std::vector<bool>& aliased, bool has_checks) {
+  const size_t n = plan_.output_names.size();
+  std::vector<mx::array> needed;
+  for (size_t k = 0; k < n; ++k)
+    if (!aliased[k]) needed.push_back(outputs[k]);
+  if (has_checks) needed.push_back(outputs.at(n));
+  for (const InPlaceOutput& e : in_place)
+    if (aliased[e.output]) needed.insert(needed.end(), {outputs[e.rows], outputs[e.offsets]});
+  mx::eval(needed);  // `needed` dies here: a second reference would keep outputs from being adopted
+}
+
+void PartitionRunner::ProbeInPlace(const std::vector<InputTensor>& inputs,
+                                   const std::vector<mx::array>& outputs,
+                                   const std::vector<InPlaceOutput>& in_place, const OutputSink& sink,
+                                   std::vector<void*>& given, std::vector<bool>& aliased) {
+  for (const InPlaceOutput& e : in_place) {
+    const mx::array& a = outputs[e.output];
+    const InputTensor& t = inputs[e.input];
+    const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
+    if (shape != t.shape || a.nbytes() != ByteSize(t) || a.nbytes() == 0 || !t.data || given[e.output])
+      continue;
+    // ORT's buffer for an output it did not bind is allocated here; with device memory that
+    // would forgo adopting MLX's own buffer, so it is asked for early only once seen aliased.
+    if (DeviceMemoryEnabled() && !alias_seen_[e.output]) continue;
+    given[e.output] = sink(e.output, shape, a.nbytes());  // the sink checks ORT's size
+    aliased[e.output] = given[e.output] == t.data;
+    if (aliased[e.output]) alias_seen_[e.output] = true;
+  }
+}
+
+bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
+                                   const std::vector<InPlaceOutput>& in_place,
+                                   const std::vector<void*>& given, const std::vector<bool>& aliased) {
+  for (const InPlaceOutput& e : in_place) {
+    if (!aliased[e.output]) continue;
+    const mx::array& offsets = outputs[e.offsets];
+    const int64_t room = outputs[e.output].shape(e.axis) - outputs[e.rows].shape(e.axis);
+    const int32_t* off = offsets.data<int32_t>();
+    if (!std::all_of(off, off + offsets.size(), [&](int32_t o) { return o >= 0 && o <= room; })) return false;
+  }
+  uint64_t in_place_bytes = 0;
+  for (const InPlaceOutput& e : in_place) {
+    if (!aliased[e.output]) continue;
+    const mx::array &rows = outputs[e.rows], &offsets = outputs[e.offsets];
+    const mx::Shape& shape = outputs[e.output].shape();
+    size_t outer = 1, per_entry = 1, inner = rows.itemsize();  // rows are row-contiguous
+    for (int d = 0; d < e.axis; ++d) outer *= static_cast<size_t>(shape[d]);
+    for (int d = 1; d < e.axis; ++d) per_entry *= static_cast<size_t>(shape[d]);
+    for (size_t d = e.axis + 1; d < shape.size(); ++d) inner *= static_cast<size_t>(shape[d]);
+    const size_t len = static_cast<size_t>(shape[e.axis]), seq = static_cast<size_t>(rows.shape(e.axis));
+    auto* dst = static_cast<uint8_t*>(given[e.output]);
+    const uint8_t* src = rows.data<uint8_t>();
+    const int32_t* off = offsets.data<int32_t>();
+    for (size_t o = 0; o < outer; ++o)
+      std::memcpy(dst + (o * len + static_cast<size_t>(off[o / per_entry])) * inner, src + o * seq * inner,
+                  seq * inner);
+    in_place_bytes += rows.nbytes();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_out_in_place += in_place_bytes;
+  return true;
+}
+
+}  // namespace mlx_ep
