@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "bench"))
 import onnxruntime_ep_mlx as mlx_ep  # noqa: E402
+from bench_iobinding import bound_runner, mlx_value_maker  # noqa: E402
 from timing import median_ms  # noqa: E402
 
 
@@ -79,33 +80,6 @@ def ort_session(path, providers):
     return ort.InferenceSession(str(path), so, providers=providers)
 
 
-def bound_runner(sess, feeds, make_value, out_device):
-    values = {k: make_value(v) for k, v in feeds.items()}
-    io = sess.io_binding()
-    for k, v in values.items():
-        io.bind_ortvalue_input(k, v)
-    for o in sess.get_outputs():
-        io.bind_output(o.name, *out_device)
-
-    def run():
-        sess.run_with_iobinding(io)
-
-    return run, io, values
-
-
-def mlx_values():
-    memory = mlx_ep.device_memory_info()
-    if memory is None:
-        return None
-
-    def make(x):
-        v = ort.OrtValue.ortvalue_from_shape_and_type(list(x.shape), x.dtype, memory_info=memory)
-        ort.copy_tensors([ort.OrtValue.ortvalue_from_numpy(x)], [v])
-        return v
-
-    return make
-
-
 def bench_precision(path, model, feeds, half, iters):
     row = {"precision": "fp16" if half else "fp32"}
     mlx = ort_session(path, ["MLXExecutionProvider"])
@@ -115,15 +89,15 @@ def bench_precision(path, model, feeds, half, iters):
     row["max_abs_diff_vs_cuda"] = float(np.max(np.abs(got.astype(np.float32) - ref.astype(np.float32))))
     row["partitions"] = len(mlx_ep.claim_report(str(path))["graphs"][0]["partitions"])
     fns = {"mlx_run": lambda: mlx.run(None, feeds), "cuda_run": lambda: cuda.run(None, feeds)}
-    make = mlx_values()
-    keep = []
-    if make is not None:
-        run, io, vals = bound_runner(mlx, feeds, make, mlx_ep.binding_device())
+    make, out_device = mlx_value_maker()
+    keep = []  # the bound values must outlive the timed runs
+    if mlx_ep.device_memory_info() is not None:
+        run, vals = bound_runner(mlx, feeds, make, out_device)
         fns["mlx_iobinding"] = run
-        keep += [io, vals]
-    run, io, vals = bound_runner(cuda, feeds, lambda x: ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0), ("cuda", 0))
+        keep.append(vals)
+    run, vals = bound_runner(cuda, feeds, lambda x: ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0), ("cuda", 0))
     fns["cuda_iobinding"] = run
-    keep += [io, vals]
+    keep.append(vals)
     fns["torch_eager"] = torch_runner(model, feeds, half)
     t0 = time.perf_counter()
     for name, ms in zip(fns, median_ms(list(fns.values()), warmup=3, iters=iters)):

@@ -49,16 +49,20 @@ def test_exported_model_is_one_mlx_partition(name):
     path = MODELS / f"{name}.onnx"
     feeds_list = CASES[name]
     outs, report, providers = run_mlx_with_report(str(path), feeds_list)
-    (graph,) = report["graphs"]
-    assert graph["declined"] == [], [(d["op_type"], d["reason"]) for d in graph["declined"]]
-    assert len(graph["partitions"]) == 1, graph["boundaries"]
-    assert providers == [EP], providers  # the one fused node; nothing ran on CPU
+    assert_one_mlx_partition(report, providers)
     for feeds, got in zip(feeds_list, outs):
         ref = run_cpu_session(path, feeds)
         for g, r in zip(got, ref):
             # fp32 through a few layers: ORT and MLX sum in different orders, so compare at
             # the fp32 tolerance relative to the output's scale.
             assert_close(g, r, rtol=1e-5, atol=1e-5 * float(np.abs(r).max()), what=name)
+
+
+def assert_one_mlx_partition(report, providers):
+    (graph,) = report["graphs"]
+    assert graph["declined"] == [], [(d["op_type"], d["reason"]) for d in graph["declined"]]
+    assert len(graph["partitions"]) == 1, graph["boundaries"]
+    assert providers == [EP], providers  # the one fused node; nothing ran on CPU
 
 
 def run_cpu_session(path, feeds):
@@ -81,10 +85,7 @@ def test_float16_conversion_is_one_mlx_partition(name, tmp_path):
     onnx.save(convert_float_to_float16(onnx.load(str(MODELS / f"{name}.onnx")), keep_io_types=True), str(path))
     feeds_list = CASES[name]
     outs, report, providers = run_mlx_with_report(str(path), feeds_list)
-    (graph,) = report["graphs"]
-    assert graph["declined"] == [], [(d["op_type"], d["reason"]) for d in graph["declined"]]
-    assert len(graph["partitions"]) == 1, graph["boundaries"]
-    assert providers == [EP], providers
+    assert_one_mlx_partition(report, providers)
     for feeds, got in zip(feeds_list, outs):
         truth = run_cpu_session(MODELS / f"{name}.onnx", feeds)  # the float32 model
         ort16 = run_cpu_session(path, feeds)
