@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# One GPU session in few device calls (tools/gpu/README.md). The device tool carries at most
+# 64 MiB per call and the machine goes back 30 s after a call, so the wheels travel as six parts
+# of one bundle, one per call, and the slow set-up (install, build, LLM models) starts in the
+# background as soon as the parts that hold it have arrived:
+#
+#   here:    bash tools/gpu/device_session.sh bundle      -> .gpu/s00 ... .gpu/s05
+#   device:  bash tools/gpu/device_session.sh park [STEP...]   (carry .gpu/sNN; back to back)
+#            bash tools/gpu/device_session.sh run STEP...      (what to run; see run_step)
+#
+# Bundle order: mlx-cuda-13, the ORT headers (.deps/prefix), onnxruntime-genai-cuda, MLX's Python
+# package, onnxruntime-gpu. The first two parts hold everything but onnxruntime-gpu: the
+# background job installs them, builds the EP in /tmp/mlx-ep-gpu/build and builds the LLM
+# models (bench/bench_llm_gpu.py make) while later parts travel. Steps that need ORT's CUDA EP
+# install onnxruntime-gpu once all parts are parked. Logs and reports go to $OUT.
+set -uo pipefail
+W="${MLX_EP_GPU_DIR:-/tmp/mlx-ep-gpu}"
+OUT="${OUT:-$PWD/gpu-out}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+PY=python3
+export PYTHONUNBUFFERED=1
+log() { echo "[gpu $(date +%T)] $*" | tee -a "$OUT/run.log"; }
+
+bundle() {  # here: the wheels of prepare_wheels.sh plus genai-cuda and the headers, in six parts
+  cd "$ROOT" && bash tools/gpu/prepare_wheels.sh >/dev/null
+  local G="$ROOT/.gpu" T && T=$(mktemp -d)
+  cat "$G"/p*/part_* | tar -x -C "$T"
+  [ -n "$(ls "$G"/genai/*.whl 2>/dev/null)" ] || python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d "$G/genai" \
+    "onnxruntime-genai-cuda==$(sed -n 's/^ONNXRUNTIME_GENAI_VERSION=//p' scripts/versions.env)"
+  tar -cf "$T/prefix.tar" -C "$ROOT/.deps" prefix
+  cp "$G"/genai/*.whl "$G"/extra/*.whl "$T/"
+  # Two tars back to back: a.tar (all but onnxruntime-gpu) and b.tar; `sizes` holds a.tar's bytes.
+  (cd "$T" && tar -cf a.tar mlx_cuda_13-*.whl prefix.tar onnxruntime_genai_cuda-*.whl mlx-*.whl \
+    && tar -cf b.tar onnxruntime_gpu-*.whl && stat -c %s a.tar >sizes && cat a.tar b.tar >bundle.bin \
+    && split -n 6 -d bundle.bin part_)
+  rm -rf "$G"/s0* && for p in "$T"/part_*; do mkdir -p "$G/s${p##*_}" && mv "$p" "$G/s${p##*_}/"; done
+  mv "$T/sizes" "$G/s00/sizes"
+  rm -rf "$T" && ls -la "$G"/s0*
+}
+
+extract_ready() {  # a.tar once its bytes have arrived (parts 00.. in order), b.tar once all have
+  mkdir -p "$W/wheels"
+  local parts=() i have=0 a
+  a=$(cat "$W/sizes" 2>/dev/null) || return 0
+  for i in 00 01 02 03 04 05; do
+    [ -f "$W/part_$i" ] || break
+    parts+=("$W/part_$i") && have=$((have + $(stat -c %s "$W/part_$i")))
+  done
+  if [ ! -e "$W/a.done" ] && [ "$have" -ge "$a" ]; then
+    cat "${parts[@]}" | head -c "$a" | tar -x -C "$W/wheels" && touch "$W/a.done"
+  fi
+  if [ ! -e "$W/b.done" ] && [ ${#parts[@]} -eq 6 ]; then
+    cat "${parts[@]}" | tail -c +"$((a + 1))" | tar -x -C "$W/wheels" && touch "$W/b.done"
+  fi
+  return 0
+}
+
+start_background() {
+  cd "$W" || exit 1
+  tar -xf wheels/prefix.tar -C "$W"
+  # MLX into the image's own environment, so libmlx.so's RPATH ($ORIGIN/../../nvidia/*/lib) finds
+  # the CUDA libraries of PyTorch's nvidia-* packages.
+  $PY -m pip install -q --no-index --no-deps --upgrade wheels/mlx_cuda_13-*.whl wheels/mlx-*.whl \
+    && touch "$W/installed.mlx"
+  if configure_and_build; then touch "$W/build.ok"; else touch "$W/build.failed"; fi
+  # onnxruntime-gpu and genai-cuda beside it, in $W/ortgpu (first on PYTHONPATH for the LLM
+  # steps only): the parity tests keep the image's onnxruntime while this installs.
+  wait_for "$W/b.done" /nonexistent 900 || { touch "$W/make.failed"; exit 1; }
+  $PY -m pip install -q --no-index --no-deps --target "$W/ortgpu" wheels/onnxruntime_gpu-*.whl \
+    wheels/onnxruntime_genai_cuda-*.whl && touch "$W/installed.ort"
+  ort_gpu_env
+  # The LLM models for bench/bench_llm_gpu.py (PyTorch, transformers and genai's builder).
+  $PY "$W/src/bench/bench_llm_gpu.py" make --work "$W/llm" ${MAKE_ARGS:-} >"$W/make.log" 2>&1 \
+    && touch "$W/make.ok" || touch "$W/make.failed"
+}
+
+ort_gpu_env() {  # onnxruntime-gpu first on the path, and the CUDA libraries where its EP looks
+  local SITE
+  SITE=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  export PYTHONPATH="$W/ortgpu${PYTHONPATH:+:$PYTHONPATH}"
+  export LD_LIBRARY_PATH="$(ls -d "$SITE"/nvidia/*/lib | tr '\n' ':')${LD_LIBRARY_PATH:-}"
+}
+
+wait_for() {  # wait_for FILE FAILFILE SECONDS
+  local t=0
+  while [ ! -e "$1" ]; do
+    [ -e "$2" ] && return 1
+    [ "$t" -ge "$3" ] && return 1
+    sleep 2 && t=$((t + 2))
+  done
+}
+
+ready_to_run() {
+  wait_for "$W/build.ok" "$W/build.failed" 300 || { log "build not ready"; tail -30 "$W/build.log" "$W/bg.log"; return 1; }
+  sync_source && configure_and_build || { log "rebuild failed"; grep -A3 error "$W/build.log" | head -30; return 1; }
+  export ONNXRUNTIME_EP_MLX_LIBRARY="$W/build/libonnxruntime_ep_mlx.so" PYTHONPATH="$ROOT/python"
+  export MLX_PTX_CACHE_DIR="$W/ptx" ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="${DEVICE_MEMORY:-1}"
+}
+
+pytest_files() {  # every file with MLX on the GPU, six at a time, each in its own process
+  local R="$OUT/reports" && mkdir -p "$R"
+  printf '%s\n' "$@" | xargs -P "${PARALLEL:-6}" -I{} bash -c \
+    'f={}; n=$(basename $f .py); timeout '"${FILE_TIMEOUT:-420}"' python3 -m pytest -q -p no:cacheprovider -rfE "$f" \
+       > '"$R"'/pytest_$n.log 2>&1; echo "$f: rc=$? $(tail -1 '"$R"'/pytest_$n.log)"' | tee -a "$OUT/run.log"
+}
+
+run_step() {
+  local R="$OUT/reports" && mkdir -p "$R"
+  case "$1" in
+    parity)  # conformance and every parity test, concurrently (NVRTC compiles are CPU-bound)
+      timeout 480 $PY "$ROOT/tests/conformance/run_conformance.py" --jobs 6 --out-dir "$R" --list-failures \
+        >"$R/conformance.log" 2>&1 &
+      local conf=$!
+      # The slow files first, so that they start at once; the fuzz and memory-limit tests are
+      # about the host process, not the device.
+      local slow="test_llm test_torch_models test_attention_vjp test_real_models test_models test_dynamic_shapes"
+      local files=() f
+      for f in $slow; do files+=("$(ls "$ROOT"/tests/python/$f.py "$ROOT"/tests/python/ops/$f.py 2>/dev/null)"); done
+      for f in "$ROOT"/tests/python/test_*.py "$ROOT"/tests/python/ops/test_*.py; do
+        [[ " $slow test_conformance test_fuzz_regressions test_hardening " == *" $(basename "$f" .py) "* ]] || files+=("$f")
+      done
+      PARALLEL=5 FILE_TIMEOUT="${FILE_TIMEOUT:-420}" timeout 530 bash -c "$(declare -f pytest_files log); OUT=$OUT; \
+        pytest_files ${files[*]}"
+      wait $conf; log "conformance rc=$?: $(tail -3 "$R/conformance.log" | tr '\n' ' ')";;
+    pytest) pytest_files ${PYTEST_FILES:?};;
+    llm)
+      wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; tail -40 "$W/make.log"; return 1; }
+      tail -5 "$W/make.log"
+      ( ort_gpu_env && $PY -c "import onnxruntime as o; print(o.__file__, o.get_available_providers())" \
+        && timeout "${LLM_TIMEOUT:-500}" $PY "$ROOT/bench/bench_llm_gpu.py" bench --work "$W/llm" --json "$R/bench_llm_gpu.json" \
+        ${LLM_ARGS:-} 2>&1 | tee "$R/bench_llm_gpu.log" );;
+    threads)  # CPU thread scaling on this machine's cores (MLX's CPU device)
+      ONNXRUNTIME_EP_MLX_DEVICE=cpu timeout 200 $PY "$ROOT/bench/bench_concurrency.py" --threads 1,2,4,8,16 \
+        --mlx-threads 4,16 --json "$R/bench_concurrency_16.json" 2>&1 | tee "$R/bench_concurrency_16.log";;
+    *) log "unknown step $1";;
+  esac
+}
+
+finish() {
+  [ -d "$W/ptx" ] && tar -czf "$OUT/ptx.tar.gz" -C "$W" ptx && log "ptx cache $(du -sh "$OUT/ptx.tar.gz" | cut -f1)"
+  cp "$W"/make.log "$W"/bg.log "$OUT/reports/" 2>/dev/null
+  [ -d "$OUT/reports" ] && tar -czf "$OUT/gpu-reports.tar.gz" -C "$OUT" reports run.log && rm -rf "$OUT/reports"
+}
+
+mkdir -p "$OUT" "$W"
+case "${1:-}" in
+  bundle) bundle;;
+  background) background;;
+  park)
+    cp -n "$ROOT"/.gpu/s*/part_* "$ROOT"/.gpu/s00/sizes "$W/" 2>/dev/null
+    extract_ready && start_background
+    log "parked: $(cd "$W" && ls part_* | tr '\n' ' ')"
+    shift; [ $# -gt 0 ] && { ready_to_run && for s in "$@"; do run_step "$s"; done; finish; };;
+  run) shift; ready_to_run && for s in "$@"; do run_step "$s"; done; finish;;
+  *) echo "usage: $0 bundle|park [STEP...]|run STEP..." >&2; exit 2;;
+esac
