@@ -130,6 +130,10 @@ run_step() {
       ( ort_gpu_env && $PY -c "import onnxruntime as o; print(o.__file__, o.get_available_providers())" \
         && timeout "${LLM_TIMEOUT:-500}" $PY "$ROOT/bench/bench_llm_gpu.py" bench --work "$W/llm" --json "$R/bench_llm_gpu.json" \
         ${LLM_ARGS:-} 2>&1 | tee "$R/bench_llm_gpu.log" );;
+    census)  # the CUDA kernels of one BERT fp16 run and of one LLM decode step (MLX's graph dumps)
+      timeout 200 $PY "$ROOT/tools/gpu/kernel_census.py" bert --out "$R" 2>&1 | tee "$R/census.log"
+      [ -e "$W/make.ok" ] && timeout 150 $PY "$ROOT/tools/gpu/kernel_census.py" llm --model "$W/llm/fp16" --out "$R" \
+        2>&1 | tee -a "$R/census.log";;
     threads)  # CPU thread scaling on this machine's cores (MLX's CPU device)
       ONNXRUNTIME_EP_MLX_DEVICE=cpu timeout 200 $PY "$ROOT/bench/bench_concurrency.py" --threads 1,2,4,8,16 \
         --mlx-threads 4,16 --json "$R/bench_concurrency_16.json" 2>&1 | tee "$R/bench_concurrency_16.log";;

@@ -1,0 +1,130 @@
+"""Which CUDA kernels one run of a model through the MLX EP launches (issue 7: kernel counts per
+step, as evidence of what MLX's CUDA backend fuses and what it does not).
+
+MLX's CUDA backend records its kernels into CUDA graphs and, with MLX_SAVE_CUDA_GRAPHS_DOT_FILE
+set, writes each graph it launches as DOT (cudaGraphDebugDotPrint). This script sets it, warms a
+model up, runs it once more, and counts the kernel nodes of the graphs written during that last
+run by kernel name (mangled names demangled with c++filt where the machine has it).
+
+    python3 tools/gpu/kernel_census.py bert --out DIR           # BERT-base fp16 8x128
+    python3 tools/gpu/kernel_census.py llm --model DIR --out DIR  # one decode step, past 1024
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def census(dot_files):
+    """kernel name -> count, plus node kinds, over the DOT files of one run."""
+    kernels, kinds = collections.Counter(), collections.Counter()
+    for f in dot_files:
+        for attrs in re.findall(r'"\w+_node_\d+"\s*\[(.*?)\];?\s*$', f.read_text(), flags=re.S | re.M):
+            m = re.search(r'label="(.*?)"', attrs, flags=re.S)
+            label = re.sub(r"^[\s{]*\d+\s*", "", m.group(1) if m else attrs)  # the node's number first
+            kind = "KERNEL" if re.search(r"kernel|_Z\w+|<<<", label, re.I) else re.split(r"[\s|{}\\]+", label.strip("{ "))[0]
+            kinds[kind] += 1
+            if kind == "KERNEL":
+                m = re.search(r"(_Z\w+)", label)
+                kernels[m.group(1) if m else re.sub(r"\d+", "#", label)[:160]] += 1
+    names = list(kernels)
+    if names and shutil.which("c++filt"):
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
+        kernels = collections.Counter({out[i][:160] or n: kernels[n] for i, n in enumerate(names)})
+    return kernels, kinds
+
+
+def measure(name, run, out, dot_prefix):
+    for _ in range(3):
+        run()
+    before = set(Path(dot_prefix).parent.glob(Path(dot_prefix).name + "_*.dot"))
+    t0 = time.perf_counter()
+    run()
+    ms = (time.perf_counter() - t0) * 1e3
+    files = sorted(set(Path(dot_prefix).parent.glob(Path(dot_prefix).name + "_*.dot")) - before)
+    kernels, kinds = census(files)
+    result = {"model": name, "run_ms_with_dot_dumps": ms, "graphs": len(files), "nodes": sum(kinds.values()),
+              "node_kinds": dict(kinds), "kernels": sum(kernels.values()), "by_kernel": kernels.most_common()}
+    if files:
+        shutil.copy(files[0], Path(out) / f"{name}_first_graph.dot")
+    (Path(out) / f"census_{name}.json").write_text(json.dumps(result, indent=1))
+    print(f"{name}: {len(files)} graphs, {result['nodes']} nodes {dict(kinds)}, {result['kernels']} kernels")
+    for k, n in kernels.most_common(25):
+        print(f"  {n:5d}  {k}")
+
+
+def bert_run(tmp):
+    import numpy as np
+    import onnx
+    import onnxruntime as ort
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "python")]
+    import onnxruntime_ep_mlx as mlx_ep
+    from bench_bert_gpu import export_bert
+    from bench_iobinding import bound_runner, mlx_value_maker
+
+    fp32, fp16 = Path(tmp) / "bert.onnx", Path(tmp) / "bert_fp16.onnx"
+    export_bert(fp32, 12, 8, 128)
+    onnx.save(convert_float_to_float16(onnx.load(str(fp32)), keep_io_types=True), str(fp16))
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, 30000, (8, 128)).astype(np.int64),
+             "attention_mask": np.ones((8, 128), np.int64)}
+    so = ort.SessionOptions()
+    mlx_ep.append_to_session_options(so)
+    sess = ort.InferenceSession(str(fp16), so)
+    make, out_device = mlx_value_maker()
+    run, _values = bound_runner(sess, feeds, make, out_device)
+    run.keep = (sess, _values)
+    return run
+
+
+def llm_run(model_dir):
+    import numpy as np
+    import onnxruntime as ort
+
+    sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "python")]
+    import onnxruntime_ep_mlx as mlx_ep
+    from bench_llm_gpu import BoundDecoder, GenaiConfig
+
+    cfg = GenaiConfig(Path(model_dir))
+    so = ort.SessionOptions()
+    mlx_ep.append_to_session_options(so)
+    sess = ort.InferenceSession(cfg.path, so)
+    memory = mlx_ep.device_memory_info()
+    dec = BoundDecoder(sess, cfg, 1, np.float16,
+                       lambda shape, dtype: ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, memory_info=memory),
+                       mlx_ep.binding_device())
+
+    def run():
+        dec.run(1024, 1)
+    run.keep = (sess, dec)
+    return run
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["bert", "llm"])
+    ap.add_argument("--model", help="genai model directory (llm)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = os.path.join(tmp, "dot", "graph")
+        os.makedirs(os.path.dirname(prefix))
+        os.environ["MLX_SAVE_CUDA_GRAPHS_DOT_FILE"] = prefix  # read once, at MLX's first graph
+        run = bert_run(tmp) if args.what == "bert" else llm_run(args.model)
+        measure(args.what, run, args.out, prefix)
+
+
+if __name__ == "__main__":
+    main()
