@@ -16,7 +16,9 @@
 //    sequence's capacity L = M * block_size positions is gathered and masked, so one compile
 //    serves every step). Query at position p attends cached positions j <= p (is_causal, bottom
 //    right aligned), and j > p - local_window_size with a window (ORT passes FlashAttention
-//    window_size_left = local_window_size - 1), skipping unmapped blocks (as the decode kernel).
+//    window_size_left = local_window_size - 1), skipping unmapped blocks as ORT's decode kernel
+//    does (its gather path reads them as zero keys instead: ORT leaves an unmapped block inside a
+//    sequence's live length unspecified; past it, the causal mask hides it in every backend).
 //  - Scores are float32 (fp16/bf16 widened first): scale * Q K^T, softcap * tanh(x / softcap),
 //    softmax with head_sink as an extra logit in the denominator, times V, rounded once to T.
 //    q_norm_weight/k_norm_weight: RMSNorm over head_size in float32, rounded to T, before

@@ -126,7 +126,7 @@ def paged_attention_ref(feeds, attrs):
         query, key, value = np.split(query, [heads * d, (heads + kv_heads) * d], axis=1)
     else:
         key, value = feeds["key"].astype(np.float64), feeds["value"].astype(np.float64)
-    q, k, v = (x.reshape(tokens, -1, d) for x in (query, key, value))
+    q, k, v = (x.reshape(tokens, x.shape[1] // d, d) for x in (query, key, value))
     seq, pos = token_places(feeds)
     if feeds.get("q_norm_weight") is not None:
         eps = attrs.get("qk_norm_epsilon", 1e-6)
@@ -184,6 +184,8 @@ BATCHES = {
     "prefill": ([7, 3, 12], [0, 0, 0]),
     "mixed": ([1, 9, 4, 1], [17, 0, 20, 47]),
     "block_edge": ([2, 16], [15, 16]),
+    "idle_decode": ([1, 0, 1, 0], [4, 9, 0, 0]),  # continuous batching: sequences without a token
+    "idle_prefill": ([5, 0, 6], [0, 3, 2]),
 }
 
 
@@ -232,6 +234,11 @@ def test_bfloat16(batch):
     """bfloat16 through Cast wrappers (ORT's Python API cannot feed it): the node on MLX."""
     model, feeds, attrs = paged_case(*BATCHES[batch], dtype=BF16, rotary=(16, 1), softcap=2.0)
     check_bf16(model, feeds, paged_attention_ref(feeds, attrs))
+
+
+def test_no_tokens():
+    """A step with no new token: an empty output, the caches unchanged."""
+    check_paged(*paged_case([0, 0], [3, 7]))
 
 
 def test_output_only():
