@@ -9,9 +9,9 @@
 //    block_table[b, p / block_size] * block_size + p % block_size of the cache viewed as
 //    [num_blocks * block_size, Hkv, D]. The new K/V rows are scattered into their slots (the
 //    slot_mapping input gives the slots instead when present; a negative or out-of-range slot, or
-//    an unmapped block, skips the write, as ORT's ReshapeAndCache does). The cache outputs are the
-//    caches with those rows written, complete: ORT's CUDA EP requires them to alias the inputs,
-//    and the runner copies the whole array into such a buffer (it never donates an input buffer).
+//    an unmapped block, skips the write, as ORT's ReshapeAndCache does). ORT's CUDA EP requires
+//    the cache outputs to alias the inputs: they are declared in-place updates, a few rows per
+//    block (attention_contrib_paged_cache.cc).
 //  - Attention reads the updated caches through block_table (static shape [B, M]: every
 //    sequence's capacity L = M * block_size positions is gathered and masked, so one compile
 //    serves every step). Query at position p attends cached positions j <= p (is_causal, bottom
@@ -36,31 +36,13 @@
 #include <cmath>
 
 #include "ops/attention_internal.h"
+#include "ops/attention_paged_internal.h"
 #include "ops/claim_util.h"
 #include "ops/registry.h"
 
 namespace mlx_ep {
+namespace paged {
 namespace {
-
-enum PagedInput : size_t {
-  kQuery,
-  kKey,
-  kValue,
-  kKeyCache,
-  kValueCache,
-  kCumulative,
-  kPastLengths,
-  kBlockTable,
-  kCos,
-  kSin,
-  kSlotMapping,
-  kHeadSink,
-  kQNorm,
-  kKNorm,
-  kKScale,
-  kVScale,
-  kMetadata,
-};
 
 Claim ClaimAttributes(const Node& n) {
   for (const auto& [name, attr] : n.attributes) {
@@ -135,13 +117,6 @@ Claim ClaimPagedAttention(const NodeView& v) {
   return ClaimCacheTypes(v, t);
 }
 
-/** The static sizes of a node: tokens, heads, head size, cache and block-table geometry. */
-struct Geometry {
-  int tokens, heads, kv_heads, head_size, blocks, block_size, batch, blocks_per_seq;
-  int capacity() const { return blocks_per_seq * block_size; }  ///< positions a sequence can hold
-  int slots() const { return blocks * block_size; }
-};
-
 Geometry GeometryOf(const OpContext& c) {
   const Node& n = c.node;
   Geometry g{};
@@ -195,12 +170,6 @@ TokenHeads SplitQkv(const OpContext& c, const Geometry& g) {
   return {part(0, qh, g.heads), part(qh, qh + kvh, g.kv_heads), part(qh + kvh, qh + 2 * kvh, g.kv_heads)};
 }
 
-/** Where each token belongs, as int32 arrays [T]: its sequence, its row within the sequence's new
- *  tokens, and its position in the sequence (past_seqlens + row). */
-struct TokenPlaces {
-  mx::array seq, row, position;
-};
-
 TokenPlaces PlacesOf(const OpContext& c, const Geometry& g) {
   const mx::Stream s = c.stream;
   const mx::array &cum = c.input(kCumulative), &past = c.input(kPastLengths);
@@ -226,42 +195,6 @@ void RequireLengths(const OpContext& c, const Geometry& g) {
   c.Require(mx::logical_and(ok, mx::all(fits, s), s),
             "cumulative_sequence_length must run from 0 to the token count without decreasing, and "
             "past_seqlens + new tokens must fit max_blocks_per_sequence * block_size");
-}
-
-/** Slot of each token's K/V row in the flat cache [num_blocks * block_size, ...], or slots() (a
- *  row past the cache, dropped) where ORT skips the write. */
-mx::array WriteSlots(const OpContext& c, const Geometry& g, const TokenPlaces& at) {
-  const mx::Stream s = c.stream;
-  mx::array slot = mx::array(0, mx::int32);
-  if (c.has_input(kSlotMapping)) {
-    slot = c.input(kSlotMapping);
-    if (slot.ndim() != 1 || slot.shape(0) != g.tokens) c.Fail("slot_mapping must be [tokens]");
-  } else {
-    const mx::array bs(g.block_size, mx::int32);
-    const mx::array index =
-        mx::minimum(mx::floor_divide(at.position, bs, s), mx::array(g.blocks_per_seq - 1, mx::int32), s);
-    const mx::array flat = mx::add(mx::multiply(at.seq, mx::array(g.blocks_per_seq, mx::int32), s), index, s);
-    const mx::array block = mx::take(mx::reshape(c.input(kBlockTable), {-1}, s), flat, 0, s);
-    const mx::array mapped = mx::logical_and(mx::greater_equal(block, mx::array(0, mx::int32), s),
-                                             mx::less(block, mx::array(g.blocks, mx::int32), s), s);
-    slot = mx::where(mapped, mx::add(mx::multiply(block, bs, s), mx::remainder(at.position, bs, s), s),
-                     mx::array(-1, mx::int32), s);
-  }
-  const mx::array inside = mx::logical_and(mx::greater_equal(slot, mx::array(0, mx::int32), s),
-                                           mx::less(slot, mx::array(g.slots(), mx::int32), s), s);
-  return mx::where(inside, slot, mx::array(g.slots(), mx::int32), s);
-}
-
-/** The cache [num_blocks * block_size, Hkv * D] with `rows` [T, Hkv, D] written at `slots`. */
-mx::array WriteCache(const OpContext& c, const Geometry& g, size_t cache, const mx::array& rows,
-                     const mx::array& slots) {
-  const mx::Stream s = c.stream;
-  const int width = g.kv_heads * g.head_size;
-  const mx::array flat = mx::reshape(c.input(cache), {g.slots(), width}, s);
-  const mx::array spare = mx::zeros({1, width}, flat.dtype(), s);  // the skipped writes land here
-  const mx::array updated = mx::scatter(mx::concatenate({flat, spare}, 0, s), {slots},
-                                        mx::reshape(rows, {g.tokens, 1, width}, s), {0}, s);
-  return mx::slice(updated, {0, 0}, {g.slots(), width}, s);
 }
 
 /** x [T, heads, D] RMS-normalised over D with `weight` in float32, rounded to x's type. */
@@ -293,32 +226,6 @@ mx::array Rotate(const OpContext& c, const mx::array& x, const mx::array& positi
   const mx::array x4 = mx::reshape(x, {T, x.shape(1), 1, x.shape(2)}, s);
   const bool interleaved = c.node.AttrInt("rotary_interleaved", 0) == 1;
   return mx::reshape(ApplyRotary(x4, rows(cos_cache), rows(sin_cache), rot, interleaved, s), x.shape(), s);
-}
-
-/** The keys attention reads, gathered from an updated flat cache: for each of `n` rows of
- *  `cache_rows` [n, L] (slots), [n, Hkv, L, D] in float32. */
-mx::array GatherKeys(const OpContext& c, const Geometry& g, const mx::array& flat,
-                     const mx::array& cache_rows) {
-  const mx::Stream s = c.stream;
-  const int n = cache_rows.shape(0), L = g.capacity();
-  const mx::array rows = mx::take(flat, mx::reshape(cache_rows, {-1}, s), 0, s);
-  const mx::array k = mx::reshape(rows, {n, L, g.kv_heads, g.head_size}, s);
-  return mx::astype(mx::transpose(k, {0, 2, 1, 3}, s), mx::float32, s);
-}
-
-/** Per sequence, the slot of each position [B, L] (clamped into the cache) and whether its block is
- *  mapped [B, L]. */
-std::pair<mx::array, mx::array> SequenceSlots(const OpContext& c, const Geometry& g) {
-  const mx::Stream s = c.stream;
-  const int L = g.capacity();
-  const mx::array j = mx::arange(L, mx::int32, s);
-  const mx::array bs(g.block_size, mx::int32);
-  const mx::array block = mx::take(c.input(kBlockTable), mx::floor_divide(j, bs, s), 1, s);  // [B, L]
-  const mx::array mapped = mx::logical_and(mx::greater_equal(block, mx::array(0, mx::int32), s),
-                                           mx::less(block, mx::array(g.blocks, mx::int32), s), s);
-  const mx::array slot =
-      mx::add(mx::multiply(block, bs, s), mx::reshape(mx::remainder(j, bs, s), {1, L}, s), s);
-  return {mx::where(mapped, slot, mx::array(0, mx::int32), s), mapped};
 }
 
 /** softmax(scale Q K^T (softcapped, masked), head_sink an extra logit) V, float32. q [N, H, S, D],
@@ -356,23 +263,23 @@ mx::array Attend(const OpContext& c, const mx::array& q, const mx::array& k, con
 }
 
 /** Attention per token: each token's own sequence gathered ([T, L] keys), [T, H, D] float32. */
-mx::array AttendPerToken(const OpContext& c, const Geometry& g, const mx::array& q, const TokenPlaces& at,
-                         const mx::array& flat_k, const mx::array& flat_v) {
+mx::array AttendPerToken(const OpContext& c, const Geometry& g, const TokenHeads& x, const TokenPlaces& at,
+                         const mx::array& writers) {
   const mx::Stream s = c.stream;
   const int T = g.tokens, L = g.capacity();
   auto [slots, mapped] = SequenceSlots(c, g);
   const mx::array token_slots = mx::take(slots, at.seq, 0, s);
   const mx::array token_mapped = mx::reshape(mx::take(mapped, at.seq, 0, s), {T, 1, 1, L}, s);
-  const mx::array qf = mx::astype(mx::reshape(q, {T, g.heads, 1, g.head_size}, s), mx::float32, s);
-  const mx::array y =
-      Attend(c, qf, GatherKeys(c, g, flat_k, token_slots), GatherKeys(c, g, flat_v, token_slots),
-             mx::reshape(at.position, {T, 1, 1, 1}, s), token_mapped);
+  const mx::array qf = mx::astype(mx::reshape(x.q, {T, g.heads, 1, g.head_size}, s), mx::float32, s);
+  const mx::array y = Attend(c, qf, ReadCache(c, g, kKeyCache, x.k, writers, token_slots),
+                             ReadCache(c, g, kValueCache, x.v, writers, token_slots),
+                             mx::reshape(at.position, {T, 1, 1, 1}, s), token_mapped);
   return mx::reshape(y, {T, g.heads, g.head_size}, s);
 }
 
 /** Attention per sequence: each sequence's tokens padded to T rows ([B, T, L] scores), [T, H, D]. */
-mx::array AttendPerSequence(const OpContext& c, const Geometry& g, const mx::array& q, const TokenPlaces& at,
-                            const mx::array& flat_k, const mx::array& flat_v) {
+mx::array AttendPerSequence(const OpContext& c, const Geometry& g, const TokenHeads& x, const TokenPlaces& at,
+                            const mx::array& writers) {
   const mx::Stream s = c.stream;
   const int T = g.tokens, B = g.batch, L = g.capacity();
   auto [slots, mapped] = SequenceSlots(c, g);
@@ -381,14 +288,15 @@ mx::array AttendPerSequence(const OpContext& c, const Geometry& g, const mx::arr
   const mx::array token =
       mx::clip(mx::add(cum, r, s), mx::array(0, mx::int32), mx::array(T - 1, mx::int32), s);
   const mx::array qp =
-      mx::reshape(mx::take(q, mx::reshape(token, {-1}, s), 0, s), {B, T, g.heads, g.head_size}, s);
+      mx::reshape(mx::take(x.q, mx::reshape(token, {-1}, s), 0, s), {B, T, g.heads, g.head_size}, s);
   const mx::array qf = mx::astype(mx::transpose(qp, {0, 2, 1, 3}, s), mx::float32, s);
   // Rows past a sequence's new tokens get position -1: they attend nothing and are not read back.
   const mx::array len =
       mx::subtract(mx::reshape(mx::slice(c.input(kCumulative), {1}, {B + 1}, s), {B, 1}, s), cum, s);
   const mx::array past = mx::reshape(c.input(kPastLengths), {B, 1}, s);
   const mx::array position = mx::where(mx::less(r, len, s), mx::add(past, r, s), mx::array(-1, mx::int32), s);
-  const mx::array y = Attend(c, qf, GatherKeys(c, g, flat_k, slots), GatherKeys(c, g, flat_v, slots),
+  const mx::array y = Attend(c, qf, ReadCache(c, g, kKeyCache, x.k, writers, slots),
+                             ReadCache(c, g, kValueCache, x.v, writers, slots),
                              mx::reshape(position, {B, 1, T, 1}, s), mx::reshape(mapped, {B, 1, 1, L}, s));
   const mx::array rows = mx::reshape(mx::transpose(y, {0, 2, 1, 3}, s), {B * T, g.heads, g.head_size}, s);
   return mx::take(rows, mx::add(mx::multiply(at.seq, mx::array(T, mx::int32), s), at.row, s), 0, s);
@@ -398,7 +306,6 @@ std::vector<mx::array> TranslatePagedAttention(const OpContext& c) {
   const mx::Stream s = c.stream;
   const Geometry g = GeometryOf(c);
   const mx::Dtype t = c.input(kQuery).dtype();
-  const mx::Shape cache_shape = c.input(kKeyCache).shape();
   auto outputs = [&](std::vector<mx::array> all) {  // the node may leave the cache outputs out
     all.resize(std::min(all.size(), c.num_outputs()), all[0]);
     return all;
@@ -417,22 +324,26 @@ std::vector<mx::array> TranslatePagedAttention(const OpContext& c) {
     k = Rotate(c, k, at.position);
   }
   const mx::array slots = WriteSlots(c, g, at);
-  const mx::array flat_k = WriteCache(c, g, kKeyCache, k, slots),
-                  flat_v = WriteCache(c, g, kValueCache, v, slots);
+  const mx::array writers = Writers(c, g, slots);
+  const TokenHeads x{q, k, v};
   // Both layouts are exact; take the one with less to gather and score (elements, float32).
   const double L = g.capacity(), kv = 2.0 * g.kv_heads * g.head_size;
   const double per_token = g.tokens * L * (kv + g.heads);
   const double per_sequence = g.batch * L * (kv + g.heads * static_cast<double>(g.tokens));
-  const mx::array y = per_token <= per_sequence ? AttendPerToken(c, g, q, at, flat_k, flat_v)
-                                                : AttendPerSequence(c, g, q, at, flat_k, flat_v);
-  return outputs({mx::astype(mx::reshape(y, {g.tokens, g.heads * g.head_size}, s), t, s),
-                  mx::reshape(flat_k, cache_shape, s), mx::reshape(flat_v, cache_shape, s)});
+  const mx::array y = per_token <= per_sequence ? AttendPerToken(c, g, x, at, writers)
+                                                : AttendPerSequence(c, g, x, at, writers);
+  std::vector<mx::array> outs = {mx::astype(mx::reshape(y, {g.tokens, g.heads * g.head_size}, s), t, s)};
+  if (c.num_outputs() > 1) outs.push_back(CacheOutput(c, g, 1, kKeyCache, k, writers, slots));
+  if (c.num_outputs() > 2) outs.push_back(CacheOutput(c, g, 2, kValueCache, v, writers, slots));
+  return outs;
 }
 
 }  // namespace
+}  // namespace paged
 
 void RegisterPagedAttentionOps(OpRegistry& r) {
-  r.Add({"com.microsoft", "PagedAttention", 1, 1, ClaimPagedAttention, TranslatePagedAttention});
+  r.Add(
+      {"com.microsoft", "PagedAttention", 1, 1, paged::ClaimPagedAttention, paged::TranslatePagedAttention});
 }
 
 }  // namespace mlx_ep

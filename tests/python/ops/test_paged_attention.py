@@ -272,13 +272,11 @@ def test_one_trace_over_decode_steps():
     assert part["traces"] == 1 and part["cache_hits"] == len(steps) - 1, part
 
 
-def test_caches_bound_as_outputs():
-    """The caches bound as their own outputs (one buffer each, as ORT's CUDA EP requires): the
-    buffers hold the updated caches after the run."""
-    model, feeds, attrs = paged_case(*BATCHES["mixed"], rotary=(16, 0))
-    sess = mlx_session(model)
+def run_bound(sess, feeds, device="cpu"):
+    """Runs with each cache bound as its own output (one buffer each, as ORT's CUDA EP requires);
+    returns [output, key cache, value cache] as the buffers hold them after the run."""
     binding = sess.io_binding()
-    buffers = {n: ort.OrtValue.ortvalue_from_numpy(feeds[n].copy()) for n in ("key_cache", "value_cache")}
+    buffers = {n: ort.OrtValue.ortvalue_from_numpy(feeds[n].copy(), device, 0) for n in ("key_cache", "value_cache")}
     for name, value in feeds.items():
         if name in buffers:
             binding.bind_ortvalue_input(name, buffers[name])
@@ -288,10 +286,41 @@ def test_caches_bound_as_outputs():
     binding.bind_ortvalue_output("key_cache_out", buffers["key_cache"])
     binding.bind_ortvalue_output("value_cache_out", buffers["value_cache"])
     sess.run_with_iobinding(binding)
-    expected = paged_attention_ref(feeds, attrs)
-    assert_close(binding.copy_outputs_to_cpu()[0], expected[0])
-    assert_close(buffers["key_cache"].numpy(), expected[1])
-    assert_close(buffers["value_cache"].numpy(), expected[2])
+    return [binding.copy_outputs_to_cpu()[0], buffers["key_cache"].numpy().copy(), buffers["value_cache"].numpy().copy()]
+
+
+# (new, past, rows written in place per block): decode-shaped steps write one row per block; a
+# decode-shaped step whose sequence 0 has two tokens in one block does not fit: the whole caches.
+BOUND = {"decode": ([1, 1, 1], [5, 0, 30], 1), "mixed": ([1, 9, 4, 1], [17, 0, 20, 47], 15),
+         "two_in_a_block": ([2, 0, 1], [3, 5, 0], 0)}
+
+
+@pytest.mark.parametrize("case", list(BOUND))
+def test_caches_bound_as_outputs(case):
+    """The caches bound as their own outputs: the buffers hold the updated caches after the run,
+    and only the rows of each block's run of new slots were written (bytes_out_in_place)."""
+    import gc
+    import json
+    import os
+    import tempfile
+
+    new, past, rows = BOUND[case]
+    model, feeds, attrs = paged_case(new, past, rotary=(16, 0))
+    with tempfile.TemporaryDirectory() as tmp:
+        os.environ["ONNXRUNTIME_EP_MLX_REPORT"] = os.path.join(tmp, "r.json")
+        try:
+            sess = mlx_session(model)
+        finally:
+            del os.environ["ONNXRUNTIME_EP_MLX_REPORT"]
+        got = run_bound(sess, feeds)
+        del sess
+        gc.collect()
+        with open(os.path.join(tmp, "r.json")) as f:
+            (part,) = json.load(f)["runtime"]["partitions"]
+    for g, e, what in zip(got, paged_attention_ref(feeds, attrs), OUTPUTS):
+        assert_close(g, e, what=what)
+    blocks, _, kv_heads, head_size = feeds["key_cache"].shape
+    assert part["bytes_out_in_place"] == 2 * blocks * rows * kv_heads * head_size * 2, part
 
 
 def test_bad_lengths_fail_the_run():
@@ -359,18 +388,7 @@ CUDA_CASES = {
 def run_ort_cuda(model, feeds):
     """ORT's CUDA EP, with each cache bound as its own output (the kernel requires it)."""
     sess = ort.InferenceSession(model.SerializeToString(), providers=["CUDAExecutionProvider"])
-    binding = sess.io_binding()
-    buffers = {n: ort.OrtValue.ortvalue_from_numpy(feeds[n].copy(), "cuda", 0) for n in ("key_cache", "value_cache")}
-    for name, value in feeds.items():
-        if name in buffers:
-            binding.bind_ortvalue_input(name, buffers[name])
-        else:
-            binding.bind_cpu_input(name, value)
-    binding.bind_output("output")
-    binding.bind_ortvalue_output("key_cache_out", buffers["key_cache"])
-    binding.bind_ortvalue_output("value_cache_out", buffers["value_cache"])
-    sess.run_with_iobinding(binding)
-    return [binding.copy_outputs_to_cpu()[0], buffers["key_cache"].numpy(), buffers["value_cache"].numpy()]
+    return run_bound(sess, feeds, "cuda")
 
 
 @pytest.mark.skipif("CUDAExecutionProvider" not in ort.get_available_providers(),
