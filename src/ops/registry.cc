@@ -57,6 +57,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterContribMatmulOps(r);
     RegisterQuantizedOps(r);
     RegisterGroupQueryAttentionOps(r);
+    RegisterPagedAttentionOps(r);
     RegisterContribAttentionOps(r);
     RegisterControlFlowOps(r);
     return r;

@@ -52,6 +52,7 @@ void RegisterPadOps(OpRegistry& r);     // Pad
 void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
 void RegisterQuantizedOps(OpRegistry& r);  // com.microsoft MatMulNBits GatherBlockQuantized
 void RegisterGroupQueryAttentionOps(OpRegistry& r);  // com.microsoft GroupQueryAttention
+void RegisterPagedAttentionOps(OpRegistry& r);  // com.microsoft PagedAttention
 void RegisterContribAttentionOps(OpRegistry& r);  // com.microsoft MultiHeadAttention Attention
 void RegisterControlFlowOps(OpRegistry& r);  // If Loop Scan (bodies traced inline)
 void RegisterTensorMiscOps(
