@@ -130,6 +130,9 @@ run_step() {
       ( ort_gpu_env && $PY -c "import onnxruntime as o; print(o.__file__, o.get_available_providers())" \
         && timeout "${LLM_TIMEOUT:-500}" $PY "$ROOT/bench/bench_llm_gpu.py" bench --work "$W/llm" --json "$R/bench_llm_gpu.json" \
         ${LLM_ARGS:-} 2>&1 | tee "$R/bench_llm_gpu.log" );;
+    paged)  # PagedAttention against ORT's CUDA EP too (onnxruntime-gpu's schema; skipped on 1.30)
+      ( ort_gpu_env && timeout 200 $PY -m pytest -q -p no:cacheprovider -rfEs "$ROOT/tests/python/ops/test_paged_attention.py" \
+        >"$R/pytest_paged_ortgpu.log" 2>&1; log "paged on onnxruntime-gpu: rc=$? $(tail -1 "$R/pytest_paged_ortgpu.log")" );;
     census)  # the CUDA kernels of one BERT fp16 run and of one LLM decode step (MLX's graph dumps)
       timeout 200 $PY "$ROOT/tools/gpu/kernel_census.py" bert --out "$R" 2>&1 | tee "$R/census.log"
       [ -e "$W/make.ok" ] && timeout 150 $PY "$ROOT/tools/gpu/kernel_census.py" llm --model "$W/llm/fp16" --out "$R" \
