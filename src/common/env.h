@@ -47,7 +47,8 @@ constexpr const char* kBlasThreads =
 constexpr const char* kAttentionVjpDenseLimit =
     "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_DENSE_LIMIT_BYTES";  // AttentionVJP score budget (64 MiB)
 constexpr const char* kAttentionVjpKernel =
-    "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL";  // "0": no CUDA kernel for the tiled AttentionVJP
+    "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL";  // "0": no CUDA kernel for the tiled AttentionVJP; "force":
+                                                // try it on any device
 }  // namespace env
 
 }  // namespace mlx_ep

@@ -252,11 +252,12 @@ std::optional<uint64_t> DenseLimitFromEnv() {
 }
 
 /** True when the over-budget pullback runs as the CUDA kernels: the stream is on the GPU of a
- *  CUDA MLX and ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL is not "0". Fails the node (naming it)
- *  when the kernels do not build, rather than the partition's evaluation. */
+ *  CUDA MLX and ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL is not "0" ("force": on any device, for
+ *  testing the failure path). Fails the node (naming it) when the kernels do not build, rather
+ *  than the partition's evaluation. */
 bool UseKernel(const OpContext& c, const HeadTensors& t, const mx::Shape& scores) {
-  if (EnvString(env::kAttentionVjpKernel, "auto") == "0" || !CudaKernelsAvailable(c.stream) ||
-      !KernelPullbackFits(t))
+  const std::string mode = EnvString(env::kAttentionVjpKernel, "auto");
+  if (mode == "0" || (mode != "force" && !CudaKernelsAvailable(c.stream)) || !KernelPullbackFits(t))
     return false;
   if (const std::string error = KernelBuildError(c.stream); !error.empty())
     c.Fail(error + " (" + env::kAttentionVjpKernel + "=0 runs composed MLX ops instead)");

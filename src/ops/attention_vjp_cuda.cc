@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 
 #include "mlx/backend/cuda/cuda.h"
@@ -275,9 +276,10 @@ std::string KernelBuildError(mx::Stream s) {
   // a failure can name the node, rather than inside the partition's evaluation. The source does
   // not depend on the shapes, so every later use hits MLX's kernel cache.
   static std::mutex mu;
-  static std::optional<std::string> error;
+  static std::map<mx::Device::DeviceType, std::string> errors;
   std::lock_guard<std::mutex> lock(mu);
-  if (error) return *error;
+  if (auto it = errors.find(s.device.type); it != errors.end()) return it->second;
+  std::string& error = errors[s.device.type];
   try {
     Contract c;
     c.scale = 1.f;
@@ -293,7 +295,7 @@ std::string KernelBuildError(mx::Stream s) {
   } catch (const std::exception& e) {
     error = std::string("the CUDA AttentionVJP kernels failed to build: ") + e.what();
   }
-  return *error;
+  return error;
 }
 
 }  // namespace mlx_ep::attention_vjp

@@ -61,7 +61,7 @@ std::vector<mx::array> GemmPullback(const Contract& c, const HeadTensors& t, int
 bool CudaKernelsAvailable(mx::Stream s);
 /** True when the kernels' launch (one warp per query row and per key row) fits an int grid. */
 bool KernelPullbackFits(const HeadTensors& t);
-/** Builds and checks the kernels once per process: "" when they work, else why not. */
+/** Builds and checks the kernels once per process and device type: "" when they work, else why. */
 std::string KernelBuildError(mx::Stream s);
 /** {dQ, dK, dV} through the kernels, never materialising the score matrix; the recompute form
  *  (no t.y) recomputes Y inside them. */

@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 
 import attention_vjp_models as avm
-from harness import BF16, mlx_device, run_mlx_with_report, scaled_difference
+from harness import BF16, mlx_device, run_mlx, run_mlx_with_report, scaled_difference
 from harness_bf16 import bf16_wrapped, check_bf16, feeds_as_float32
 from test_attention_vjp import F64_TOLERANCE, check, config_id, parity, scale_of
 
@@ -184,6 +184,19 @@ def test_kernel_path_not_taken_without_cuda(capfd):
     with env(**{VERBOSE: "1", KERNEL: None}):
         check(c, limit=1, **kw)
     assert KERNEL_LINE not in capfd.readouterr().err
+
+
+@pytest.mark.skipif(ON_CUDA, reason="on CUDA the kernels build")
+def test_kernel_build_failure_fails_the_node():
+    # ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL=force tries the kernels where MLX has no CUDA: their
+    # build fails, and the run fails with an error naming the node (no crash, no made-up output).
+    c, kw = CASES[4]
+    model, feeds = avm.case(c, **kw)
+    with env(**{KERNEL: "force", LIMIT: "1"}), pytest.raises(Exception) as failure:
+        run_mlx(model, feeds)
+    message = str(failure.value)
+    assert f"[{c.op_type()}] vjp: the CUDA AttentionVJP kernels failed to build" in message, message
+    assert "=0 runs composed MLX ops instead" in message, message
 
 
 def kernel_check(c, kw, capfd, kernel):
