@@ -283,15 +283,16 @@ def host_source():
             if n + "_shape" in body:
                 params.append(f"const Shape {n}_shape")
                 wrapper_params.append(f"const int* {n}_dims")
-                copies.append(f"mlx::core::cu::Shape {n}_shape{{}}; std::copy({n}_dims, {n}_dims + 10, {n}_shape.begin());")
+                copies.append(f"mlx::core::cu::Shape {n}_shape{{}};\n"
+                              f"std::copy({n}_dims, {n}_dims + 10, {n}_shape.begin());")
                 args.append(f"{n}_shape")
         params += [f"float* {n}" for n in outputs]
         wrapper_params += [f"float* {n}" for n in outputs]
         args += outputs
         out.append(f"void {name}_kernel({', '.join(params)}) {{\n{body}\n}}")
+        call = f"mlx::core::cu::{name}_kernel({', '.join(args)});"
         wrappers.append(f'extern "C" void run_{name}({", ".join(wrapper_params)}, int grid, int threadgroup) {{\n'
-                        + "\n".join(copies)
-                        + f"\nLaunch(grid, threadgroup, [&] {{ mlx::core::cu::{name}_kernel({', '.join(args)}); }});\n}}")
+                        + "\n".join(copies) + f"\nLaunch(grid, threadgroup, [&] {{ {call} }});\n}}")
     return "\n".join(out) + "\n}  // namespace mlx::core::cu\n" + "\n".join(wrappers) + "\n"
 
 
