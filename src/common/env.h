@@ -36,7 +36,8 @@ constexpr const char* kNoCompile = "ONNXRUNTIME_EP_MLX_NO_COMPILE";    // run tr
 constexpr const char* kReportPath = "ONNXRUNTIME_EP_MLX_REPORT";       // write the claim report JSON here
 constexpr const char* kDevice = "ONNXRUNTIME_EP_MLX_DEVICE";           // "cpu" or "gpu" (default: gpu if any)
 constexpr const char* kDeclineOps = "ONNXRUNTIME_EP_MLX_DECLINE_OPS";  // comma-separated op types left to ORT
-constexpr const char* kMaxCompiled = "ONNXRUNTIME_EP_MLX_MAX_COMPILED";  // compiled functions kept per partition
+constexpr const char* kMaxCompiled =
+    "ONNXRUNTIME_EP_MLX_MAX_COMPILED";  // compiled functions kept per partition
 constexpr const char* kDeviceMemory =
     "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY";  // "1": GPU allocator/data transfer (opt-in); "force": on CPU too
 constexpr const char* kSpinMicros = "ONNXRUNTIME_EP_MLX_SPIN_US";  // hand-off spin bound (0: off)
@@ -45,6 +46,9 @@ constexpr const char* kBlasThreads =
     "ONNXRUNTIME_EP_MLX_BLAS_THREADS";  // OpenBLAS threads (Linux, default: the CPUs of the process)
 constexpr const char* kAttentionVjpDenseLimit =
     "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_DENSE_LIMIT_BYTES";  // AttentionVJP score budget (64 MiB)
+constexpr const char* kAttentionVjpKernel =
+    "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL";  // "0": no CUDA kernel for the tiled AttentionVJP; "force":
+                                                // try it on any device
 }  // namespace env
 
 }  // namespace mlx_ep

@@ -13,7 +13,9 @@
 //    matrix with matmuls while it fits ONNXRUNTIME_EP_MLX_ATTENTION_VJP_DENSE_LIMIT_BYTES (float32
 //    bytes of B * Hq * Sq * Sk, default 64 MiB), and query block by query block beyond it. When the
 //    variable is set, it also bounds the Recompute form: over budget, Y is recomputed through fused
-//    SDPA and the blocked pullback runs.
+//    SDPA and the blocked pullback runs. Over budget on the GPU of a CUDA MLX, the tiled pullback
+//    runs as custom CUDA kernels instead (attention_vjp_cuda.cc; Y recomputed inside them for the
+//    Recompute form) unless ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL=0.
 //  - float32, float16 and bfloat16 (Q, K, V, Y, G of one type; an additive mask of that type or
 //    float32); float16 / bfloat16 compute in float32 and round the gradients once.
 //  - Declined: malformed op types, interface mismatches (input / output counts), other types,
@@ -27,6 +29,7 @@
 #include <limits>
 
 #include "common/env.h"
+#include "common/log.h"
 #include "ops/attention_vjp_internal.h"
 #include "ops/claim_util.h"
 #include "ops/registry.h"
@@ -248,6 +251,23 @@ std::optional<uint64_t> DenseLimitFromEnv() {
   return std::stoull(text);
 }
 
+/** True when the over-budget pullback runs as the CUDA kernels: the stream is on the GPU of a
+ *  CUDA MLX and ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL is not "0" ("force": on any device, for
+ *  testing the failure path). Fails the node (naming it) when the kernels do not build, rather
+ *  than the partition's evaluation. */
+bool UseKernel(const OpContext& c, const HeadTensors& t, const mx::Shape& scores) {
+  const std::string mode = EnvString(env::kAttentionVjpKernel, "auto");
+  if (mode == "0" || (mode != "force" && !CudaKernelsAvailable(c.stream)) || !KernelPullbackFits(t))
+    return false;
+  if (const std::string error = KernelBuildError(c.stream); !error.empty())
+    c.Fail(error + " (" + env::kAttentionVjpKernel + "=0 runs composed MLX ops instead)");
+  if (EnvFlag(env::kVerbose))
+    LogLine("AttentionVJP " + c.node.Label() + ": tiled pullback through the CUDA kernels, scores [" +
+            std::to_string(scores[0]) + ", " + std::to_string(scores[1]) + ", " + std::to_string(scores[2]) +
+            ", " + std::to_string(scores[3]) + "]");
+  return true;
+}
+
 /** The gradients {dQ, dK, dV} in the [B, H, S, D] layout. */
 std::vector<mx::array> Pullback(const OpContext& c, const Contract& k, HeadTensors& t) {
   const mx::Shape scores = {t.q.shape(0), t.q.shape(1), t.q.shape(2), t.k.shape(2)};
@@ -255,6 +275,8 @@ std::vector<mx::array> Pullback(const OpContext& c, const Contract& k, HeadTenso
   const uint64_t budget = limit.value_or(kDefaultDenseLimitBytes);
   const uint64_t bytes = ScoreBytes(scores);
   if (k.recompute && (!limit || bytes <= budget)) return FusedPullback(k, t, c.stream);
+  // Over budget: the CUDA kernels where they run (they recompute Y themselves), else query blocks.
+  if (bytes > budget && UseKernel(c, t, scores)) return KernelPullback(k, t, c.stream);
   if (k.recompute) t.y = FusedForward(k, t, c.stream);
   if (bytes <= budget) return GemmPullback(k, t, scores[2], c.stream);
   const uint64_t row_bytes = bytes / static_cast<uint64_t>(scores[2]);

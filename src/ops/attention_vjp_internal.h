@@ -56,4 +56,15 @@ std::vector<mx::array> FusedPullback(const Contract& c, const HeadTensors& t, mx
  *  time (the whole sequence at once when query_block >= Sq). Needs t.y. */
 std::vector<mx::array> GemmPullback(const Contract& c, const HeadTensors& t, int query_block, mx::Stream s);
 
+// The tiled pullback as MLX custom CUDA kernels (attention_vjp_cuda.cc).
+/** True when stream `s` runs on the GPU of an MLX built with CUDA. */
+bool CudaKernelsAvailable(mx::Stream s);
+/** True when the kernels' launch (one warp per query row and per key row) fits an int grid. */
+bool KernelPullbackFits(const HeadTensors& t);
+/** Builds and checks the kernels once per process and device type: "" when they work, else why. */
+std::string KernelBuildError(mx::Stream s);
+/** {dQ, dK, dV} through the kernels, never materialising the score matrix; the recompute form
+ *  (no t.y) recomputes Y inside them. */
+std::vector<mx::array> KernelPullback(const Contract& c, const HeadTensors& t, mx::Stream s);
+
 }  // namespace mlx_ep::attention_vjp

@@ -33,7 +33,7 @@ log "built $ONNXRUNTIME_EP_MLX_LIBRARY"
 export PYTHONPATH="$PWD/python"
 R="$OUT/reports" && mkdir -p "$R"
 $PY -m onnxruntime_ep_mlx info 2>&1 | tee -a "$OUT/run.log"
-# STEPS selects what runs (default: all): demo models conformance pytest bench
+# STEPS selects what runs (default: all): demo models conformance pytest bench (also: memory bert launch vjp)
 STEPS="${STEPS:-demo models conformance pytest bench}"
 case " $STEPS " in *" demo "*) $PY examples/demo.py 2>&1 | tee "$R/demo.log";; esac
 case " $STEPS " in *" models "*)
@@ -65,6 +65,13 @@ case " $STEPS " in *" memory "*)
     ONNXRUNTIME_EP_MLX_DEVICE=$dev ONNXRUNTIME_EP_MLX_SPIN_US=$spin timeout 100 $PY bench/bench_overhead.py --iters 2000 --json "$R/bench_overhead_${dev}_$spin.json" 2>&1 | tee -a "$R/bench_overhead.log"
   done; done;;
 esac
+case " $STEPS " in *" vjp "*)
+  # The AttentionVJP CUDA kernels (src/ops/attention_vjp_cuda.cc): their parity tests over a
+  # 1-byte score budget (each case asserts the kernels' verbose log line), then the benchmark
+  # against the composed query blocks.
+  timeout "${PYTEST_FILE_TIMEOUT:-300}" $PY -m pytest -v -rs -p no:cacheprovider tests/python/ops/test_attention_vjp_kernel.py > "$R/pytest_attention_vjp_kernel.log" 2>&1
+  echo "test_attention_vjp_kernel: rc=$? $(tail -1 "$R/pytest_attention_vjp_kernel.log")"
+  timeout 150 $PY bench/bench_attention_vjp.py --json "$R/bench_attention_vjp.json" 2>&1 | grep -v -e GetCapability -e "] session" | tee "$R/bench_attention_vjp.log";; esac
 case " $STEPS " in *" bert "*)
   # BERT-base fp16/fp32 8x128: the EP (plain run and IOBinding on its device memory) against ORT's
   # CUDA EP (run and IOBinding) and PyTorch eager.
