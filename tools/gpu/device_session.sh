@@ -133,6 +133,9 @@ run_step() {
     paged)  # PagedAttention against ORT's CUDA EP too (onnxruntime-gpu's schema; skipped on 1.30)
       ( ort_gpu_env && timeout 200 $PY -m pytest -q -p no:cacheprovider -rfEs "$ROOT/tests/python/ops/test_paged_attention.py" \
         >"$R/pytest_paged_ortgpu.log" 2>&1; log "paged on onnxruntime-gpu: rc=$? $(tail -1 "$R/pytest_paged_ortgpu.log")" );;
+    vjp)  # the AttentionVJP CUDA kernels against the composed query blocks (their tests run in parity)
+      timeout 150 $PY "$ROOT/bench/bench_attention_vjp.py" --json "$R/bench_attention_vjp.json" 2>&1 \
+        | grep -v -e GetCapability -e "] session" | tee "$R/bench_attention_vjp.log";;
     census)  # the CUDA kernels of one BERT fp16 run and of one LLM decode step (MLX's graph dumps)
       timeout 200 $PY "$ROOT/tools/gpu/kernel_census.py" bert --out "$R" 2>&1 | tee "$R/census.log"
       [ -e "$W/make.ok" ] && timeout 150 $PY "$ROOT/tools/gpu/kernel_census.py" llm --model "$W/llm/fp16" --out "$R" \
