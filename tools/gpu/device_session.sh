@@ -17,7 +17,7 @@ set -uo pipefail
 W="${MLX_EP_GPU_DIR:-/tmp/mlx-ep-gpu}"
 OUT="${OUT:-$PWD/gpu-out}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PY=python3
+PY="${PY:-python3}"
 export PYTHONUNBUFFERED=1
 log() { echo "[gpu $(date +%T)] $*" | tee -a "$OUT/run.log"; }
 
@@ -48,7 +48,8 @@ extract_ready() {  # a.tar once its bytes have arrived (parts 00.. in order), b.
     parts+=("$W/part_$i") && have=$((have + $(stat -c %s "$W/part_$i")))
   done
   if [ ! -e "$W/a.done" ] && [ "$have" -ge "$a" ]; then
-    cat "${parts[@]}" | head -c "$a" | tar -x -C "$W/wheels" && touch "$W/a.done"
+    cat "${parts[@]}" | head -c "$a" | tar -x -C "$W/wheels"
+    [ "${PIPESTATUS[2]}" -eq 0 ] && touch "$W/a.done"  # tar's status (cat ends on SIGPIPE)
   fi
   if [ ! -e "$W/b.done" ] && [ ${#parts[@]} -eq 6 ]; then
     cat "${parts[@]}" | tail -c +"$((a + 1))" | tar -x -C "$W/wheels" && touch "$W/b.done"
@@ -56,7 +57,35 @@ extract_ready() {  # a.tar once its bytes have arrived (parts 00.. in order), b.
   return 0
 }
 
-start_background() {
+start_background() {  # install what has arrived, build the EP, build the LLM models
+  [ -e "$W/bg.started" ] || [ ! -e "$W/a.done" ] && return 0
+  touch "$W/bg.started"
+  sync_source
+  setsid nohup bash "$ROOT/tools/gpu/device_session.sh" background >"$W/bg.log" 2>&1 </dev/null &
+  log "background set-up started"
+}
+
+sync_source() {  # $W/src mirrors the tree; a file is copied only when it changed (incremental build)
+  mkdir -p "$W/src"
+  (cd "$ROOT" && find . -path ./.git -prune -o -path ./.gpu -prune -o -path ./build -prune -o \
+    -path ./build-gpu -prune -o -path ./gpu-out -prune -o -path ./.venv -prune -o -path ./.deps -prune -o \
+    -type f -print) | while read -r f; do
+    cmp -s "$ROOT/$f" "$W/src/$f" || { mkdir -p "$W/src/$(dirname "$f")" && cp "$ROOT/$f" "$W/src/$f"; }
+  done
+}
+
+configure_and_build() {
+  local SITE CUDNN_DIR
+  SITE=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  CUDNN_DIR=$(dirname "$(dirname "$(find "$SITE/nvidia" -name cudnn.h | head -1)")")
+  [ -f "$W/build/CMakeCache.txt" ] || cmake -S "$W/src" -B "$W/build" -DMLX_ROOT="$SITE/mlx" \
+    -DMLX_EP_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release -DCUDNN_INCLUDE_PATH="$CUDNN_DIR/include" \
+    -DCUDNN_LIBRARY_PATH="$CUDNN_DIR/lib" -DORT_INCLUDE_DIR="$W/prefix/usr/include/onnxruntime" \
+    -DJSON_INCLUDE_DIR="$W/prefix/usr/include" >"$W/cmake.log" 2>&1 || return 1
+  cmake --build "$W/build" -j"$(nproc)" >"$W/build.log" 2>&1
+}
+
+background() {
   cd "$W" || exit 1
   tar -xf wheels/prefix.tar -C "$W"
   # MLX into the image's own environment, so libmlx.so's RPATH ($ORIGIN/../../nvidia/*/lib) finds
