@@ -28,7 +28,8 @@ MLX_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   mlx_ep::ConfigureBlasThreads();
   if (mlx_ep::EnvFlag(mlx_ep::env::kVerbose))
     mlx_ep::LogLine(mlx_ep::DescribeBlasBinding(mlx_ep::InspectBlasBinding()));
-  if (max_factories < 1) return mlx_ep::MakeStatus("CreateEpFactories", "no room for a factory");
+  if (max_factories < 1)
+    return mlx_ep::MakeStatus("CreateEpFactories", "no room for a factory", ORT_INVALID_ARGUMENT);
   factories[0] = new mlx_ep::MlxEpFactory(registered_name, *default_logger);
   *num_factories = 1;
   return nullptr;

@@ -166,7 +166,11 @@ void MlxEp::CompilePartitions(const OrtGraph** graphs, const OrtNode** fused_nod
     try {
       plan = BuildPlan(graph, name, inputs, outputs, OpRegistry::Get());
     } catch (const std::exception& e) {
-      throw std::runtime_error("partition " + name + ": " + e.what());
+      // The model's graph at fault (a value without a type, a body of the wrong arity): as
+      // ORT's own graph checks; anything else is the EP's failure to handle what it claimed.
+      const bool graph = dynamic_cast<const std::invalid_argument*>(&e) != nullptr;
+      throw EpError(graph ? ErrorKind::kInvalidGraph : ErrorKind::kEpFail,
+                    "partition " + name + ": " + e.what());
     }
     auto runner = std::make_shared<PartitionRunner>(std::move(plan), compile, max_compiled);
     report_.AddRunner(runner);

@@ -6,6 +6,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "common/error.h"
 #include "partition/partition.h"
 
 namespace mlx_ep {
@@ -43,8 +44,8 @@ void EnsureAllocatable(size_t bytes, const std::string& what) {
   if (bytes < kProbeFrom) return;
   void* p = bytes == std::numeric_limits<size_t>::max() ? nullptr : std::malloc(bytes);
   if (!p)
-    throw std::runtime_error("[MlxEp] Failed to allocate memory: " + what + " needs " +
-                             std::to_string(bytes) + " bytes");
+    throw OutOfMemoryError("[MlxEp] Failed to allocate memory: " + what + " needs " + std::to_string(bytes) +
+                           " bytes");
   std::free(p);
 }
 

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/env.h"
+#include "common/error.h"
 #include "common/log.h"
 #include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
@@ -20,7 +21,7 @@ namespace {
 // counts those bytes.
 mx::array BindInput(const InputTensor& t, uint64_t& copied, uint64_t& wrapped) {
   auto dtype = ToMlxDtype(t.type);
-  if (!dtype) throw std::invalid_argument("[MlxEp] input type " + ElemName(t.type) + " has no MLX dtype");
+  if (!dtype) throw NotImplementedError("[MlxEp] input type " + ElemName(t.type) + " has no MLX dtype");
   mx::Shape shape(t.shape.begin(), t.shape.end());
   if (DeviceMemoryEnabled()) {
     if (std::optional<mx::array> a = WrapDeviceMemory(t.data, shape, *dtype)) {
