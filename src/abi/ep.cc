@@ -75,7 +75,10 @@ MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger)
 
 MlxEp::~MlxEp() {
   try {
-    if (EnvFlag(env::kVerbose)) LogLine("session summary:\n" + report_.Summary());
+    // ORT's default logger: the session's may be gone while ORT releases the session's EPs.
+    const bool verbose = EnvFlag(env::kVerbose);
+    if (verbose || OrtWouldLog(LogSeverity::kInfo))
+      LogLine("session summary:\n" + report_.Summary(), LogSeverity::kInfo, nullptr, verbose);
     if (!report_path_.empty()) std::ofstream(report_path_) << report_.ToJson() << '\n';
   } catch (...) {
     // Diagnostics must never take the host down while a session closes.
@@ -135,7 +138,7 @@ void MlxEp::ClaimGraph(const OrtGraph* ort_graph, OrtEpGraphSupportInfo* support
   Graph graph = ReadGraph(ort_graph, kClaimConstantBytes);
   Partitioning partitioning = PartitionGraph(graph, OpRegistry::Get());
   ExplainHolders(graph, holder_reasons_, partitioning);
-  LogClaims(graph, partitioning);
+  LogClaims(graph, partitioning, &logger_);
   report_.AddGraph(graph, partitioning, kEpName);
 
   std::vector<Ort::ConstNode> ort_nodes = Ort::ConstGraph{ort_graph}.GetNodes();
@@ -173,6 +176,7 @@ void MlxEp::CompilePartitions(const OrtGraph** graphs, const OrtNode** fused_nod
                     "partition " + name + ": " + e.what());
     }
     auto runner = std::make_shared<PartitionRunner>(std::move(plan), compile, max_compiled);
+    runner->set_logger(&logger_);
     report_.AddRunner(runner);
     infos.push_back(std::make_unique<MlxNodeComputeInfo>(runner));
   }

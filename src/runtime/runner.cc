@@ -245,9 +245,12 @@ void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const 
     const mx::array& a = outputs[k];
     const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
     const char* refusal = DeviceMemoryEnabled() ? AdoptRefusal(a) : "";
-    if (refusal && *refusal && !logged_refusal_.exchange(true) && EnvFlag(env::kVerbose))
+    const bool verbose = EnvFlag(env::kVerbose);
+    if (refusal && *refusal && (verbose || OrtWouldLog(LogSeverity::kVerbose, logger_)) &&
+        !logged_refusal_.exchange(true))
       LogLine("partition " + plan_.name + ": output " + std::to_string(k) +
-              " is copied, not handed to ORT: " + refusal);
+                  " is copied, not handed to ORT: " + refusal,
+              LogSeverity::kVerbose, logger_, verbose);
     if (!refusal) {
       // ORT allocates the output from the EP's allocator: it gets MLX's buffer itself.
       AdoptScope scope(a);
