@@ -10,6 +10,7 @@
 #include "abi/status.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "diagnostics/report.h"
 #include "partition/partition.h"
 #include "runtime/memory.h"
 #include "runtime/plan.h"
@@ -64,7 +65,11 @@ void ExplainHolders(const Graph& graph, const std::map<std::string, std::string>
 }  // namespace
 
 MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger)
-    : OrtEp{}, factory_(factory), logger_(logger), report_path_(EnvString(env::kReportPath)) {
+    : OrtEp{},
+      factory_(factory),
+      logger_(logger),
+      report_(std::make_unique<SessionReport>()),
+      report_path_(EnvString(env::kReportPath)) {
   ort_version_supported = kOrtApiVersion;
   GetName = GetNameImpl;
   GetCapability = GetCapabilityImpl;
@@ -78,8 +83,8 @@ MlxEp::~MlxEp() {
     // ORT's default logger: the session's may be gone while ORT releases the session's EPs.
     const bool verbose = EnvFlag(env::kVerbose);
     if (verbose || OrtWouldLog(LogSeverity::kInfo))
-      LogLine("session summary:\n" + report_.Summary(), LogSeverity::kInfo, nullptr, verbose);
-    if (!report_path_.empty()) std::ofstream(report_path_) << report_.ToJson() << '\n';
+      LogLine("session summary:\n" + report_->Summary(), LogSeverity::kInfo, nullptr, verbose);
+    if (!report_path_.empty()) std::ofstream(report_path_) << report_->ToJson() << '\n';
   } catch (...) {
     // Diagnostics must never take the host down while a session closes.
   }
@@ -139,7 +144,7 @@ void MlxEp::ClaimGraph(const OrtGraph* ort_graph, OrtEpGraphSupportInfo* support
   Partitioning partitioning = PartitionGraph(graph, OpRegistry::Get());
   ExplainHolders(graph, holder_reasons_, partitioning);
   LogClaims(graph, partitioning, &logger_);
-  report_.AddGraph(graph, partitioning, kEpName);
+  report_->AddGraph(graph, partitioning, kEpName);
 
   std::vector<Ort::ConstNode> ort_nodes = Ort::ConstGraph{ort_graph}.GetNodes();
   OrtNodeFusionOptions options{};
@@ -177,7 +182,7 @@ void MlxEp::CompilePartitions(const OrtGraph** graphs, const OrtNode** fused_nod
     }
     auto runner = std::make_shared<PartitionRunner>(std::move(plan), compile, max_compiled);
     runner->set_logger(&logger_);
-    report_.AddRunner(runner);
+    report_->AddRunner(runner);
     infos.push_back(std::make_unique<MlxNodeComputeInfo>(runner));
   }
   for (size_t i = 0; i < count; ++i) node_compute_infos[i] = infos[i].release();
