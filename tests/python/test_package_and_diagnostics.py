@@ -144,6 +144,13 @@ def test_log_lines_go_through_ort_logger(tmp_path):
     assert ":onnxruntime:" not in stderr.split("GetCapability")[0].splitlines()[-1]  # our own line
 
 
+def test_unusable_variable_is_an_ort_warning(tmp_path):
+    # Not a diagnostic anyone asked for: a WARNING through ORT's default logger, shown once.
+    stderr = run_logged(mixed_model(str(tmp_path / "m.onnx")), 2, ONNXRUNTIME_EP_MLX_THREADS="lots")
+    lines = [l for l in stderr.splitlines() if "ONNXRUNTIME_EP_MLX_THREADS=lots is not a thread count" in l]
+    assert len(lines) == 1 and "[W:onnxruntime:" in lines[0], stderr[-3000:]
+
+
 def test_no_compile_kill_switch(tmp_path):
     proc = run_script(mixed_model(str(tmp_path / "m.onnx")), ONNXRUNTIME_EP_MLX_NO_COMPILE="1",
                       ONNXRUNTIME_EP_MLX_VERBOSE="1")
