@@ -1,8 +1,9 @@
 // The EP's log lines: through ORT's logger when the plugin runs inside ORT, on stderr when the
 // environment-variable diagnostics ask for them (ONNXRUNTIME_EP_MLX_VERBOSE, ..._CLAIM_DEBUG)
 // and ORT's logger does not show them already, or when there is no ORT logger (core tests).
-// Severities (README, "Logging and error codes"): session and claim summaries are INFO, per-node claim
-// details (declined nodes, boundaries) VERBOSE, environment values the EP cannot use WARNING.
+// Severities (README, "Logging and error codes"): session and claim summaries are INFO,
+// per-node claim details (declined nodes, boundaries) VERBOSE, environment values the EP cannot
+// use WARNING.
 // No ORT header here: src/abi/ installs the function that talks to ORT (InstallOrtLogging).
 #pragma once
 
