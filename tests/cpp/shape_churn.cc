@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -70,7 +71,8 @@ Options ParseOptions(int argc, char** argv) {
 
 double RssMib() {
   long pages = 0, resident = 0;
-  std::ifstream("/proc/self/statm") >> pages >> resident;
+  if (!(std::ifstream("/proc/self/statm") >> pages >> resident) || resident <= 0)
+    throw std::runtime_error("cannot read the RSS from /proc/self/statm (Linux only)");
   return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
 }
 
