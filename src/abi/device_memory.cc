@@ -92,7 +92,8 @@ struct MlxDataTransfer : OrtDataTransferImpl {
       Ort::ThrowOnError(api.GetTensorSizeInBytes(src[i], &bytes));
       Ort::ThrowOnError(api.GetTensorSizeInBytes(dst[i], &dst_bytes));
       if (bytes != dst_bytes)
-        return MakeStatus("MLXExecutionProvider CopyTensors", "source and destination sizes differ");
+        return MakeStatus("MLXExecutionProvider CopyTensors", "source and destination sizes differ",
+                          ORT_INVALID_ARGUMENT);
       if (bytes) std::memcpy(to, from, bytes);
       CountTransfer(!IsHost(ep.Value_GetMemoryDevice(src[i])), !IsHost(ep.Value_GetMemoryDevice(dst[i])),
                     bytes);

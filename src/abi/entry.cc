@@ -5,6 +5,30 @@
 #include "common/env.h"
 #include "common/log.h"
 
+namespace {
+
+bool OrtWouldLogImpl(const OrtLogger* logger, mlx_ep::LogSeverity severity) {
+  OrtLoggingLevel level = ORT_LOGGING_LEVEL_FATAL;
+  if (OrtStatus* status = Ort::GetApi().Logger_GetLoggingSeverityLevel(logger, &level)) {
+    Ort::GetApi().ReleaseStatus(status);
+    return false;
+  }
+  return static_cast<int>(severity) >= static_cast<int>(level);
+}
+
+bool OrtLogImpl(const OrtLogger* logger, mlx_ep::LogSeverity severity, const std::string& line) {
+  OrtStatus* status = Ort::GetApi().Logger_LogMessage(logger, static_cast<OrtLoggingLevel>(severity),
+                                                      line.c_str(), ORT_TSTR("onnxruntime_ep_mlx"), 0, "");
+  if (!status) return true;
+  Ort::GetApi().ReleaseStatus(status);
+  return false;
+}
+
+// ORT's logging while a factory lives (common/log.h): its default logger is the environment's.
+mlx_ep::OrtLogging ort_logging;
+
+}  // namespace
+
 extern "C" {
 
 #if defined(_WIN32)
@@ -25,10 +49,15 @@ MLX_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   // themselves (read once by MLX, at its first GEMM, so this must happen before any MLX work).
   mlx_ep::SetEnvDefault("MLX_ENABLE_TF32", "0");
   MLX_EP_API_BEGIN
+  ort_logging = mlx_ep::OrtLogging{OrtWouldLogImpl, OrtLogImpl, default_logger};
+  mlx_ep::InstallOrtLogging(&ort_logging);
   mlx_ep::ConfigureBlasThreads();
-  if (mlx_ep::EnvFlag(mlx_ep::env::kVerbose))
-    mlx_ep::LogLine(mlx_ep::DescribeBlasBinding(mlx_ep::InspectBlasBinding()));
-  if (max_factories < 1) return mlx_ep::MakeStatus("CreateEpFactories", "no room for a factory");
+  const bool verbose = mlx_ep::EnvFlag(mlx_ep::env::kVerbose);
+  if (verbose || mlx_ep::OrtWouldLog(mlx_ep::LogSeverity::kInfo))
+    mlx_ep::LogLine(mlx_ep::DescribeBlasBinding(mlx_ep::InspectBlasBinding()), mlx_ep::LogSeverity::kInfo,
+                    nullptr, verbose);
+  if (max_factories < 1)
+    return mlx_ep::MakeStatus("CreateEpFactories", "no room for a factory", ORT_INVALID_ARGUMENT);
   factories[0] = new mlx_ep::MlxEpFactory(registered_name, *default_logger);
   *num_factories = 1;
   return nullptr;
@@ -36,6 +65,7 @@ MLX_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
 }
 
 MLX_EP_EXPORT OrtStatus* ReleaseEpFactory(OrtEpFactory* factory) {
+  mlx_ep::InstallOrtLogging(nullptr);  // the default logger goes with the environment
   delete static_cast<mlx_ep::MlxEpFactory*>(factory);
   return nullptr;
 }

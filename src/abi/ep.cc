@@ -10,6 +10,7 @@
 #include "abi/status.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "diagnostics/report.h"
 #include "partition/partition.h"
 #include "runtime/memory.h"
 #include "runtime/plan.h"
@@ -64,7 +65,11 @@ void ExplainHolders(const Graph& graph, const std::map<std::string, std::string>
 }  // namespace
 
 MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger)
-    : OrtEp{}, factory_(factory), logger_(logger), report_path_(EnvString(env::kReportPath)) {
+    : OrtEp{},
+      factory_(factory),
+      logger_(logger),
+      report_(std::make_unique<SessionReport>()),
+      report_path_(EnvString(env::kReportPath)) {
   ort_version_supported = kOrtApiVersion;
   GetName = GetNameImpl;
   GetCapability = GetCapabilityImpl;
@@ -75,8 +80,11 @@ MlxEp::MlxEp(MlxEpFactory& factory, const OrtLogger& logger)
 
 MlxEp::~MlxEp() {
   try {
-    if (EnvFlag(env::kVerbose)) LogLine("session summary:\n" + report_.Summary());
-    if (!report_path_.empty()) std::ofstream(report_path_) << report_.ToJson() << '\n';
+    // ORT's default logger: the session's may be gone while ORT releases the session's EPs.
+    const bool verbose = EnvFlag(env::kVerbose);
+    if (verbose || OrtWouldLog(LogSeverity::kInfo))
+      LogLine("session summary:\n" + report_->Summary(), LogSeverity::kInfo, nullptr, verbose);
+    if (!report_path_.empty()) std::ofstream(report_path_) << report_->ToJson() << '\n';
   } catch (...) {
     // Diagnostics must never take the host down while a session closes.
   }
@@ -135,8 +143,8 @@ void MlxEp::ClaimGraph(const OrtGraph* ort_graph, OrtEpGraphSupportInfo* support
   Graph graph = ReadGraph(ort_graph, kClaimConstantBytes);
   Partitioning partitioning = PartitionGraph(graph, OpRegistry::Get());
   ExplainHolders(graph, holder_reasons_, partitioning);
-  LogClaims(graph, partitioning);
-  report_.AddGraph(graph, partitioning, kEpName);
+  LogClaims(graph, partitioning, &logger_);
+  report_->AddGraph(graph, partitioning, kEpName);
 
   std::vector<Ort::ConstNode> ort_nodes = Ort::ConstGraph{ort_graph}.GetNodes();
   OrtNodeFusionOptions options{};
@@ -166,10 +174,15 @@ void MlxEp::CompilePartitions(const OrtGraph** graphs, const OrtNode** fused_nod
     try {
       plan = BuildPlan(graph, name, inputs, outputs, OpRegistry::Get());
     } catch (const std::exception& e) {
-      throw std::runtime_error("partition " + name + ": " + e.what());
+      // The model's graph at fault (a value without a type, a body of the wrong arity): as
+      // ORT's own graph checks; anything else is the EP's failure to handle what it claimed.
+      const bool graph = dynamic_cast<const std::invalid_argument*>(&e) != nullptr;
+      throw EpError(graph ? ErrorKind::kInvalidGraph : ErrorKind::kEpFail,
+                    "partition " + name + ": " + e.what());
     }
     auto runner = std::make_shared<PartitionRunner>(std::move(plan), compile, max_compiled);
-    report_.AddRunner(runner);
+    runner->set_logger(&logger_);
+    report_->AddRunner(runner);
     infos.push_back(std::make_unique<MlxNodeComputeInfo>(runner));
   }
   for (size_t i = 0; i < count; ++i) node_compute_infos[i] = infos[i].release();

@@ -6,11 +6,11 @@
 #include <string>
 
 #include "abi/ort.h"
-#include "diagnostics/report.h"
 
 namespace mlx_ep {
 
 class MlxEpFactory;
+class SessionReport;  // diagnostics/report.h: kept out of this header, which would pull in MLX
 
 /** One EP instance, created per session. */
 class MlxEp : public OrtEp {
@@ -37,7 +37,7 @@ class MlxEp : public OrtEp {
 
   MlxEpFactory& factory_;
   const OrtLogger& logger_;
-  SessionReport report_;
+  std::unique_ptr<SessionReport> report_;
   /** ONNXRUNTIME_EP_MLX_REPORT as it was when the session was created: a session released
    *  later (by a garbage collector, say) still writes its own report where it was asked to. */
   std::string report_path_;

@@ -97,7 +97,8 @@ OrtStatus* ORT_API_CALL MlxEpFactory::CreateEpImpl(OrtEpFactory* this_ptr, const
                                                    OrtEp** ep) noexcept {
   MLX_EP_API_BEGIN
   *ep = nullptr;
-  if (num_devices != 1) return MakeStatus("MLXExecutionProvider CreateEp", "expected exactly one device");
+  if (num_devices != 1)
+    return MakeStatus("MLXExecutionProvider CreateEp", "expected exactly one device", ORT_INVALID_ARGUMENT);
   auto* factory = static_cast<MlxEpFactory*>(this_ptr);
   auto created = std::make_unique<MlxEp>(*factory, logger ? *logger : factory->default_logger_);
   *ep = created.release();

@@ -136,27 +136,31 @@ std::string SessionReport::Summary() const {
   return os.str();
 }
 
-void LogClaims(const Graph& graph, const Partitioning& p) {
+void LogClaims(const Graph& graph, const Partitioning& p, const OrtLogger* logger) {
   size_t claimed = 0;
   for (const auto& d : p.decisions) claimed += d.claimed;
-  if (EnvFlag(env::kVerbose))
+  const bool verbose = EnvFlag(env::kVerbose);
+  if (verbose || OrtWouldLog(LogSeverity::kInfo, logger))
     LogLine("GetCapability: claimed " + std::to_string(claimed) + "/" + std::to_string(graph.nodes.size()) +
-            " nodes in " + std::to_string(p.clusters.size()) + " partition(s)");
-  if (!EnvFlag(env::kClaimDebug)) return;
+                " nodes in " + std::to_string(p.clusters.size()) + " partition(s)",
+            LogSeverity::kInfo, logger, verbose);
+  const bool debug = EnvFlag(env::kClaimDebug);
+  if (!debug && !OrtWouldLog(LogSeverity::kVerbose, logger)) return;
+  auto log = [&](const std::string& line) { LogLine(line, LogSeverity::kVerbose, logger, debug); };
   std::map<std::string, size_t> unclaimed_ops;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     if (p.decisions[i].claimed) continue;
     const Node& n = graph.nodes[i];
     ++unclaimed_ops[n.QualifiedOp()];
-    LogLine("declined " + n.Label() + " (" + n.QualifiedOp() + "): " + p.decisions[i].reason);
+    log("declined " + n.Label() + " (" + n.QualifiedOp() + "): " + p.decisions[i].reason);
   }
   auto side = [](int c) { return c < 0 ? std::string("CPU") : "partition " + std::to_string(c); };
   for (const Boundary& b : p.boundaries)
-    LogLine("boundary '" + b.value + "' " + side(b.from) + " -> " + side(b.to) + ": " + b.reason);
+    log("boundary '" + b.value + "' " + side(b.from) + " -> " + side(b.to) + ": " + b.reason);
   if (!unclaimed_ops.empty()) {
     std::string line = "unclaimed op types:";
     for (const auto& [op, count] : unclaimed_ops) line += " " + op + "(x" + std::to_string(count) + ")";
-    LogLine(line);
+    log(line);
   }
 }
 

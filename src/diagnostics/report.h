@@ -12,6 +12,8 @@
 #include "partition/partition.h"
 #include "runtime/runner.h"
 
+struct OrtLogger;  // ORT's C type (common/log.h)
+
 namespace mlx_ep {
 
 /** Collects what one EP instance (one session) claimed and ran. Thread-safe. */
@@ -55,7 +57,9 @@ class SessionReport {
   std::vector<std::shared_ptr<const PartitionRunner>> runners_;
 };
 
-/** Prints the GetCapability diagnostics the environment asks for. */
-void LogClaims(const Graph& graph, const Partitioning& partitioning);
+/** Logs the GetCapability diagnostics: through ORT's `logger` (the session's) at the levels it
+ *  emits (the claim summary INFO, each declined node and boundary VERBOSE), and on stderr those
+ *  the environment asks for (ONNXRUNTIME_EP_MLX_VERBOSE, ONNXRUNTIME_EP_MLX_CLAIM_DEBUG). */
+void LogClaims(const Graph& graph, const Partitioning& partitioning, const OrtLogger* logger = nullptr);
 
 }  // namespace mlx_ep

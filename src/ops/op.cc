@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "common/env.h"
+#include "common/error.h"
 
 namespace mlx_ep {
 
@@ -71,12 +72,15 @@ const Tensor& OpContext::host(size_t i) const {
 
 mx::Dtype OpContext::output_dtype(size_t i) const {
   auto d = ToMlxDtype(output_type(i));
-  if (!d) Fail("output " + std::to_string(i) + " has type " + ElemName(output_type(i)) + " which MLX lacks");
+  if (!d)
+    throw NotImplementedError("[MlxEp][" + node.op_type + "] " + node.Label() + ": output " +
+                              std::to_string(i) + " has type " + ElemName(output_type(i)) +
+                              " which MLX lacks");
   return *d;
 }
 
 void OpContext::Fail(const std::string& message) const {
-  throw std::invalid_argument("[MlxEp][" + node.op_type + "] " + node.Label() + ": " + message);
+  throw InvalidArgumentError("[MlxEp][" + node.op_type + "] " + node.Label() + ": " + message);
 }
 
 void OpContext::Require(const mx::array& ok, const std::string& message) const {

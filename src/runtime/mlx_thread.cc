@@ -201,7 +201,8 @@ size_t WorkerCountFromEnv() {
   if (v.size() > 2 || v.find_first_not_of("0123456789") != std::string::npos || std::stoul(v) < 1 ||
       std::stoul(v) > kMaxWorkers) {
     LogLine(std::string(env::kMlxThreads) + "=" + v + " is not a thread count (1 to " +
-            std::to_string(kMaxWorkers) + "); using " + std::to_string(fallback));
+                std::to_string(kMaxWorkers) + "); using " + std::to_string(fallback),
+            LogSeverity::kWarning);
     return fallback;
   }
   return std::stoul(v);

@@ -6,10 +6,12 @@
 #include <set>
 #include <stdexcept>
 
+#include "common/error.h"
 #include "partition/partition.h"
+#include "runtime/plan_trace.h"
 
 namespace mlx_ep {
-namespace {
+namespace trace_internal {
 
 // Catches translation bugs at the node that has them, not as a wrong number downstream. Only the
 // element type: a declared static shape may be stale (exporters stamp them, ORT only warns when
@@ -43,10 +45,277 @@ void EnsureAllocatable(size_t bytes, const std::string& what) {
   if (bytes < kProbeFrom) return;
   void* p = bytes == std::numeric_limits<size_t>::max() ? nullptr : std::malloc(bytes);
   if (!p)
-    throw std::runtime_error("[MlxEp] Failed to allocate memory: " + what + " needs " +
-                             std::to_string(bytes) + " bytes");
+    throw OutOfMemoryError("[MlxEp] Failed to allocate memory: " + what + " needs " + std::to_string(bytes) +
+                           " bytes");
   std::free(p);
 }
+
+// A row-contiguous host copy of an array that does not depend on the traced inputs.
+std::shared_ptr<const Tensor> ToHostTensor(const mx::array& a, mx::Stream stream) {
+  mx::array c = mx::contiguous(a, false, stream);
+  mx::eval(c);
+  auto t = std::make_shared<Tensor>();
+  t->type = FromMlxDtype(c.dtype());
+  t->shape.assign(c.shape().begin(), c.shape().end());
+  const auto* p = c.data<uint8_t>();
+  t->bytes.assign(p, p + c.nbytes());
+  return t;
+}
+
+// A body's inputs: arrays and, where the enclosing translation knows them, host values.
+void PlanTrace::BindTraced(const std::vector<TracedValue>& inputs) {
+  if (inputs.size() != plan_.input_names.size())
+    throw std::invalid_argument("[MlxEp] subgraph " + plan_.name + " takes " +
+                                std::to_string(plan_.input_names.size()) + " inputs, got " +
+                                std::to_string(inputs.size()));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    Note(inputs[i].array);
+    values_.insert_or_assign(plan_.input_names[i], inputs[i].array);
+    if (inputs[i].host) host_[plan_.input_names[i]] = inputs[i].host;
+  }
+}
+
+std::vector<TracedValue> PlanTrace::TracedOutputs() const {
+  std::vector<TracedValue> outputs;
+  for (const auto& name : plan_.output_names) outputs.push_back({*Array(name), Host(name)});
+  return outputs;
+}
+
+void PlanTrace::BindInputs(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) {
+  for (size_t i = 0; i < plan_.input_names.size(); ++i) {
+    Note(inputs.at(i));
+    values_.insert_or_assign(plan_.input_names[i], inputs[i]);
+    // Non-owning: the runner keeps host inputs alive as long as the traced function.
+    if (host.at(i))
+      host_[plan_.input_names[i]] = std::shared_ptr<const Tensor>(std::shared_ptr<void>(), host[i]);
+  }
+  if (dyn_) BindDynamic();
+}
+
+void PlanTrace::Run(const PlanNode& pn) {
+  if (dyn_) {
+    if (skip_.count(ran_)) {  // a prologue node: its values the rest reads are bound already
+      Release(ran_++, pn);
+      return;
+    }
+    try {
+      if (RunDynamic(pn)) return;
+    } catch (DynamicShapeUnsupported& e) {
+      if (e.symbols.empty()) e.symbols = DepsOf(pn);
+      throw;
+    }
+  }
+  bool fold = CanFold(pn);
+  if (pn.must_fold && !fold)
+    throw std::logic_error("[MlxEp] " + pn.node.Label() +
+                           ": an input has no host value, so the node cannot fold");
+  const size_t checks_before = check_sink_->size();
+  node_updates_.clear();
+  std::optional<OpContext> ctx(Context(pn, fold));
+  std::vector<mx::array> outs = pn.spec->translate(*ctx);
+  if (fold && !pn.must_fold && TooLargeToFold(outs)) {
+    // A large value nobody needs on the host stays an MLX computation (a broadcast full()
+    // is cheaper than a dense constant); nothing was evaluated yet.
+    fold = false;
+    check_sink_->erase(check_sink_->begin() + checks_before, check_sink_->end());
+    node_updates_.clear();
+    ctx.emplace(Context(pn, false));
+    outs = pn.spec->translate(*ctx);
+  }
+  for (InPlaceUpdate& u : node_updates_) AcceptInPlace(pn, outs, std::move(u));
+  node_updates_.clear();
+  if (fold) RunChecksNow(checks_before);
+  const auto& host_outputs = ctx->host_outputs();
+  CheckOutputCount(pn, outs);
+  if (fold && info_) ++info_->folded;
+  for (size_t k = 0; k < pn.node.outputs.size() && k < outs.size(); ++k) {
+    const std::string& name = pn.node.outputs[k];
+    if (name.empty()) continue;
+    if (fold) {
+      EnsureAllocatable(ByteSize(outs[k]), pn.node.Label() + " (" + pn.node.op_type + ") folded on the host");
+      auto host = ToHostTensor(outs[k], host_stream_);
+      outs[k] = ToArray(*host);  // a constant of the traced graph
+      host_[name] = std::move(host);
+    } else if (k < host_outputs.size() && host_outputs[k]) {
+      host_[name] = host_outputs[k];  // a body computed it on its host lane
+    }
+    CheckOutput(plan_, pn, k, outs[k]);
+    Note(outs[k]);
+    Count(pn, name, ByteSize(outs[k]));
+    values_.insert_or_assign(name, outs[k]);
+  }
+  Release(ran_++, pn);
+}
+
+std::vector<mx::array> PlanTrace::Outputs() {
+  std::vector<mx::array> outputs;
+  for (const auto& name : plan_.output_names) {
+    if (dyn_shaped_.count(name))
+      throw DynamicShapeUnsupported("[MlxEp] partition output '" + name + "' has a dynamic shape",
+                                    deps_[name]);
+    outputs.push_back(mx::contiguous(*Array(name), false, stream_));
+    bytes_ = std::max(bytes_, live_ = SaturatingAdd(live_, ByteSize(outputs.back())));  // ORT's copy
+  }
+  EnsureAllocatable(bytes_, "partition " + plan_.name + " (largest value: output of " + largest_ + ", " +
+                                std::to_string(largest_bytes_) + " bytes)");
+  if (!check_sink_->empty()) outputs.push_back(FirstFailedCheck());
+  for (auto& [where, u] : in_place_) {
+    where.rows = outputs.size();
+    outputs.push_back(mx::contiguous(u.rows, false, stream_));
+    where.offsets = outputs.size();
+    outputs.push_back(mx::astype(mx::reshape(u.offsets, {-1}, stream_), mx::int32, stream_));
+    if (info_) info_->in_place.push_back(where);
+  }
+  return outputs;
+}
+
+// Traces body `attr` of `pn` inline, resolving its outer-scope names against this trace.
+std::vector<TracedValue> PlanTrace::TraceBody(const PlanNode& pn, const std::string& attr,
+                                              const std::vector<TracedValue>& inputs) const {
+  auto it = pn.subplans.find(attr);
+  if (it == pn.subplans.end())
+    throw std::logic_error("[MlxEp] " + pn.node.Label() + " has no subgraph '" + attr + "'");
+  PlanTrace body(*it->second, stream_, info_, this);
+  body.BindTraced(inputs);
+  for (const PlanNode& node : it->second->nodes) body.Run(node);
+  return body.TracedOutputs();
+}
+
+// The node's context. A folding node reads host values (as CPU arrays) and runs on MLX's
+// CPU device, so nothing of it is traced; Shape and Size read only their inputs' shapes.
+// `with_hints`: trace values count as host values (HintOutputs).
+OpContext PlanTrace::Context(const PlanNode& pn, bool fold, bool with_hints) {
+  const bool from_values = fold && pn.spec->host_eval == HostEval::kFromValues;
+  const std::vector<std::string> all_inputs = pn.node.AllInputs();
+  std::vector<std::optional<mx::array>> inputs;
+  std::vector<const Tensor*> host(all_inputs.size(), nullptr);
+  for (size_t k = 0; k < all_inputs.size(); ++k) {
+    std::shared_ptr<const Tensor> h = Host(all_inputs[k]);
+    if (!h && with_hints) h = Hint(all_inputs[k]);
+    host[k] = h.get();  // kept alive by host_ (here or in an enclosing trace)
+    if (k < pn.node.inputs.size())
+      inputs.push_back(from_values && h ? std::optional<mx::array>(ToArray(*h)) : Array(all_inputs[k]));
+  }
+  for (size_t k : pn.host_inputs)
+    if (!host.at(k))
+      throw std::logic_error("[MlxEp] " + pn.node.Label() + ": input '" + all_inputs[k] +
+                             "' has no host value in partition " + plan_.name);
+  std::vector<ElemType> out_types;
+  for (const auto& out : pn.node.outputs) {
+    auto t = plan_.value_types.find(out);
+    out_types.push_back(t == plan_.value_types.end() ? ElemType::kUndefined : t->second);
+  }
+  OpContext ctx(pn.node, std::move(inputs), std::move(host), std::move(out_types),
+                fold ? host_stream_ : stream_);
+  ctx.set_checks(check_sink_);                              // a body's checks join the enclosing partition's
+  if (!fold && !parent_) ctx.set_in_place(&node_updates_);  // a body's values are no partition's outputs
+  if (!pn.subplans.empty())
+    ctx.set_subgraph_tracer([this, &pn](const std::string& attr, const std::vector<TracedValue>& in) {
+      return TraceBody(pn, attr, in);
+    });
+  return ctx;
+}
+
+std::optional<mx::array> PlanTrace::Array(const std::string& name) const {
+  if (name.empty()) return std::nullopt;
+  if (auto it = values_.find(name); it != values_.end()) return it->second;
+  if (auto it = plan_.constants.find(name); it != plan_.constants.end()) return it->second;
+  if (parent_) return parent_->Array(name);
+  throw std::logic_error("[MlxEp] value '" + name + "' is not available in partition " + plan_.name);
+}
+
+// Keeps a node's InPlaceUpdate when the runner can act on it: the output is one partition
+// output, the input a partition input only this node reads, and the shapes fit. Else the
+// output is written whole, as any other.
+void PlanTrace::AcceptInPlace(const PlanNode& pn, const std::vector<mx::array>& outs, InPlaceUpdate u) {
+  const std::vector<std::string> ins = pn.node.AllInputs();
+  if (u.output >= outs.size() || u.output >= pn.node.outputs.size() || u.input >= pn.node.inputs.size())
+    return;
+  const std::string &out_name = pn.node.outputs[u.output], &in_name = ins[u.input];
+  const auto& outputs = plan_.output_names;
+  const auto& inputs = plan_.input_names;
+  auto out_it = std::find(outputs.begin(), outputs.end(), out_name);
+  auto in_it = std::find(inputs.begin(), inputs.end(), in_name);
+  if (out_name.empty() || out_it == outputs.end() ||
+      std::count(outputs.begin(), outputs.end(), out_name) != 1 || in_it == inputs.end() ||
+      readers_[in_name] != 1 || std::count(outputs.begin(), outputs.end(), in_name))
+    return;
+  const mx::array &out = outs[u.output], in = *Array(in_name);
+  const int rank = static_cast<int>(out.ndim());
+  if (in.shape() != out.shape() || in.dtype() != out.dtype() || u.rows.dtype() != out.dtype() ||
+      static_cast<int>(u.rows.ndim()) != rank || u.axis < 1 || u.axis >= rank ||
+      u.offsets.size() != static_cast<size_t>(out.shape(0)))
+    return;
+  for (int d = 0; d < rank; ++d)
+    if (d == u.axis ? u.rows.shape(d) > out.shape(d) : u.rows.shape(d) != out.shape(d)) return;
+  InPlaceOutput where;
+  where.output = static_cast<size_t>(out_it - outputs.begin());
+  where.input = static_cast<size_t>(in_it - inputs.begin());
+  where.axis = u.axis;
+  for (const auto& [w, _] : in_place_)
+    if (w.output == where.output) return;
+  in_place_.emplace_back(where, std::move(u));
+}
+
+// A folded node's checks hold host data: evaluate them at once.
+void PlanTrace::RunChecksNow(size_t from) {
+  for (size_t i = from; i < check_sink_->size(); ++i) {
+    mx::eval((*check_sink_)[i].ok);
+    if (!(*check_sink_)[i].ok.item<bool>()) throw std::invalid_argument((*check_sink_)[i].message);
+  }
+  check_sink_->erase(check_sink_->begin() + from, check_sink_->end());
+}
+
+// -1 when every check holds, else the index of the first that fails; the messages go to info_.
+mx::array PlanTrace::FirstFailedCheck() {
+  mx::array code(-1, mx::int32);
+  for (size_t i = check_sink_->size(); i-- > 0;)
+    code = mx::where((*check_sink_)[i].ok, code, mx::array(static_cast<int32_t>(i), mx::int32), stream_);
+  if (info_)
+    for (const auto& check : (*check_sink_)) {
+      info_->check_messages.push_back(check.message);
+      info_->check_is_assumption.push_back(check.assumption);
+    }
+  return code;
+}
+
+// The peak of live bytes when the nodes run in plan order, each value live from its node to its
+// last consumer (a partition output to the end), as ORT's CPU EP would allocate them.
+void PlanTrace::Count(const PlanNode& pn, const std::string& name, size_t bytes) {
+  live_ = SaturatingAdd(live_, bytes);
+  live_bytes_[name] = bytes;
+  bytes_ = std::max(bytes_, live_);
+  if (bytes >= largest_bytes_) {
+    largest_bytes_ = bytes;
+    largest_ = pn.node.Label() + " (" + pn.node.op_type + ")";
+  }
+}
+
+// After node `index` ran: the values it was the last consumer of are dead, and its outputs that
+// nobody reads.
+void PlanTrace::Release(size_t index, const PlanNode& pn) {
+  std::vector<std::string> done = pn.node.AllInputs();
+  done.insert(done.end(), pn.node.outputs.begin(), pn.node.outputs.end());
+  for (const auto& name : done) {
+    auto last = last_use_.find(name);
+    auto live = live_bytes_.find(name);
+    if (live == live_bytes_.end() || (last != last_use_.end() && last->second != index)) continue;
+    live_ -= std::min(live_, live->second);
+    live_bytes_.erase(live);
+  }
+}
+
+void PlanTrace::CheckOutputCount(const PlanNode& pn, const std::vector<mx::array>& outs) {
+  // Trailing optional outputs may be left out only when unused.
+  for (size_t k = outs.size(); k < pn.node.outputs.size(); ++k)
+    if (!pn.node.outputs[k].empty())
+      throw std::logic_error("[MlxEp][" + pn.node.op_type + "] " + pn.node.Label() +
+                             ": translation produced no output " + std::to_string(k));
+}
+
+}  // namespace trace_internal
+
+namespace {
 
 // Marks what must be known on the host: each node's host inputs and, behind a value produced by
 // a node of the plan, that node (it must fold) and, unless it folds from shapes alone, its
@@ -88,10 +357,6 @@ void MarkHostValues(Plan& plan, const Graph& graph,
     }
   }
 }
-
-}  // namespace
-
-namespace {
 
 // Copies the constant `name` into the plan (and its host lane when small), once.
 void AddConstant(Plan& plan, const Graph& graph, const std::string& name,
@@ -148,485 +413,10 @@ Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::str
   return BuildPlanOf(graph, name, std::move(input_names), std::move(output_names), registry, false);
 }
 
-namespace {
-
-// A row-contiguous host copy of an array that does not depend on the traced inputs.
-std::shared_ptr<const Tensor> ToHostTensor(const mx::array& a, mx::Stream stream) {
-  mx::array c = mx::contiguous(a, false, stream);
-  mx::eval(c);
-  auto t = std::make_shared<Tensor>();
-  t->type = FromMlxDtype(c.dtype());
-  t->shape.assign(c.shape().begin(), c.shape().end());
-  const auto* p = c.data<uint8_t>();
-  t->bytes.assign(p, p + c.nbytes());
-  return t;
-}
-
-// One trace of a plan: every value has an MLX array and, where it is known while tracing, a host
-// value (the host lane). Nodes whose inputs are all on the host lane fold.
-class PlanTrace {
- public:
-  PlanTrace(const Plan& plan, mx::Stream stream, TraceInfo* info, const PlanTrace* parent = nullptr,
-            const DynamicTrace* dynamic = nullptr)
-      : plan_(plan),
-        stream_(stream),
-        host_stream_(mx::default_stream(mx::Device::cpu)),
-        info_(info),
-        parent_(parent),
-        dyn_(dynamic),
-        check_sink_(parent ? parent->check_sink_ : &checks_) {
-    for (const auto& [name, t] : plan.host_constants) host_[name] = t;
-    for (size_t i = 0; i < plan.nodes.size(); ++i)
-      for (const auto& in : plan.nodes[i].node.AllInputs()) last_use_[in] = i;  // bodies read implicit ones
-    for (const auto& out : plan.output_names) last_use_[out] = plan.nodes.size();  // never released
-    for (const PlanNode& pn : plan.nodes)
-      for (const auto& in : pn.node.AllInputs()) ++readers_[in];
-  }
-
-  // A body's inputs: arrays and, where the enclosing translation knows them, host values.
-  void BindTraced(const std::vector<TracedValue>& inputs) {
-    if (inputs.size() != plan_.input_names.size())
-      throw std::invalid_argument("[MlxEp] subgraph " + plan_.name + " takes " +
-                                  std::to_string(plan_.input_names.size()) + " inputs, got " +
-                                  std::to_string(inputs.size()));
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      Note(inputs[i].array);
-      values_.insert_or_assign(plan_.input_names[i], inputs[i].array);
-      if (inputs[i].host) host_[plan_.input_names[i]] = inputs[i].host;
-    }
-  }
-
-  std::vector<TracedValue> TracedOutputs() const {
-    std::vector<TracedValue> outputs;
-    for (const auto& name : plan_.output_names) outputs.push_back({*Array(name), Host(name)});
-    return outputs;
-  }
-
-  void BindInputs(const std::vector<mx::array>& inputs, const std::vector<const Tensor*>& host) {
-    for (size_t i = 0; i < plan_.input_names.size(); ++i) {
-      Note(inputs.at(i));
-      values_.insert_or_assign(plan_.input_names[i], inputs[i]);
-      // Non-owning: the runner keeps host inputs alive as long as the traced function.
-      if (host.at(i))
-        host_[plan_.input_names[i]] = std::shared_ptr<const Tensor>(std::shared_ptr<void>(), host[i]);
-    }
-    if (dyn_) BindDynamic();
-  }
-
-  void Run(const PlanNode& pn) {
-    if (dyn_) {
-      if (skip_.count(ran_)) {  // a prologue node: its values the rest reads are bound already
-        Release(ran_++, pn);
-        return;
-      }
-      try {
-        if (RunDynamic(pn)) return;
-      } catch (DynamicShapeUnsupported& e) {
-        if (e.symbols.empty()) e.symbols = DepsOf(pn);
-        throw;
-      }
-    }
-    bool fold = CanFold(pn);
-    if (pn.must_fold && !fold)
-      throw std::logic_error("[MlxEp] " + pn.node.Label() +
-                             ": an input has no host value, so the node cannot fold");
-    const size_t checks_before = check_sink_->size();
-    node_updates_.clear();
-    std::optional<OpContext> ctx(Context(pn, fold));
-    std::vector<mx::array> outs = pn.spec->translate(*ctx);
-    if (fold && !pn.must_fold && TooLargeToFold(outs)) {
-      // A large value nobody needs on the host stays an MLX computation (a broadcast full()
-      // is cheaper than a dense constant); nothing was evaluated yet.
-      fold = false;
-      check_sink_->erase(check_sink_->begin() + checks_before, check_sink_->end());
-      node_updates_.clear();
-      ctx.emplace(Context(pn, false));
-      outs = pn.spec->translate(*ctx);
-    }
-    for (InPlaceUpdate& u : node_updates_) AcceptInPlace(pn, outs, std::move(u));
-    node_updates_.clear();
-    if (fold) RunChecksNow(checks_before);
-    const auto& host_outputs = ctx->host_outputs();
-    CheckOutputCount(pn, outs);
-    if (fold && info_) ++info_->folded;
-    for (size_t k = 0; k < pn.node.outputs.size() && k < outs.size(); ++k) {
-      const std::string& name = pn.node.outputs[k];
-      if (name.empty()) continue;
-      if (fold) {
-        EnsureAllocatable(ByteSize(outs[k]),
-                          pn.node.Label() + " (" + pn.node.op_type + ") folded on the host");
-        auto host = ToHostTensor(outs[k], host_stream_);
-        outs[k] = ToArray(*host);  // a constant of the traced graph
-        host_[name] = std::move(host);
-      } else if (k < host_outputs.size() && host_outputs[k]) {
-        host_[name] = host_outputs[k];  // a body computed it on its host lane
-      }
-      CheckOutput(plan_, pn, k, outs[k]);
-      Note(outs[k]);
-      Count(pn, name, ByteSize(outs[k]));
-      values_.insert_or_assign(name, outs[k]);
-    }
-    Release(ran_++, pn);
-  }
-
-  std::vector<mx::array> Outputs() {
-    std::vector<mx::array> outputs;
-    for (const auto& name : plan_.output_names) {
-      if (dyn_shaped_.count(name))
-        throw DynamicShapeUnsupported("[MlxEp] partition output '" + name + "' has a dynamic shape",
-                                      deps_[name]);
-      outputs.push_back(mx::contiguous(*Array(name), false, stream_));
-      bytes_ = std::max(bytes_, live_ = SaturatingAdd(live_, ByteSize(outputs.back())));  // ORT's copy
-    }
-    EnsureAllocatable(bytes_, "partition " + plan_.name + " (largest value: output of " + largest_ + ", " +
-                                  std::to_string(largest_bytes_) + " bytes)");
-    if (!check_sink_->empty()) outputs.push_back(FirstFailedCheck());
-    for (auto& [where, u] : in_place_) {
-      where.rows = outputs.size();
-      outputs.push_back(mx::contiguous(u.rows, false, stream_));
-      where.offsets = outputs.size();
-      outputs.push_back(mx::astype(mx::reshape(u.offsets, {-1}, stream_), mx::int32, stream_));
-      if (info_) info_->in_place.push_back(where);
-    }
-    return outputs;
-  }
-
- private:
-  // Trace with dynamic dims: the dynamic inputs (placeholders), their shapes as data, and the
-  // prologue's values.
-  void BindDynamic() {
-    for (size_t i = 0; i < plan_.input_names.size(); ++i) {
-      std::set<int> symbols;
-      for (int s : dyn_->axes->at(i))
-        if (s >= 0) symbols.insert(s);
-      if (symbols.empty()) continue;
-      const std::string& name = plan_.input_names[i];
-      dyn_shaped_.insert(name);
-      deps_[name] = std::move(symbols);
-      runtime_shape_.insert_or_assign(name, dyn_->runtime_shapes.at(i).value());
-    }
-    const Prologue& p = *dyn_->prologue;
-    for (size_t k = 0; k < p.boundary.size(); ++k) {
-      Note(dyn_->boundary.at(k));
-      values_.insert_or_assign(p.boundary[k], dyn_->boundary[k]);
-      deps_[p.boundary[k]] = p.deps[k];
-    }
-    skip_.insert(p.nodes.begin(), p.nodes.end());
-  }
-
-  // The dynamic dims the inputs of `pn` depend on (their shape or their value).
-  std::set<int> DepsOf(const PlanNode& pn) const {
-    std::set<int> deps;
-    for (const auto& in : pn.node.AllInputs())
-      if (auto it = deps_.find(in); it != deps_.end()) deps.insert(it->second.begin(), it->second.end());
-    return deps;
-  }
-
-  std::shared_ptr<const Tensor> Hint(const std::string& name) const {
-    auto it = hint_.find(name);
-    return it == hint_.end() ? nullptr : it->second;
-  }
-
-  // A node reading a value computed from dynamic dims (the prologue's are skipped). Shape and
-  // Size of a dynamic input compute its dims as data; other nodes must not read a value of
-  // dynamic shape, nor need on the host a value computed from one. Where all inputs are known
-  // in this run (host values or trace values), the node also runs on the host for its outputs'
-  // trace values (OpContext::trace_value). False: the node reads nothing dynamic.
-  bool RunDynamic(const PlanNode& pn) {
-    const std::set<int> deps = DepsOf(pn);
-    if (deps.empty()) return false;
-    auto fail = [&](const std::string& why) {
-      throw DynamicShapeUnsupported("[MlxEp] " + pn.node.Label() + " (" + pn.node.op_type + ") " + why, deps);
-    };
-    const std::vector<std::string> all = pn.node.AllInputs();
-    if (!pn.subplans.empty()) fail("has subgraphs and reads a value computed from dynamic dims");
-    std::vector<mx::array> outs;
-    std::vector<std::shared_ptr<const Tensor>> hints(pn.node.outputs.size());
-    const bool shaped =
-        std::any_of(all.begin(), all.end(), [&](const auto& in) { return dyn_shaped_.count(in); });
-    if (shaped) {
-      // Shape and Size build their output from OpContext::runtime_shape (src/ops/shape.cc).
-      if (!pn.node.domain.empty() || (pn.node.op_type != "Shape" && pn.node.op_type != "Size"))
-        fail("reads a value of dynamic shape");
-      std::vector<std::optional<mx::array>> shapes;
-      for (const auto& in : pn.node.inputs) {
-        auto it = runtime_shape_.find(in);
-        if (dyn_shaped_.count(in) && it == runtime_shape_.end())
-          fail("reads the shape of a computed value of dynamic shape");
-        shapes.push_back(it == runtime_shape_.end() ? std::nullopt : std::optional<mx::array>(it->second));
-      }
-      OpContext ctx = Context(pn, false);
-      ctx.set_runtime_shapes(std::move(shapes));
-      outs = pn.spec->translate(ctx);
-      OpContext now = Context(pn, true);  // the same op on this run's shapes: the trace values
-      const std::vector<mx::array> h = pn.spec->translate(now);
-      for (size_t k = 0; k < h.size() && k < hints.size(); ++k) hints[k] = ToHostTensor(h[k], host_stream_);
-    } else {
-      if (pn.must_fold) fail("computes a value needed on the host from dynamic dims");
-      for (size_t k : pn.host_inputs)
-        if (!Host(all.at(k)))
-          fail("reads input " + std::to_string(k) + " on the host, computed from dynamic dims");
-      OpContext ctx = Context(pn, false);
-      std::vector<const Tensor*> values;
-      bool all_known = pn.spec->host_eval == HostEval::kFromValues;
-      for (size_t k = 0; k < all.size(); ++k) {
-        auto h = Host(all[k]);
-        if (!h) h = Hint(all[k]);
-        values.push_back(h.get());  // kept alive by host_/hint_
-        if (k < pn.node.inputs.size() && !all[k].empty() && !h) all_known = false;
-      }
-      ctx.set_trace_values(std::move(values));
-      node_updates_.clear();
-      outs = pn.spec->translate(ctx);
-      // GroupQueryAttention's shared KV buffer with a dynamic mask length: present is still past
-      // updated in place.
-      for (InPlaceUpdate& u : node_updates_) AcceptInPlace(pn, outs, std::move(u));
-      node_updates_.clear();
-      if (all_known) hints = HintOutputs(pn, fail);
-    }
-    CheckOutputCount(pn, outs);
-    for (size_t k = 0; k < pn.node.outputs.size() && k < outs.size(); ++k) {
-      const std::string& name = pn.node.outputs[k];
-      if (name.empty()) continue;
-      CheckOutput(plan_, pn, k, outs[k]);
-      Note(outs[k]);
-      Count(pn, name, ByteSize(outs[k]));
-      values_.insert_or_assign(name, outs[k]);
-      deps_[name] = deps;
-      if (hints[k]) hint_[name] = hints[k];
-    }
-    Release(ran_++, pn);
-    return true;
-  }
-
-  // The node evaluated on the host from this run's values, as it would fold in a trace of this
-  // run's shapes: an error there is one for the shapes' own trace to report.
-  template <typename Fail>
-  std::vector<std::shared_ptr<const Tensor>> HintOutputs(const PlanNode& pn, const Fail& fail) {
-    std::vector<std::shared_ptr<const Tensor>> hints(pn.node.outputs.size());
-    const size_t checks_before = check_sink_->size();
-    try {
-      OpContext now = Context(pn, true, /*with_hints=*/true);
-      const std::vector<mx::array> h = pn.spec->translate(now);
-      RunChecksNow(checks_before);
-      for (size_t k = 0; k < h.size() && k < hints.size(); ++k)
-        if (static_cast<int64_t>(h[k].size()) <= kMaxFoldedElements)
-          hints[k] = ToHostTensor(h[k], host_stream_);
-    } catch (const std::invalid_argument& e) {
-      check_sink_->erase(check_sink_->begin() + checks_before, check_sink_->end());
-      fail(std::string("fails on this run's values: ") + e.what());
-    }
-    return hints;
-  }
-
-  bool CanFold(const PlanNode& pn) const {
-    if (pn.spec->host_eval == HostEval::kFromShapes) return true;
-    if (pn.spec->host_eval != HostEval::kFromValues) return false;
-    return std::all_of(pn.node.inputs.begin(), pn.node.inputs.end(),
-                       [&](const std::string& in) { return in.empty() || Host(in); });
-  }
-
-  // The host value of `name` here or in an enclosing trace, or null.
-  std::shared_ptr<const Tensor> Host(const std::string& name) const {
-    if (name.empty()) return nullptr;
-    if (auto it = host_.find(name); it != host_.end()) return it->second;
-    return parent_ && !Produces(name) ? parent_->Host(name) : nullptr;
-  }
-
-  // True when `name` is a value of this trace's own scope (input, constant or produced).
-  bool Produces(const std::string& name) const { return values_.count(name) || plan_.constants.count(name); }
-
-  // Traces body `attr` of `pn` inline, resolving its outer-scope names against this trace.
-  std::vector<TracedValue> TraceBody(const PlanNode& pn, const std::string& attr,
-                                     const std::vector<TracedValue>& inputs) const {
-    auto it = pn.subplans.find(attr);
-    if (it == pn.subplans.end())
-      throw std::logic_error("[MlxEp] " + pn.node.Label() + " has no subgraph '" + attr + "'");
-    PlanTrace body(*it->second, stream_, info_, this);
-    body.BindTraced(inputs);
-    for (const PlanNode& node : it->second->nodes) body.Run(node);
-    return body.TracedOutputs();
-  }
-
-  // The node's context. A folding node reads host values (as CPU arrays) and runs on MLX's
-  // CPU device, so nothing of it is traced; Shape and Size read only their inputs' shapes.
-  // `with_hints`: trace values count as host values (HintOutputs).
-  OpContext Context(const PlanNode& pn, bool fold, bool with_hints = false) {
-    const bool from_values = fold && pn.spec->host_eval == HostEval::kFromValues;
-    const std::vector<std::string> all_inputs = pn.node.AllInputs();
-    std::vector<std::optional<mx::array>> inputs;
-    std::vector<const Tensor*> host(all_inputs.size(), nullptr);
-    for (size_t k = 0; k < all_inputs.size(); ++k) {
-      std::shared_ptr<const Tensor> h = Host(all_inputs[k]);
-      if (!h && with_hints) h = Hint(all_inputs[k]);
-      host[k] = h.get();  // kept alive by host_ (here or in an enclosing trace)
-      if (k < pn.node.inputs.size())
-        inputs.push_back(from_values && h ? std::optional<mx::array>(ToArray(*h)) : Array(all_inputs[k]));
-    }
-    for (size_t k : pn.host_inputs)
-      if (!host.at(k))
-        throw std::logic_error("[MlxEp] " + pn.node.Label() + ": input '" + all_inputs[k] +
-                               "' has no host value in partition " + plan_.name);
-    std::vector<ElemType> out_types;
-    for (const auto& out : pn.node.outputs) {
-      auto t = plan_.value_types.find(out);
-      out_types.push_back(t == plan_.value_types.end() ? ElemType::kUndefined : t->second);
-    }
-    OpContext ctx(pn.node, std::move(inputs), std::move(host), std::move(out_types),
-                  fold ? host_stream_ : stream_);
-    ctx.set_checks(check_sink_);  // a body's checks join the enclosing partition's
-    if (!fold && !parent_) ctx.set_in_place(&node_updates_);  // a body's values are no partition's outputs
-    if (!pn.subplans.empty())
-      ctx.set_subgraph_tracer([this, &pn](const std::string& attr, const std::vector<TracedValue>& in) {
-        return TraceBody(pn, attr, in);
-      });
-    return ctx;
-  }
-
-  std::optional<mx::array> Array(const std::string& name) const {
-    if (name.empty()) return std::nullopt;
-    if (auto it = values_.find(name); it != values_.end()) return it->second;
-    if (auto it = plan_.constants.find(name); it != plan_.constants.end()) return it->second;
-    if (parent_) return parent_->Array(name);
-    throw std::logic_error("[MlxEp] value '" + name + "' is not available in partition " + plan_.name);
-  }
-
-  // Keeps a node's InPlaceUpdate when the runner can act on it: the output is one partition
-  // output, the input a partition input only this node reads, and the shapes fit. Else the
-  // output is written whole, as any other.
-  void AcceptInPlace(const PlanNode& pn, const std::vector<mx::array>& outs, InPlaceUpdate u) {
-    const std::vector<std::string> ins = pn.node.AllInputs();
-    if (u.output >= outs.size() || u.output >= pn.node.outputs.size() || u.input >= pn.node.inputs.size())
-      return;
-    const std::string &out_name = pn.node.outputs[u.output], &in_name = ins[u.input];
-    const auto& outputs = plan_.output_names;
-    const auto& inputs = plan_.input_names;
-    auto out_it = std::find(outputs.begin(), outputs.end(), out_name);
-    auto in_it = std::find(inputs.begin(), inputs.end(), in_name);
-    if (out_name.empty() || out_it == outputs.end() ||
-        std::count(outputs.begin(), outputs.end(), out_name) != 1 || in_it == inputs.end() ||
-        readers_[in_name] != 1 || std::count(outputs.begin(), outputs.end(), in_name))
-      return;
-    const mx::array &out = outs[u.output], in = *Array(in_name);
-    const int rank = static_cast<int>(out.ndim());
-    if (in.shape() != out.shape() || in.dtype() != out.dtype() || u.rows.dtype() != out.dtype() ||
-        static_cast<int>(u.rows.ndim()) != rank || u.axis < 1 || u.axis >= rank ||
-        u.offsets.size() != static_cast<size_t>(out.shape(0)))
-      return;
-    for (int d = 0; d < rank; ++d)
-      if (d == u.axis ? u.rows.shape(d) > out.shape(d) : u.rows.shape(d) != out.shape(d)) return;
-    InPlaceOutput where;
-    where.output = static_cast<size_t>(out_it - outputs.begin());
-    where.input = static_cast<size_t>(in_it - inputs.begin());
-    where.axis = u.axis;
-    for (const auto& [w, _] : in_place_)
-      if (w.output == where.output) return;
-    in_place_.emplace_back(where, std::move(u));
-  }
-
-  static bool TooLargeToFold(const std::vector<mx::array>& outs) {
-    return std::any_of(outs.begin(), outs.end(), [](const mx::array& a) {
-      return static_cast<int64_t>(a.size()) > kMaxFoldedElements;
-    });
-  }
-
-  // A folded node's checks hold host data: evaluate them at once.
-  void RunChecksNow(size_t from) {
-    for (size_t i = from; i < check_sink_->size(); ++i) {
-      mx::eval((*check_sink_)[i].ok);
-      if (!(*check_sink_)[i].ok.item<bool>()) throw std::invalid_argument((*check_sink_)[i].message);
-    }
-    check_sink_->erase(check_sink_->begin() + from, check_sink_->end());
-  }
-
-  // -1 when every check holds, else the index of the first that fails; the messages go to info_.
-  mx::array FirstFailedCheck() {
-    mx::array code(-1, mx::int32);
-    for (size_t i = check_sink_->size(); i-- > 0;)
-      code = mx::where((*check_sink_)[i].ok, code, mx::array(static_cast<int32_t>(i), mx::int32), stream_);
-    if (info_)
-      for (const auto& check : (*check_sink_)) {
-        info_->check_messages.push_back(check.message);
-        info_->check_is_assumption.push_back(check.assumption);
-      }
-    return code;
-  }
-
-  static size_t SaturatingAdd(size_t a, size_t b) {
-    return a > std::numeric_limits<size_t>::max() - b ? std::numeric_limits<size_t>::max() : a + b;
-  }
-
-  // The peak of live bytes when the nodes run in plan order, each value live from its node to its
-  // last consumer (a partition output to the end), as ORT's CPU EP would allocate them.
-  void Count(const PlanNode& pn, const std::string& name, size_t bytes) {
-    live_ = SaturatingAdd(live_, bytes);
-    live_bytes_[name] = bytes;
-    bytes_ = std::max(bytes_, live_);
-    if (bytes >= largest_bytes_) {
-      largest_bytes_ = bytes;
-      largest_ = pn.node.Label() + " (" + pn.node.op_type + ")";
-    }
-  }
-
-  // After node `index` ran: the values it was the last consumer of are dead, and its outputs that
-  // nobody reads.
-  void Release(size_t index, const PlanNode& pn) {
-    std::vector<std::string> done = pn.node.AllInputs();
-    done.insert(done.end(), pn.node.outputs.begin(), pn.node.outputs.end());
-    for (const auto& name : done) {
-      auto last = last_use_.find(name);
-      auto live = live_bytes_.find(name);
-      if (live == live_bytes_.end() || (last != last_use_.end() && last->second != index)) continue;
-      live_ -= std::min(live_, live->second);
-      live_bytes_.erase(live);
-    }
-  }
-
-  void Note(const mx::array& a) {
-    if (info_ && a.size() == 0) info_->saw_empty = true;
-  }
-
-  static void CheckOutputCount(const PlanNode& pn, const std::vector<mx::array>& outs) {
-    // Trailing optional outputs may be left out only when unused.
-    for (size_t k = outs.size(); k < pn.node.outputs.size(); ++k)
-      if (!pn.node.outputs[k].empty())
-        throw std::logic_error("[MlxEp][" + pn.node.op_type + "] " + pn.node.Label() +
-                               ": translation produced no output " + std::to_string(k));
-  }
-
-  const Plan& plan_;
-  mx::Stream stream_;
-  mx::Stream host_stream_;
-  TraceInfo* info_;
-  const PlanTrace* parent_;
-  const DynamicTrace* dyn_;                              // a trace with dynamic dims, else null
-  std::set<size_t> skip_;                                // the prologue's nodes
-  std::set<std::string> dyn_shaped_;                     // values of dynamic shape
-  std::unordered_map<std::string, std::set<int>> deps_;  // value -> dynamic dims it depends on
-  std::unordered_map<std::string, std::shared_ptr<const Tensor>> hint_;  // trace values
-  std::unordered_map<std::string, mx::array> runtime_shape_;             // dynamic input -> its dims as data
-  std::vector<RuntimeCheck> checks_;       // OpContext::Require, of nodes not folded
-  std::vector<RuntimeCheck>* check_sink_;  // &checks_, or the enclosing trace's (a body's)
-  std::vector<InPlaceUpdate> node_updates_;  // the running node's declarations
-  std::vector<std::pair<InPlaceOutput, InPlaceUpdate>> in_place_;  // accepted ones, for Outputs()
-  std::unordered_map<std::string, size_t> readers_;                // value -> how many node inputs read it
-  std::unordered_map<std::string, mx::array> values_;
-  std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_;
-  std::unordered_map<std::string, size_t> last_use_;    // value -> index of its last consumer
-  std::unordered_map<std::string, size_t> live_bytes_;  // produced values still live
-  size_t ran_ = 0;                                      // nodes traced so far
-  size_t live_ = 0;
-  size_t bytes_ = 0;  // peak of live_, for EnsureAllocatable
-  size_t largest_bytes_ = 0;
-  std::string largest_;
-};
-
-}  // namespace
-
 std::vector<mx::array> TracePlan(const Plan& plan, const std::vector<mx::array>& inputs,
                                  const std::vector<const Tensor*>& host_inputs, mx::Stream stream,
                                  TraceInfo* info, const DynamicTrace* dynamic) {
-  PlanTrace trace(plan, stream, info, nullptr, dynamic);
+  trace_internal::PlanTrace trace(plan, stream, info, nullptr, dynamic);
   trace.BindInputs(inputs, host_inputs);
   for (const PlanNode& pn : plan.nodes) trace.Run(pn);
   return trace.Outputs();

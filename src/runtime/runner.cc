@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "common/env.h"
+#include "common/error.h"
 #include "common/log.h"
 #include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
@@ -20,7 +21,7 @@ namespace {
 // counts those bytes.
 mx::array BindInput(const InputTensor& t, uint64_t& copied, uint64_t& wrapped) {
   auto dtype = ToMlxDtype(t.type);
-  if (!dtype) throw std::invalid_argument("[MlxEp] input type " + ElemName(t.type) + " has no MLX dtype");
+  if (!dtype) throw NotImplementedError("[MlxEp] input type " + ElemName(t.type) + " has no MLX dtype");
   mx::Shape shape(t.shape.begin(), t.shape.end());
   if (DeviceMemoryEnabled()) {
     if (std::optional<mx::array> a = WrapDeviceMemory(t.data, shape, *dtype)) {
@@ -244,9 +245,12 @@ void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const 
     const mx::array& a = outputs[k];
     const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
     const char* refusal = DeviceMemoryEnabled() ? AdoptRefusal(a) : "";
-    if (refusal && *refusal && !logged_refusal_.exchange(true) && EnvFlag(env::kVerbose))
+    const bool verbose = EnvFlag(env::kVerbose);
+    if (refusal && *refusal && (verbose || OrtWouldLog(LogSeverity::kVerbose, logger_)) &&
+        !logged_refusal_.exchange(true))
       LogLine("partition " + plan_.name + ": output " + std::to_string(k) +
-              " is copied, not handed to ORT: " + refusal);
+                  " is copied, not handed to ORT: " + refusal,
+              LogSeverity::kVerbose, logger_, verbose);
     if (!refusal) {
       // ORT allocates the output from the EP's allocator: it gets MLX's buffer itself.
       AdoptScope scope(a);

@@ -18,6 +18,8 @@
 
 #include "runtime/plan.h"
 
+struct OrtLogger;  // ORT's C type (common/log.h)
+
 namespace mlx_ep {
 
 /** One input as ORT hands it over: host memory valid for the duration of Run. */
@@ -76,8 +78,12 @@ class PartitionRunner {
   const Plan& plan() const { return plan_; }
   /** A snapshot of the counters. */
   RunnerStats stats() const;
+  /** The session's ORT logger, for the partition's log lines (null: ORT's default logger). Set
+   *  before the first run; it must outlive the runs. */
+  void set_logger(const OrtLogger* logger) { logger_ = logger; }
 
  private:
+  const OrtLogger* logger_ = nullptr;
   std::atomic<bool> logged_refusal_{false};  // the verbose log names one unadopted output per partition
   using MlxFunction = std::function<std::vector<mx::array>(const std::vector<mx::array>&)>;
   /** The input signature a compiled function is specialised for: per input its type, rank and

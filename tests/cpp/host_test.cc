@@ -15,6 +15,8 @@
 #define ORT_API_MANUAL_INIT
 #include <onnxruntime_cxx_api.h>
 
+#include "abi/status.h"
+
 namespace {
 
 constexpr const char* kEp = "MLXExecutionProvider";
@@ -167,6 +169,40 @@ TEST(HostTest, WrongInputShapeIsACleanError) {
   inputs.push_back(Tensor(a, {2, 2}));
   inputs.push_back(Tensor(b, {3}));
   EXPECT_THROW(RunModel(ModelPath("add_mul_relu.onnx"), {"a", "b"}, inputs), Ort::Exception);
+}
+
+// Each kind of error reaches ORT with the code common/error.h gives it.
+template <typename Throw>
+OrtErrorCode CodeOf(Throw thrower) {
+  OrtHost::Get();
+  OrtStatus* status = [&]() -> OrtStatus* {
+    MLX_EP_API_BEGIN
+    thrower();
+    return nullptr;
+    MLX_EP_API_END("test")
+  }();
+  if (!status) return ORT_OK;
+  const OrtErrorCode code = Ort::GetApi().GetErrorCode(status);
+  Ort::GetApi().ReleaseStatus(status);
+  return code;
+}
+
+TEST(HostTest, ErrorsCarryTheOrtCodeUsersExpect) {
+  using namespace mlx_ep;
+  EXPECT_EQ(CodeOf([] { throw InvalidArgumentError("index out of range"); }), ORT_INVALID_ARGUMENT);
+  EXPECT_EQ(CodeOf([] { throw std::invalid_argument("[broadcast_shapes] MLX's shape error"); }),
+            ORT_INVALID_ARGUMENT);
+  EXPECT_EQ(CodeOf([] { throw NotImplementedError("a type MLX lacks"); }), ORT_NOT_IMPLEMENTED);
+  EXPECT_EQ(CodeOf([] { throw OutOfMemoryError("Failed to allocate memory"); }), ORT_FAIL);
+  EXPECT_EQ(CodeOf([] { throw std::bad_alloc(); }), ORT_FAIL);
+  EXPECT_EQ(CodeOf([] { throw std::runtime_error("[eval] MLX's runtime error"); }), ORT_RUNTIME_EXCEPTION);
+  EXPECT_EQ(CodeOf([] { throw std::logic_error("an invariant of the EP"); }), ORT_RUNTIME_EXCEPTION);
+  EXPECT_EQ(CodeOf([] { throw EpError(ErrorKind::kInvalidGraph, "a value without a type"); }),
+            ORT_INVALID_GRAPH);
+  EXPECT_EQ(CodeOf([] { throw EpError(ErrorKind::kEpFail, "a plan that cannot be built"); }), ORT_EP_FAIL);
+  EXPECT_EQ(CodeOf([] { throw Ort::Exception("from ORT", ORT_NO_SUCHFILE); }), ORT_NO_SUCHFILE);
+  EXPECT_EQ(CodeOf([] { throw 7; }), ORT_RUNTIME_EXCEPTION);
+  EXPECT_EQ(CodeOf([] {}), ORT_OK);
 }
 
 }  // namespace

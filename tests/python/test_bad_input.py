@@ -113,3 +113,46 @@ def test_input_buffers_are_not_modified():
     np.testing.assert_array_equal(x_out, keep)
     np.testing.assert_array_equal(y, 2 * keep)
     assert run_cpu(model, {"x": x})[0].shape == (64,)
+
+
+# ---- ORT's error codes: the exception class a user of ORT catches -----------------------------
+# Errors carry the code ORT's users expect (src/common/error.h): bad inputs or attributes at run
+# time are INVALID_ARGUMENT (pybind's InvalidArgument), a failed allocation FAIL (as ORT's CPU EP
+# says it), MLX's and the EP's own runtime failures RUNTIME_EXCEPTION. tests/cpp/host_test.cc
+# checks the mapping of every kind, NotImplemented included.
+
+def error_class(run):
+    with pytest.raises(Exception) as err:
+        run()
+    return type(err.value).__name__
+
+
+def scalar_inputs(*names):
+    return [(n, np.float32, []) for n in names]
+
+
+ERROR_CASES = {
+    # ORT's CPU EP: INVALID_ARGUMENT too.
+    "gather_index_out_of_range": (
+        make_model("Gather", [("x", np.float32, [3, 2]), ("i", np.int64, [1])], [("y", np.float32, None)],
+                   {"axis": 0}),
+        {"x": np.ones((3, 2), np.float32), "i": np.array([7], np.int64)}, "InvalidArgument", "InvalidArgument"),
+    "range_with_nan_limit": (
+        make_model("Range", scalar_inputs("s", "l", "d"), [("y", np.float32, None)]),
+        {"s": np.array(0, np.float32), "l": np.array(np.nan, np.float32), "d": np.array(1, np.float32)},
+        "InvalidArgument", "InvalidArgument"),
+    # ORT's CPU EP says FAIL here (its kernels' ORT_ENFORCE); the EP says what the error is.
+    "reshape_to_another_count": (
+        make_model("Reshape", [("x", np.float32, [2, 3]), ("shape", np.int64, [2])], [("y", np.float32, None)]),
+        {"x": np.ones((2, 3), np.float32), "shape": np.array([4, 2], np.int64)}, "InvalidArgument", "Fail"),
+    "integer_division_by_zero": (
+        make_model("Div", [("a", np.int32, [2]), ("b", np.int32, [2])], [("y", np.int32, [2])]),
+        {"a": np.ones(2, np.int32), "b": np.array([1, 0], np.int32)}, "InvalidArgument", "Fail"),
+}
+
+
+@pytest.mark.parametrize("case", list(ERROR_CASES))
+def test_errors_carry_the_ort_code_users_expect(case):
+    model, feeds, expected, cpu_expected = ERROR_CASES[case]
+    assert error_class(lambda: mlx_session(model).run(None, feeds)) == expected
+    assert error_class(lambda: run_cpu(model, feeds)) == cpu_expected

@@ -55,7 +55,7 @@ OOM_SCRIPT = textwrap.dedent("""
         sess.run(None, {{}})
         print("RAN")
     except Exception as e:
-        print("ERROR", e)
+        print("ERROR", type(e).__name__, e)
     # The process and the session live on: a small run still works.
     small = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
@@ -74,6 +74,7 @@ def test_allocation_failure_is_an_error_not_a_crash(dims):
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, f"exit status {p.returncode}\n{p.stdout}\n{p.stderr[-2000:]}"
     assert "ERROR" in p.stdout and "Failed to allocate memory" in p.stdout, p.stdout
+    assert "ERROR Fail " in p.stdout, p.stdout  # ORT_FAIL, as ORT's CPU EP says for a failed allocation
     assert "ConstantOfShape" in p.stdout, p.stdout  # names the node
     assert "SMALL [0.0, 0.0, 2.0]" in p.stdout, p.stdout
 

@@ -99,6 +99,58 @@ def test_claim_debug_explains_boundaries_and_decline_list(tmp_path):
     assert "boundary 'd' CPU -> partition 1: its producer the_det (Det) runs on CPU" in proc.stderr
 
 
+ORT_LOGGED_RUN = """
+import sys, numpy as np, onnxruntime as ort
+sys.path.insert(0, {python!r})
+import onnxruntime_ep_mlx as m
+ort.set_default_logger_severity({severity})
+m.register_execution_provider_library()
+so = ort.SessionOptions()
+so.log_severity_level = {severity}
+s = ort.InferenceSession({model!r}, so, providers=["MLXExecutionProvider", "CPUExecutionProvider"])
+s.run(None, {{"a": np.eye(3, dtype=np.float32)}})
+del s
+"""
+
+
+def run_logged(model, severity, **env):
+    code = ORT_LOGGED_RUN.format(python=os.path.join(ROOT, "python"), model=model, severity=severity)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stderr
+
+
+def test_log_lines_go_through_ort_logger(tmp_path):
+    # ORT's loggers at VERBOSE (the session's and the default one): the claim summary (INFO), the
+    # declined node (VERBOSE, session logger) and the session summary (INFO, default logger) are
+    # in ORT's log, formatted by ORT, without any ONNXRUNTIME_EP_MLX_* variable.
+    model = mixed_model(str(tmp_path / "m.onnx"))
+    stderr = run_logged(model, 0)
+    lines = [l for l in stderr.splitlines() if "[MLXExecutionProvider]" in l]
+    claim = [l for l in lines if "GetCapability: claimed 2/3 nodes in 2 partition(s)" in l]
+    assert len(claim) == 1 and ":onnxruntime:" in claim[0], stderr[-3000:]
+    assert "[I:" in claim[0], claim  # INFO
+    declined = [l for l in lines if "declined the_det (ai.onnx::Det)" in l]
+    assert len(declined) == 1 and "[V:" in declined[0], lines  # VERBOSE
+    assert any("session summary:" in l and "[I:" in l for l in lines), lines
+    # With the variable as well, each line is there once: ORT's log shows it, stderr does not repeat it.
+    stderr = run_logged(model, 0, ONNXRUNTIME_EP_MLX_VERBOSE="1")
+    assert stderr.count("GetCapability: claimed 2/3 nodes") == 1, stderr[-3000:]
+    # ORT at its default level (WARNING): nothing of ours unless a variable asks for it.
+    assert "[MLXExecutionProvider]" not in run_logged(model, 2)
+    stderr = run_logged(model, 2, ONNXRUNTIME_EP_MLX_VERBOSE="1")
+    assert "[MLXExecutionProvider] GetCapability: claimed 2/3 nodes in 2 partition(s)" in stderr
+    assert ":onnxruntime:" not in stderr.split("GetCapability")[0].splitlines()[-1]  # our own line
+
+
+def test_unusable_variable_is_an_ort_warning(tmp_path):
+    # Not a diagnostic anyone asked for: a WARNING through ORT's default logger, shown once.
+    stderr = run_logged(mixed_model(str(tmp_path / "m.onnx")), 2, ONNXRUNTIME_EP_MLX_THREADS="lots")
+    lines = [l for l in stderr.splitlines() if "ONNXRUNTIME_EP_MLX_THREADS=lots is not a thread count" in l]
+    assert len(lines) == 1 and "[W:onnxruntime:" in lines[0], stderr[-3000:]
+
+
 def test_no_compile_kill_switch(tmp_path):
     proc = run_script(mixed_model(str(tmp_path / "m.onnx")), ONNXRUNTIME_EP_MLX_NO_COMPILE="1",
                       ONNXRUNTIME_EP_MLX_VERBOSE="1")

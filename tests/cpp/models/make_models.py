@@ -33,6 +33,23 @@ def main(out_dir):
         [helper.make_tensor_value_info("a", f, [3, 3]), helper.make_tensor_value_info("b", f, [3, 3]),
          helper.make_tensor_value_info("c", f, [])],
         [helper.make_tensor_value_info("y", f, [])]), os.path.join(out_dir, "mixed_fallback.onnx"))
+    # shape_churn.cc: y1 = Softmax(x W + b), x [a, 16]; y2 = Relu(2 * Gather(E, i)), E[r][c] = r - c,
+    # i [k]. Both outputs' shapes follow a and k, so every (a, k) is a trace of its own.
+    w = [((r * 7 + c * 3) % 11 - 5) / 8.0 for r in range(16) for c in range(16)]
+    table = [float(r - c) for r in range(16) for c in range(16)]
+    save(helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["h"]),
+         helper.make_node("Add", ["h", "b"], ["z"]),
+         helper.make_node("Softmax", ["z"], ["y1"], axis=-1),
+         helper.make_node("Gather", ["table", "i"], ["g"], axis=0),
+         helper.make_node("Mul", ["g", "two"], ["d"]),
+         helper.make_node("Relu", ["d"], ["y2"])],
+        "shape_churn",
+        [helper.make_tensor_value_info("x", f, ["a", 16]), helper.make_tensor_value_info("i", TensorProto.INT64, ["k"])],
+        [helper.make_tensor_value_info("y1", f, ["a", 16]), helper.make_tensor_value_info("y2", f, ["k", 16])],
+        [helper.make_tensor("w", f, [16, 16], w), helper.make_tensor("b", f, [16], [0.1 * c for c in range(16)]),
+         helper.make_tensor("table", f, [16, 16], table), helper.make_tensor("two", f, [], [2.0])]),
+        os.path.join(out_dir, "shape_churn.onnx"))
 
 
 if __name__ == "__main__":
