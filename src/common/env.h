@@ -39,7 +39,7 @@ constexpr const char* kDeclineOps = "ONNXRUNTIME_EP_MLX_DECLINE_OPS";  // comma-
 constexpr const char* kMaxCompiled =
     "ONNXRUNTIME_EP_MLX_MAX_COMPILED";  // compiled functions kept per partition
 constexpr const char* kDeviceMemory =
-    "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY";  // "1": GPU allocator/data transfer (opt-in); "force": on CPU too
+    "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY";  // "0": no GPU allocator/data transfer (default on GPUs); "force": on CPU too
 constexpr const char* kSpinMicros = "ONNXRUNTIME_EP_MLX_SPIN_US";  // hand-off spin bound (0: off)
 constexpr const char* kMlxThreads = "ONNXRUNTIME_EP_MLX_THREADS";  // MLX worker threads (default: CPUs, <= 4)
 constexpr const char* kBlasThreads =
@@ -47,7 +47,7 @@ constexpr const char* kBlasThreads =
 constexpr const char* kAttentionVjpDenseLimit =
     "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_DENSE_LIMIT_BYTES";  // AttentionVJP score budget (64 MiB)
 constexpr const char* kAttentionVjpKernel =
-    "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL";  // "0": no CUDA kernel for the tiled AttentionVJP; "force":
+    "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL";  // "1": CUDA kernels for the tiled AttentionVJP; "force":
                                                 // try it on any device
 }  // namespace env
 

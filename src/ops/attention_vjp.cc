@@ -13,9 +13,10 @@
 //    matrix with matmuls while it fits ONNXRUNTIME_EP_MLX_ATTENTION_VJP_DENSE_LIMIT_BYTES (float32
 //    bytes of B * Hq * Sq * Sk, default 64 MiB), and query block by query block beyond it. When the
 //    variable is set, it also bounds the Recompute form: over budget, Y is recomputed through fused
-//    SDPA and the blocked pullback runs. Over budget on the GPU of a CUDA MLX, the tiled pullback
-//    runs as custom CUDA kernels instead (attention_vjp_cuda.cc; Y recomputed inside them for the
-//    Recompute form) unless ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL=0.
+//    SDPA and the blocked pullback runs. With ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL=1, over
+//    budget on the GPU of a CUDA MLX, the tiled pullback runs as custom CUDA kernels instead
+//    (attention_vjp_cuda.cc; Y recomputed inside them for the Recompute form): opt-in, they are
+//    exact but measured slower than the composed blocks on the H200.
 //  - float32, float16 and bfloat16 (Q, K, V, Y, G of one type; an additive mask of that type or
 //    float32); float16 / bfloat16 compute in float32 and round the gradients once.
 //  - Declined: malformed op types, interface mismatches (input / output counts), other types,
@@ -252,15 +253,16 @@ std::optional<uint64_t> DenseLimitFromEnv() {
 }
 
 /** True when the over-budget pullback runs as the CUDA kernels: the stream is on the GPU of a
- *  CUDA MLX and ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL is not "0" ("force": on any device, for
- *  testing the failure path). Fails the node (naming it) when the kernels do not build, rather
+ *  CUDA MLX and ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL is "1" ("force": on any device, for
+ *  testing the failure path). Opt-in: on the H200 the kernels took 1.45-1.8x the composed query
+ *  blocks' time (bench/bench_attention_vjp.py, docs/performance.md), with no shared-memory tiling yet. Fails the node (naming it) when the kernels do not build, rather
  *  than the partition's evaluation. */
 bool UseKernel(const OpContext& c, const HeadTensors& t, const mx::Shape& scores) {
-  const std::string mode = EnvString(env::kAttentionVjpKernel, "auto");
-  if (mode == "0" || (mode != "force" && !CudaKernelsAvailable(c.stream)) || !KernelPullbackFits(t))
-    return false;
+  const std::string mode = EnvString(env::kAttentionVjpKernel, "0");
+  const bool wanted = mode == "force" || ((mode == "1" || mode == "on") && CudaKernelsAvailable(c.stream));
+  if (!wanted || !KernelPullbackFits(t)) return false;
   if (const std::string error = KernelBuildError(c.stream); !error.empty())
-    c.Fail(error + " (" + env::kAttentionVjpKernel + "=0 runs composed MLX ops instead)");
+    c.Fail(error + " (unset " + env::kAttentionVjpKernel + " to run composed MLX ops instead)");
   if (EnvFlag(env::kVerbose))
     LogLine("AttentionVJP " + c.node.Label() + ": tiled pullback through the CUDA kernels, scores [" +
             std::to_string(scores[0]) + ", " + std::to_string(scores[1]) + ", " + std::to_string(scores[2]) +
