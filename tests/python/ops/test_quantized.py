@@ -175,7 +175,10 @@ def test_bfloat16(rows):
     check_bf16(*nbits_model(a16, b, s16, K, N, bits, bs, zps, bias16), ref)
 
 
-LEVEL4_SHAPES = [(128, 16, 4, 32), (100, 17, 4, 16), (256, 33, 4, 128), (300, 12, 4, 64), (896, 40, 4, 32)]
+# Block 16 takes the per-lane VNNI kernel, the others the two-pass one (quantized_cpu_vnni.cc): N not
+# a multiple of its 4 columns, K ending in a partial span of 128, rows not a multiple of its 4.
+LEVEL4_SHAPES = [(128, 16, 4, 32), (100, 17, 4, 16), (256, 33, 4, 128), (300, 12, 4, 64), (896, 40, 4, 32),
+                 (200, 5, 4, 32), (512, 21, 4, 256), (1000, 7, 4, 64)]
 
 
 @pytest.mark.parametrize("rows", [1, 5, 40])
