@@ -6,7 +6,7 @@
 // is an ordinary node of the traced graph, so mx::compile keeps the partition in one piece; on
 // GPU streams quantized.cc keeps composing MLX ops and never creates it (eval_gpu refuses).
 // More than kKernelMaxRows rows of A (float A) take PanelGemm: panels of columns dequantized into
-// a buffer of ~2 MB, each multiplied by one BLAS GEMM (OpenBLAS through the EP's shim, blas.h).
+// a buffer of ~8 MB, each multiplied by one BLAS GEMM (OpenBLAS through the EP's shim, blas.h).
 // Without the shim the same primitive class, without A, dequantizes B to float32 [N, padded K]
 // (Dequantize) for an mx::matmul. Nothing is repacked or cached: every run reads B as given.
 //
@@ -151,27 +151,29 @@ void ForColumns(const Problem& p, int begin, int end, int64_t work, Fn fn) {
   });
 }
 
-/** Columns per panel of PanelGemm: about 2 MB of float32 weights (in L3 next to A), at least 64
- *  columns so that the GEMM's repacking of A per panel stays small against its work. */
+/** Columns per panel of PanelGemm: about 8 MB of float32 weights (in L3 next to A; 2 MB panels
+ *  measured slower at K=4864, the GEMM repacks A once per panel), at least 64 columns. */
 int PanelColumns(int padded_k) {
-  const int fit = (1 << 19) / padded_k / 16 * 16;
+  const int fit = (1 << 21) / padded_k / 16 * 16;
   return std::clamp(fit, 64, 1024);
 }
 
 /** y = x @ dequantize(B)^T (+ bias) for many rows: per panel of columns, the panel dequantized into
- *  a buffer this thread keeps (on the pool) and one BLAS GEMM into y's columns (OpenBLAS's threads).
+ *  a buffer this thread keeps (on the pool; work counted so that a panel always splits) and one
+ *  BLAS GEMM into y's columns (OpenBLAS's threads).
  *  Unlike dequantizing all of B per run, the weights never make a round trip through memory. */
 void PanelGemm(const Problem& p) {
   const NBitsShape& s = p.shape;
   const int panel = std::min(s.N, PanelColumns(p.padded_k));
-  thread_local std::vector<float> w;  // MLX's CPU stream thread: reused from run to run
-  w.resize(static_cast<size_t>(panel) * p.padded_k);
+  thread_local std::vector<float> buffer;  // MLX's CPU stream thread's: reused from run to run
+  buffer.resize(static_cast<size_t>(panel) * p.padded_k);
+  float* const w = buffer.data();  // the pool's workers write it too (their thread_local differs)
   for (int n0 = 0; n0 < s.N; n0 += panel) {
     const int n1 = std::min(s.N, n0 + panel);
-    ForColumns(p, n0, n1, static_cast<int64_t>(n1 - n0) * p.padded_k / 4, [&](int a, int b) {
-      DequantizeRows(p, a, b, w.data() + static_cast<size_t>(a - n0) * p.padded_k);
+    ForColumns(p, n0, n1, static_cast<int64_t>(n1 - n0) * p.padded_k * 4, [&](int a, int b) {
+      DequantizeRows(p, a, b, w + static_cast<size_t>(a - n0) * p.padded_k);
     });
-    SgemmRowsByColumns(p.M, n1 - n0, p.padded_k, p.x, p.padded_k, w.data(), p.padded_k, p.y + n0, s.N);
+    SgemmRowsByColumns(p.M, n1 - n0, p.padded_k, p.x, p.padded_k, w, p.padded_k, p.y + n0, s.N);
   }
   if (!p.bias) return;
   for (int m = 0; m < p.M; ++m)
