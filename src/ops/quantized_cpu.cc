@@ -11,14 +11,10 @@
 // (Dequantize) for an mx::matmul. Nothing is repacked or cached: every run reads B as given.
 //
 // Threads: the output columns are split over a small pool (one thread per CPU, as the BLAS
-// default, blas/blas.h) whose workers spin (yielding) for at most 100 us after a batch, then
-// sleep on a condition variable: workers that spin long would take the cores ORT's own kernels
-// need (src/blas/blas_pool.c says more), but a worker woken from sleep for every decode node
-// arrived too late to take a share (measured: 2 threads were no faster than 1).
+// default, blas/blas.h) whose workers sleep on a condition variable between calls: spinning
+// workers would take the cores ORT's own kernels need (src/blas/blas_pool.c says more).
 #include "ops/quantized_cpu.h"
 
-#include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <functional>
@@ -102,23 +98,14 @@ class ColumnPool {
 
   void Work() {
     uint64_t seen = 0;
+    std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      SpinForBatch(seen);
-      std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return generation_.load() != seen; });
-      seen = generation_.load();
+      wake_.wait(lock, [&] { return generation_ != seen; });
+      seen = generation_;
       lock.unlock();
       RunTasks();
+      lock.lock();
     }
-  }
-
-  /** Waits up to kSpin for a batch after `seen` without sleeping: a decode step runs its
-   *  MatMulNBits nodes tens of microseconds apart, and a worker woken from its condition
-   *  variable arrives after the caller has done most of the next batch alone. */
-  void SpinForBatch(uint64_t seen) const {
-    const auto until = std::chrono::steady_clock::now() + kSpin;
-    while (generation_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until)
-      std::this_thread::yield();
   }
 
   const int threads_;
@@ -126,8 +113,7 @@ class ColumnPool {
   std::condition_variable wake_, done_;
   const std::function<void(int)>* fn_ = nullptr;
   int tasks_ = 0, next_ = 0, unfinished_ = 0;
-  std::atomic<uint64_t> generation_{0};
-  static constexpr std::chrono::microseconds kSpin{100};
+  uint64_t generation_ = 0;
 };
 
 // Below this many multiply-adds one thread is faster than waking another (a wake-up costs
