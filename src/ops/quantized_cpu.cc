@@ -156,9 +156,8 @@ void PanelGemm(const Problem& p) {
   float* const w = buffer.data();  // the pool's workers write it too (their thread_local differs)
   for (int n0 = 0; n0 < s.N; n0 += panel) {
     const int n1 = std::min(s.N, n0 + panel);
-    ForColumns(p, n0, n1, static_cast<int64_t>(n1 - n0) * p.padded_k * 4, [&](int a, int b) {
-      DequantizeRows(p, a, b, w + static_cast<size_t>(a - n0) * p.padded_k);
-    });
+    ForColumns(p, n0, n1, static_cast<int64_t>(n1 - n0) * p.padded_k * 4,
+               [&](int a, int b) { DequantizeRows(p, a, b, w + static_cast<size_t>(a - n0) * p.padded_k); });
     SgemmRowsByColumns(p.M, n1 - n0, p.padded_k, p.x, p.padded_k, w, p.padded_k, p.y + n0, s.N);
   }
   if (!p.bias) return;
