@@ -4,7 +4,7 @@ Qwen2-0.5B layer (hidden 896, intermediate 4864, q/o 896x896, k/v 896x128, gate/
 down 4864x896), decode (1 row of A) and prefill (128 rows), int4 blocks of 32 and 128,
 accuracy_level 0 (float32 math) and 4 (ORT's CPU EP quantizes A to int8 per block; the EP
 reproduces that on MLX's CPU device). On MLX's CPU stream up to 16 rows take the EP's nbits_cpu
-kernel (src/ops/quantized_cpu*.cc), more rows dequantize B once per run + BLAS GEMM (level 0).
+kernel (src/ops/quantized_cpu*.cc), more rows (level 0) one BLAS GEMM per panel of dequantized columns.
 Prints medians, ORT CPU / MLX EP (above 1: the EP is faster), and per (bits, block, level, rows)
 the sum over one layer's projections times 24 layers: the MatMulNBits time of a forward pass.
 

@@ -27,6 +27,9 @@ int onnxruntime_ep_mlx_blas_num_threads(void);
 unsigned long onnxruntime_ep_mlx_blas_pool_batches(void);
 const char* onnxruntime_ep_mlx_blas_corename(void);
 const char* onnxruntime_ep_mlx_blas_target(void);
+// The shim's forwarder to OpenBLAS (CBLAS enums are ints: row major 101, no transpose 111, transpose 112).
+void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
+                 int lda, const float* b, int ldb, float beta, float* c, int ldc);
 }
 #endif
 
@@ -254,6 +257,26 @@ bool SetBlasThreads(int threads) {
   return true;
 #else
   (void)threads;
+  return false;
+#endif
+}
+
+bool HaveSgemm() {
+#if defined(MLX_EP_HAVE_BLAS_SHIM)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool SgemmRowsByColumns(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
+                        int ldc) {
+#if defined(MLX_EP_HAVE_BLAS_SHIM)
+  ConfigureBlasThreads();
+  cblas_sgemm(101, 111, 112, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, ldc);
+  return true;
+#else
+  (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
   return false;
 #endif
 }

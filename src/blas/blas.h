@@ -51,6 +51,15 @@ BlasBinding InspectBlasBinding();
 /** Sets OpenBLAS's thread count (process-wide); false without the shim. */
 bool SetBlasThreads(int threads);
 
+/** Whether SgemmRowsByColumns computes (the EP was built with the OpenBLAS shim). */
+bool HaveSgemm();
+
+/** c [m, n] (row stride ldc) = a [m, k] (row stride lda) @ b^T, b [n, k] (row stride ldb), float32,
+ *  through the shim's OpenBLAS (the BLAS that libmlx's matmuls use), its threads and thread policy;
+ *  false (nothing written) without the shim. For kernels inside MLX primitives (nbits_cpu). */
+bool SgemmRowsByColumns(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
+                        int ldc);
+
 /** Parallel OpenBLAS calls run so far on the EP's worker pool (blas_pool.c), -1 without the shim. */
 int64_t BlasPoolBatches();
 

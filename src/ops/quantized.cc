@@ -7,8 +7,10 @@
 // accuracy_level but 4 (float16 A, scales and bias are widened to float32 and the result rounded
 // once); we do the same.
 //  - MLX's CPU stream: nbits_cpu (quantized_cpu.cc), a custom primitive whose AVX-512 / AVX2
-//    kernels read ORT's bytes in place, for up to kCpuKernelMaxRows rows of A; more rows
-//    dequantize B once per run (another nbits_cpu primitive) for one BLAS GEMM.
+//    kernels read ORT's bytes in place, for up to nbits_cpu::kKernelMaxRows rows of A; more rows
+//    run a BLAS GEMM per panel of columns dequantized into a cache-sized buffer (PanelGemm), or,
+//    without the EP's OpenBLAS shim, dequantize B whole per run (another nbits_cpu primitive)
+//    for one mx::matmul.
 //    accuracy_level 4 (genai's default for the CPU EP): ORT's CPU EP then quantizes A to int8 per
 //    block (MLAS CompInt8) when B is a constant and the zero points are packed; nbits_cpu
 //    reproduces that for 4 bits, at every row count. Other level-4 cases are declined.
@@ -49,9 +51,6 @@ namespace {
 // Rows of A up to which mx::quantized_matmul beats dequantize + GEMM on MLX's CPU (measured with
 // bench/bench_matmulnbits.py: its cost grows with every row, the dequantization is paid once).
 constexpr int64_t kQuantizedMatmulMaxRows = 2;
-// MLX's CPU stream: rows of A up to which the nbits_cpu kernel (reading B in place) beats
-// dequantizing B once per run (nbits_cpu::Dequantize) + BLAS GEMM (bench/bench_matmulnbits.py).
-constexpr int kCpuKernelMaxRows = 16;
 
 struct NBits {
   int64_t K, N, bits, block_size, k_blocks, blob;
@@ -85,7 +84,8 @@ Claim ClaimInt8A(const NodeView& v, const NBits& a) {
     return Claim::No("accuracy_level=4 (int8 A, MLAS CompInt8) is reproduced on MLX's CPU device only");
 #if !(defined(__x86_64__) || defined(_M_X64))
   // Checked against ORT's x86-64 MLAS only; its Arm kernels quantize A with their own code.
-  return Claim::No("accuracy_level=4 (int8 A) is reproduced as ORT's x86-64 kernels compute it; not on this CPU");
+  return Claim::No(
+      "accuracy_level=4 (int8 A) is reproduced as ORT's x86-64 kernels compute it; not on this CPU");
 #endif
   if (a.bits != 4)
     return Claim::No("accuracy_level=4 with bits=" + std::to_string(a.bits) + " (int8 A) not reproduced");
@@ -220,7 +220,7 @@ mx::array TranslateOnCpu(const OpContext& c, const NBits& a, const mx::array& A,
   if (c.has_input(5)) bias = mx::astype(c.input(5), mx::float32, s);
   const mx::array x = mx::astype(mx::reshape(A, {rows, shape.K}, s), mx::float32, s);
   mx::array y = [&] {
-    if (rows <= kCpuKernelMaxRows || shape.int8_a)
+    if (rows <= nbits_cpu::kKernelMaxRows || shape.int8_a || nbits_cpu::PanelGemmAvailable())
       return nbits_cpu::MatMulNBits(x, c.input(1), scales, zp, bias, shape, s);
     const mx::array w = nbits_cpu::Dequantize(c.input(1), scales, zp, shape, s);
     mx::array xw = mx::matmul(x, mx::transpose(mx::slice(w, {0, 0}, {shape.N, shape.K}, s), s), s);

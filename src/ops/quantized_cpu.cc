@@ -5,8 +5,10 @@
 // quantized_cpu_kernels.cc read ORT's packed weights in place with AVX-512 / AVX2. The primitive
 // is an ordinary node of the traced graph, so mx::compile keeps the partition in one piece; on
 // GPU streams quantized.cc keeps composing MLX ops and never creates it (eval_gpu refuses).
-// The same primitive class, without A, dequantizes B to float32 [N, padded K] (Dequantize) for
-// the GEMM that many rows of A take. Nothing is repacked or cached: every run reads B as given.
+// More than kKernelMaxRows rows of A (float A) take PanelGemm: panels of columns dequantized into
+// a buffer of ~8 MB, each multiplied by one BLAS GEMM (OpenBLAS through the EP's shim, blas.h).
+// Without the shim the same primitive class, without A, dequantizes B to float32 [N, padded K]
+// (Dequantize) for an mx::matmul. Nothing is repacked or cached: every run reads B as given.
 //
 // Threads: the output columns are split over a small pool (one thread per CPU, as the BLAS
 // default, blas/blas.h) whose workers sleep on a condition variable between calls: spinning
@@ -118,19 +120,49 @@ class ColumnPool {
 // tens of microseconds on a loaded machine).
 constexpr int64_t kMinParallelWork = 1 << 19;
 
-/** fn(n0, n1) over column ranges of p (multiples of 4) on the pool, or at once for small work. */
+/** fn(n0, n1) over ranges of columns [begin, end) (multiples of 4 from begin) on the pool, or at
+ *  once for small work. */
 template <typename Fn>
-void ForColumns(const Problem& p, int64_t work, Fn fn) {
+void ForColumns(const Problem& p, int begin, int end, int64_t work, Fn fn) {
   ColumnPool& pool = ColumnPool::Get();
-  const int threads = work < kMinParallelWork ? 1 : std::min(pool.threads(), std::max(1, p.shape.N / 16));
-  if (threads == 1) return fn(0, p.shape.N);
+  const int columns = end - begin;
+  const int threads = work < kMinParallelWork ? 1 : std::min(pool.threads(), std::max(1, columns / 16));
+  if (threads == 1) return fn(begin, end);
   // A few tasks per thread evens out a thread that another process holds back.
   const int tasks = threads * 4;
-  const int per_task = ((p.shape.N + tasks - 1) / tasks + 3) / 4 * 4;  // the kernels take 4 columns at a time
+  const int per_task = ((columns + tasks - 1) / tasks + 3) / 4 * 4;  // the kernels take 4 columns at a time
   pool.Run(tasks, [&](int t) {
-    const int n0 = t * per_task, n1 = std::min(p.shape.N, n0 + per_task);
+    const int n0 = begin + t * per_task, n1 = std::min(end, n0 + per_task);
     if (n0 < n1) fn(n0, n1);
   });
+}
+
+/** Columns per panel of PanelGemm: about 8 MB of float32 weights (in L3 next to A; 2 MB panels
+ *  measured slower at K=4864, the GEMM repacks A once per panel), at least 64 columns. */
+int PanelColumns(int padded_k) {
+  const int fit = (1 << 21) / padded_k / 16 * 16;
+  return std::clamp(fit, 64, 1024);
+}
+
+/** y = x @ dequantize(B)^T (+ bias) for many rows: per panel of columns, the panel dequantized into
+ *  a buffer this thread keeps (on the pool; work counted so that a panel always splits) and one
+ *  BLAS GEMM into y's columns (OpenBLAS's threads).
+ *  Unlike dequantizing all of B per run, the weights never make a round trip through memory. */
+void PanelGemm(const Problem& p) {
+  const NBitsShape& s = p.shape;
+  const int panel = std::min(s.N, PanelColumns(p.padded_k));
+  thread_local std::vector<float> buffer;  // MLX's CPU stream thread's: reused from run to run
+  buffer.resize(static_cast<size_t>(panel) * p.padded_k);
+  float* const w = buffer.data();  // the pool's workers write it too (their thread_local differs)
+  for (int n0 = 0; n0 < s.N; n0 += panel) {
+    const int n1 = std::min(s.N, n0 + panel);
+    ForColumns(p, n0, n1, static_cast<int64_t>(n1 - n0) * p.padded_k * 4,
+               [&](int a, int b) { DequantizeRows(p, a, b, w + static_cast<size_t>(a - n0) * p.padded_k); });
+    SgemmRowsByColumns(p.M, n1 - n0, p.padded_k, p.x, p.padded_k, w, p.padded_k, p.y + n0, s.N);
+  }
+  if (!p.bias) return;
+  for (int m = 0; m < p.M; ++m)
+    for (int n = 0; n < s.N; ++n) p.y[static_cast<size_t>(m) * s.N + n] += p.bias[n];
 }
 
 struct Inputs {
@@ -165,15 +197,19 @@ void Compute(const std::vector<mx::array>& in, mx::array& out, const NBitsShape&
   Problem p = MakeProblem(in, s, has, !has.dequantize);
   if (has.dequantize) {
     float* w = out.data<float>();
-    return ForColumns(p, static_cast<int64_t>(s.N) * p.padded_k / 4,
-                      [&](int n0, int n1) { DequantizeRows(p, n0, n1, w); });
+    return ForColumns(p, 0, s.N, static_cast<int64_t>(s.N) * p.padded_k / 4, [&](int n0, int n1) {
+      DequantizeRows(p, n0, n1, w + static_cast<size_t>(n0) * p.padded_k);
+    });
   }
   std::vector<float> x_buffer;
-  PrepareX(p, x_buffer);
+  const bool panels = !s.int8_a && p.M > kKernelMaxRows;
+  PrepareX(p, x_buffer, panels);
   p.y = out.data<float>();
+  if (panels) return PanelGemm(p);
   Int8A int8_a;
   if (s.int8_a) PrepareInt8A(p, int8_a);
-  ForColumns(p, static_cast<int64_t>(p.M) * s.N * p.padded_k, [&](int n0, int n1) { RunColumns(p, n0, n1); });
+  ForColumns(p, 0, s.N, static_cast<int64_t>(p.M) * s.N * p.padded_k,
+             [&](int n0, int n1) { RunColumns(p, n0, n1); });
 }
 
 class MatMulNBitsCpu : public mx::UnaryPrimitive {
@@ -250,6 +286,8 @@ mx::array MatMulNBits(const mx::array& x, const mx::array& b, const mx::array& s
   return mx::array({x.shape(0), shape.N}, mx::float32, std::make_shared<MatMulNBitsCpu>(s, shape, has),
                    std::move(inputs));
 }
+
+bool PanelGemmAvailable() { return HaveSgemm(); }
 
 mx::array Dequantize(const mx::array& b, const mx::array& scales, const std::optional<mx::array>& zero_points,
                      const NBitsShape& shape, mx::Stream s) {

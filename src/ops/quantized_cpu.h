@@ -43,9 +43,14 @@ struct Problem {
   int qa_vnni_stride = 0;           ///< its row length (a multiple of 128, zeros past padded_k)
 };
 
+/** Rows of A up to which the kernels (RunColumns) read B in place; more rows (accuracy_level 4
+ *  aside) take a BLAS GEMM on panels of dequantized columns (PanelGemm). */
+constexpr int kKernelMaxRows = 16;
+
 /** Points p.x at the layout the kernels read (in `buffer` when it differs from x): rows padded
- *  with zeros to padded_k and, for the AVX-512 4-bit kernel, each 32 values as evens then odds. */
-void PrepareX(Problem& p, std::vector<float>& buffer);
+ *  with zeros to padded_k and, for the AVX-512 4-bit kernel (not for `plain`: the GEMM's), each 32
+ *  values as evens then odds. */
+void PrepareX(Problem& p, std::vector<float>& buffer, bool plain = false);
 
 /** Buffers of the int8 form of A (accuracy_level 4). */
 struct Int8A {
@@ -56,7 +61,7 @@ struct Int8A {
 /** Quantizes p.x into `a` (QuantizeA, plus the VNNI order when RunColumns uses it) and points p at it. */
 void PrepareInt8A(Problem& p, Int8A& a);
 
-/** Writes rows [n0, n1) of w [N, padded_k]: the weights dequantized as ORT does (p.x and p.y unused). */
+/** Writes w [n1 - n0, padded_k]: columns n0 .. n1 - 1 of B dequantized as ORT does (p.x and p.y unused). */
 void DequantizeRows(const Problem& p, int n0, int n1, float* w);
 
 /** Computes columns [n0, n1) of p.y with the widest instruction set this CPU has. */
@@ -69,6 +74,10 @@ void QuantizeA(const float* x, int M, int padded_k, int block_size, int8_t* qa, 
 
 /** The name of the kernel set RunColumns uses ("avx512", "avx2" or "scalar"): for logs and tests. */
 const char* KernelIsa();
+
+/** Whether MatMulNBits (accuracy_level 0-3) takes more than kKernelMaxRows rows: the BLAS GEMM on
+ *  panels needs the EP's OpenBLAS shim (without it quantized.cc dequantizes B whole, Dequantize). */
+bool PanelGemmAvailable();
 
 /** dequantize(B) [N, k_blocks * block_size] float32 as one primitive on CPU stream `s` (the
  *  same inputs as MatMulNBits but x and bias): for many rows of A, where a BLAS GEMM wins. */

@@ -2,7 +2,8 @@
 // MLAS's CompInt8 does (QuantizeA) and integer block dot products; the float combination follows
 // MLAS's "BlkSum" kernels: y = (sum_blocks (sa * sb) * dot(qa, q) + bias) + sum_blocks (sa *
 // sum(qa)) * (-sb * zp), q the unsigned stored values (MLAS adds the zero-point term, a float
-// GEMM, to C last). AVX-512 VNNI for 4 bits, 128-bit integer dots with AVX2 (2 and 4 bits),
+// GEMM, to C last). AVX-512 VNNI for 4 bits (block_size >= 32: the two-pass kernel of
+// quantized_cpu_vnni.cc; 16: VnniColumns below), 128-bit integer dots with AVX2 (2 and 4 bits),
 // portable loops otherwise.
 #include <algorithm>
 #include <bit>
@@ -155,6 +156,7 @@ void Int8ColumnsX86(const Problem& p, int n0, int n1) {
 void RunInt8Columns(const Problem& p, int n0, int n1) {
 #if defined(MLX_EP_NBITS_X86)
   if (CpuIsa() != Isa::kScalar) {
+    if (p.shape.bits == 4 && p.qa_vnni && p.shape.block_size >= 32) return VnniBlockRange(p, n0, n1);
     if (p.shape.bits == 4 && p.qa_vnni) return VnniRange(p, n0, n1);
     if (p.shape.bits == 4) return Int8ColumnsX86<4>(p, n0, n1);
     if (p.shape.bits == 2) return Int8ColumnsX86<2>(p, n0, n1);

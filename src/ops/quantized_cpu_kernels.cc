@@ -237,7 +237,7 @@ void FloatColumnsX86(const Problem& p, int n0, int n1) {
 void DequantizeRows(const Problem& p, int n0, int n1, float* w) {
   const NBitsShape& s = p.shape;
   for (int n = n0; n < n1; ++n) {
-    float* row = w + static_cast<size_t>(n) * p.padded_k;
+    float* row = w + static_cast<size_t>(n - n0) * p.padded_k;
     for (int blk = 0; blk < s.k_blocks; ++blk) {
       const uint8_t* blob = Blob(p, n, blk);
       const Dequant d = BlockDequant(p, n, blk);
@@ -273,11 +273,11 @@ void RunColumns(const Problem& p, int n0, int n1) {
   ScalarFloat(p, n0, n1);
 }
 
-void PrepareX(Problem& p, std::vector<float>& buffer) {
+void PrepareX(Problem& p, std::vector<float>& buffer, bool plain) {
   const NBitsShape& s = p.shape;
   bool even_odd = false;
 #if defined(MLX_EP_NBITS_X86)
-  even_odd = CpuIsa() == Isa::kAvx512 && s.bits == 4 && s.block_size >= 32 && !s.int8_a;
+  even_odd = CpuIsa() == Isa::kAvx512 && s.bits == 4 && s.block_size >= 32 && !s.int8_a && !plain;
 #endif
   if (!even_odd && p.padded_k == s.K) return;
   buffer.assign(static_cast<size_t>(p.M) * p.padded_k, 0.f);

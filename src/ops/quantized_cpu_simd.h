@@ -112,6 +112,9 @@ inline Isa CpuIsa() {
   return isa;
 }
 
+/** accuracy_level 4, 4 bits, block_size >= 32 on AVX-512 VNNI (quantized_cpu_vnni.cc). */
+void VnniBlockRange(const Problem& p, int n0, int n1);
+
 /** AVX-512 VNNI (the level-4 int4 kernel's dpbusd). */
 inline bool CpuHasVnni() {
   static const bool vnni = CpuIsa() == Isa::kAvx512 && __builtin_cpu_supports("avx512vnni");

@@ -467,7 +467,8 @@ def variants(size="tiny"):
     }
     if size != "tiny":  # the benchmark set
         v = {"standard_fp32": v["standard_fp32"], "genai_fp32_shared": v["genai_fp32_shared"],
-             "genai_int4_b32_shared": ("genai", "fp32", {"block_size": 32, "symmetric": True}, True)}
+             "genai_int4_b32_shared": ("genai", "fp32", {"block_size": 32, "symmetric": True}, True),
+             "genai_int4_b32_acc4_shared": v["genai_int4_b32_acc4_shared"]}
     return v
 
 

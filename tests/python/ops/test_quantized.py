@@ -112,6 +112,19 @@ def test_random_bytes_and_bias(shape, rows):
     check_parity(*nbits_model(a, b, scales, K, N, bits, bs, zps, bias))
 
 
+@pytest.mark.parametrize("rows", [17, 128])
+@pytest.mark.parametrize("zp", ["uint8", None])
+@pytest.mark.parametrize("shape", [(8192, 300, 4, 32), (1100, 1030, 8, 128), (1000, 70, 2, 64)], ids=shape_id)
+def test_many_rows_in_panels(shape, zp, rows):
+    """More than 16 rows: a BLAS GEMM per panel of dequantized columns (quantized_cpu.cc's PanelGemm;
+    a panel holds ~8 MB of weights: 256 columns at K=8192, at most 1024, so the first two shapes take
+    two panels, the last partial). Kind "int": exact sums in any order (K small enough for 8 bits);
+    no bias (ORT's GEMM starts from it, so its partial sums round; test_random_bytes_and_bias has one)."""
+    K, N, bits, bs = shape
+    a, b, scales, zps, _ = case(K, N, bits, bs, (rows, K), zp=zp, kind="int")
+    check_parity(*nbits_model(a, b, scales, K, N, bits, bs, zps))
+
+
 @pytest.mark.parametrize("rows", [1, 6, 40])
 @pytest.mark.parametrize("shape", [(96, 24, 4, 32), (100, 17, 4, 16), (256, 33, 4, 128)], ids=shape_id)
 def test_float_zero_points(shape, rows):
@@ -175,7 +188,10 @@ def test_bfloat16(rows):
     check_bf16(*nbits_model(a16, b, s16, K, N, bits, bs, zps, bias16), ref)
 
 
-LEVEL4_SHAPES = [(128, 16, 4, 32), (100, 17, 4, 16), (256, 33, 4, 128), (300, 12, 4, 64), (896, 40, 4, 32)]
+# Block 16 takes the per-lane VNNI kernel, the others the two-pass one (quantized_cpu_vnni.cc): N not
+# a multiple of its 4 columns, K ending in a partial span of 128, rows not a multiple of its 4.
+LEVEL4_SHAPES = [(128, 16, 4, 32), (100, 17, 4, 16), (256, 33, 4, 128), (300, 12, 4, 64), (896, 40, 4, 32),
+                 (200, 5, 4, 32), (512, 21, 4, 256), (1000, 7, 4, 64)]
 
 
 @pytest.mark.parametrize("rows", [1, 5, 40])
@@ -342,7 +358,8 @@ def test_matmulnbits_narrower_cpu_kernels(isa):
     if platform.machine() not in ("x86_64", "AMD64") and isa != "scalar":
         pytest.skip("x86 kernels")
     env = dict(os.environ, ONNXRUNTIME_EP_MLX_NBITS_ISA=isa)
-    subset = "random_bytes or float_zero_points or (level_4 and not declined) or (test_float16 and int)"
+    subset = ("random_bytes or float_zero_points or (level_4 and not declined) or (test_float16 and int)"
+              " or (panels and 17)")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", subset],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
