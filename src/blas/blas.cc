@@ -200,7 +200,8 @@ int BlasThreadsFromEnv() {
   const long n = std::strtol(value.c_str(), &end, 10);
   if (end == value.c_str() || *end != '\0' || n < 1 || n > 1024) {
     LogLine(std::string(env::kBlasThreads) + "=" + value + " is not a thread count (1 or more); using " +
-            std::to_string(DefaultBlasThreads()));
+            std::to_string(DefaultBlasThreads()),
+            LogSeverity::kWarning);
     return DefaultBlasThreads();
   }
   return static_cast<int>(n);

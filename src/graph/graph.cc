@@ -3,6 +3,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/error.h"
+
 namespace mlx_ep {
 namespace {
 
@@ -96,7 +98,7 @@ std::vector<Out> ConvertAll(const Tensor& t) {
       break;
     }
     default:
-      throw std::invalid_argument("[MlxEp] cannot read a " + ElemName(t.type) + " tensor on the host");
+      throw NotImplementedError("[MlxEp] cannot read a " + ElemName(t.type) + " tensor on the host");
   }
   return out;
 }

@@ -96,7 +96,7 @@ void OpContext::UpdateInPlace(size_t output, size_t input, int axis, mx::array r
 
 mx::array ToArray(const Tensor& t) {
   auto dtype = ToMlxDtype(t.type);
-  if (!dtype) throw std::invalid_argument("[MlxEp] no MLX dtype for " + ElemName(t.type));
+  if (!dtype) throw NotImplementedError("[MlxEp] no MLX dtype for " + ElemName(t.type));
   mx::Shape shape(t.shape.begin(), t.shape.end());
   auto* copy = new uint8_t[t.bytes.size() ? t.bytes.size() : 1];
   std::copy(t.bytes.begin(), t.bytes.end(), copy);
@@ -105,7 +105,7 @@ mx::array ToArray(const Tensor& t) {
 
 mx::array ShareArray(std::shared_ptr<const Tensor> t) {
   auto dtype = ToMlxDtype(t->type);
-  if (!dtype) throw std::invalid_argument("[MlxEp] no MLX dtype for " + ElemName(t->type));
+  if (!dtype) throw NotImplementedError("[MlxEp] no MLX dtype for " + ElemName(t->type));
   if (t->bytes.empty()) return ToArray(*t);  // no bytes to share (MLX wants a valid pointer)
   mx::Shape shape(t->shape.begin(), t->shape.end());
   void* data = const_cast<uint8_t*>(t->bytes.data());  // MLX never writes an array it does not own alone
