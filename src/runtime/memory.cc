@@ -1,6 +1,7 @@
 #include "runtime/memory.h"
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -105,6 +106,36 @@ std::optional<mx::array> WrapDeviceMemory(const void* p, const mx::Shape& shape,
   return mx::array(mx::allocator::Data(a->buffer, [owner](mx::allocator::Buffer) {}), shape, dtype);
 }
 
+namespace {
+
+// MLX's CPU-only allocator (mlx/backend/no_gpu/allocator.cpp in MLX 0.32) has no make_buffer, so
+// mx::array(void*, shape, dtype, deleter) copies. Its Buffer points at a size_t header holding the
+// size, and the data is the word after it (Buffer::raw_ptr). True when this MLX's allocator lays
+// its buffers out so: checked once on a buffer of its own (Metal's and CUDA's buffers are objects
+// whose data lies elsewhere, so the check fails there and nothing is wrapped).
+bool HeaderBeforeData() {
+  static const bool same = [] {
+    mx::allocator::Allocator& a = mx::allocator::allocator();
+    mx::allocator::Buffer b = a.malloc(64);
+    const bool ok = b.ptr() && b.raw_ptr() == static_cast<char*>(b.ptr()) + sizeof(size_t) && a.size(b) == 64;
+    a.free(b);
+    return ok;
+  }();
+  return same;
+}
+
+}  // namespace
+
+std::optional<mx::array> WrapHostMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype) {
+  // The header word before `p` is read by MLX (array::buffer_size, only to choose between sharing
+  // and copying a buffer, both correct); it lies on p's own page unless p starts one.
+  constexpr uintptr_t kMinPage = 4096;
+  if (!p || reinterpret_cast<uintptr_t>(p) % kMinPage < sizeof(size_t) || !HeaderBeforeData())
+    return std::nullopt;
+  mx::allocator::Buffer view(static_cast<size_t*>(const_cast<void*>(p)) - 1);
+  return mx::array(mx::allocator::Data(view, [](mx::allocator::Buffer) {}), shape, dtype);
+}
+
 TransferStats GetTransferStats() {
   return {transferred[0].load(), transferred[1].load(), transferred[2].load()};
 }
@@ -118,12 +149,14 @@ const char* AdoptRefusal(const mx::array& a) {
   // a compiled function, an input passed through (Identity), a value that is two outputs, nor a
   // view sharing its buffer (MLX's own test for donating a buffer).
   if (a.nbytes() == 0) return "empty";
-  if (a.offset() != 0 || !a.flags().row_contiguous || a.data_size() != a.size()) return "a strided or offset view";
+  if (a.offset() != 0 || !a.flags().row_contiguous || a.data_size() != a.size())
+    return "a strided or offset view";
   if (!a.is_donatable()) {
     // On a GPU, MLX's command encoder holds the buffers of the kernels it ran until their
     // completion handler runs, which can be after eval returned: wait for it, then look again.
     mx::synchronize();
-    if (!a.is_donatable()) return "its buffer is shared (a constant, an input passed through, or another output)";
+    if (!a.is_donatable())
+      return "its buffer is shared (a constant, an input passed through, or another output)";
   }
   if (IsDeviceMemory(a.data<void>())) return "it is already ORT's memory";
   return nullptr;

@@ -15,10 +15,10 @@ namespace mlx_ep {
 namespace {
 
 // Binds one input as an MLX array, without a copy where MLX can read ORT's memory: on the CPU
-// device ORT's host memory, on a GPU the MLX memory the EP lent ORT (runtime/memory.h). The
-// caller keeps the array referenced during evaluation, so MLX never donates the buffer to an
-// output. Other memory is copied (GPU kernels cannot read arbitrary host memory); `copied`
-// counts those bytes.
+// device ORT's host memory, on a GPU the MLX memory the EP lent ORT (runtime/memory.h). MLX
+// donates only buffers it owns, so it never writes into ORT's; the caller keeps the array
+// referenced during evaluation. Other memory is copied (GPU kernels cannot read arbitrary host memory);
+// `copied` counts those bytes.
 mx::array BindInput(const InputTensor& t, uint64_t& copied, uint64_t& wrapped) {
   auto dtype = ToMlxDtype(t.type);
   if (!dtype) throw NotImplementedError("[MlxEp] input type " + ElemName(t.type) + " has no MLX dtype");
@@ -32,8 +32,12 @@ mx::array BindInput(const InputTensor& t, uint64_t& copied, uint64_t& wrapped) {
       throw std::invalid_argument("[MlxEp] an input is in device memory that the EP did not allocate");
   }
   if (RuntimeDevice() == mx::Device(mx::Device::cpu) && t.data) {
-    wrapped += ByteSize(t);
-    return mx::array(const_cast<void*>(t.data), shape, *dtype, [](void*) {});
+    // MLX's own constructor wraps without a copy where its allocator can (Metal, page-aligned
+    // memory) and copies elsewhere; the bytes count as wrapped only when the array reads `data`.
+    std::optional<mx::array> a = WrapHostMemory(t.data, shape, *dtype);
+    if (!a) a = mx::array(const_cast<void*>(t.data), shape, *dtype, [](void*) {});
+    (a->data<void>() == t.data ? wrapped : copied) += ByteSize(t);
+    return *a;
   }
   Tensor copy{t.type, t.shape, {}};
   const auto* p = static_cast<const uint8_t*>(t.data);
