@@ -157,3 +157,33 @@ def test_host_inputs_are_wrapped_on_the_cpu_device():
     nbytes = int(np.prod(SHAPE)) * 4
     assert part["bytes_in_host_copied"] == 0 and part["bytes_in_wrapped"] == 2 * nbytes, part
     assert part["bytes_out_host_copied"] == nbytes and part["bytes_out_adopted"] == 0, part
+
+
+def test_host_input_starting_a_page_is_copied_not_wrapped():
+    """An input buffer that starts a page is copied: the EP's zero-copy view makes MLX read the
+    word before the data (runtime/memory.cc, WrapHostMemory), which may lie on an unmapped page.
+    The page comes from mmap, so the word before it is not this process's memory."""
+    if on_gpu():
+        pytest.skip("the CPU device's path: host memory wrapped without a copy")
+    import mmap
+
+    nbytes = int(np.prod(SHAPE)) * 4
+    page = mmap.mmap(-1, max(nbytes, mmap.PAGESIZE))
+    state = np.frombuffer(page, np.float32, int(np.prod(SHAPE))).reshape(SHAPE)
+    assert state.ctypes.data % mmap.PAGESIZE == 0
+    rng = np.random.default_rng(2)
+    state[...] = rng.standard_normal(SHAPE).astype(np.float32)
+    x = rng.standard_normal(SHAPE).astype(np.float32)
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "report.json")
+        sess = session_with_report(state_update_model(), report)
+        io = sess.io_binding()
+        io.bind_ortvalue_input("state", ort.OrtValue.ortvalue_from_numpy(state))  # ORT reads `page` itself
+        io.bind_cpu_input("x", x)
+        io.bind_output("state_out")
+        sess.run_with_iobinding(io)
+        got = io.copy_outputs_to_cpu()[0]
+        np.testing.assert_allclose(got, state * np.float32(0.5) + x, rtol=1e-6)
+        del sess, io
+        part = partition_counters(report)
+    assert part["bytes_in_host_copied"] == nbytes and part["bytes_in_wrapped"] == nbytes, part
