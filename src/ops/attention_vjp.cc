@@ -255,8 +255,9 @@ std::optional<uint64_t> DenseLimitFromEnv() {
 /** True when the over-budget pullback runs as the CUDA kernels: the stream is on the GPU of a
  *  CUDA MLX and ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL is "1" ("force": on any device, for
  *  testing the failure path). Opt-in: on the H200 the kernels took 1.45-1.8x the composed query
- *  blocks' time (bench/bench_attention_vjp.py, docs/performance.md), with no shared-memory tiling yet. Fails the node (naming it) when the kernels do not build, rather
- *  than the partition's evaluation. */
+ *  blocks' time (bench/bench_attention_vjp.py, docs/performance.md; no shared-memory tiling
+ *  yet). Fails the node (naming it) when the kernels do not build, rather than the partition's
+ *  evaluation. */
 bool UseKernel(const OpContext& c, const HeadTensors& t, const mx::Shape& scores) {
   const std::string mode = EnvString(env::kAttentionVjpKernel, "0");
   const bool wanted = mode == "force" || ((mode == "1" || mode == "on") && CudaKernelsAvailable(c.stream));
