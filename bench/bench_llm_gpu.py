@@ -23,7 +23,6 @@ shapes). Medians of --iters runs after --warmup. Prints markdown tables; --json 
 import argparse
 import gc
 import json
-import os
 import statistics
 import subprocess
 import sys
