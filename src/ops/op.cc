@@ -108,9 +108,14 @@ mx::array ShareArray(std::shared_ptr<const Tensor> t) {
   if (!dtype) throw NotImplementedError("[MlxEp] no MLX dtype for " + ElemName(t->type));
   if (t->bytes.empty()) return ToArray(*t);  // no bytes to share (MLX wants a valid pointer)
   mx::Shape shape(t->shape.begin(), t->shape.end());
-  void* data = const_cast<uint8_t*>(t->bytes.data());  // MLX never writes an array it does not own alone
-  auto* owner = new std::shared_ptr<const Tensor>(std::move(t));
-  return mx::array(data, shape, *dtype, [owner](void*) { delete owner; });
+  void* data = const_cast<uint8_t*>(t->bytes.data());  // MLX never writes an array it does not own
+  // Without a copy where WrapHostMemory can (MLX's CPU-only allocator); mx::array(void*, ...)
+  // copies there, and the weights would be held twice.
+  auto owner = std::make_shared<std::shared_ptr<const Tensor>>(std::move(t));
+  if (std::optional<mx::array> a = WrapHostMemory(data, shape, *dtype, [owner] { owner->reset(); }))
+    return *a;
+  auto* held = new std::shared_ptr<const Tensor>(std::move(*owner));
+  return mx::array(data, shape, *dtype, [held](void*) { delete held; });
 }
 
 std::optional<mx::Dtype> ToMlxDtype(ElemType t) {
@@ -180,16 +185,6 @@ ElemType FromMlxDtype(mx::Dtype d) {
       return ElemType::kComplex64;
   }
   return ElemType::kUndefined;
-}
-
-mx::Device RuntimeDevice() {
-  static const mx::Device device = [] {
-    const std::string want = EnvString(env::kDevice);
-    if (want == "cpu") return mx::Device(mx::Device::cpu);
-    if (mx::is_available(mx::Device(mx::Device::gpu))) return mx::Device(mx::Device::gpu);
-    return mx::Device(mx::Device::cpu);
-  }();
-  return device;
 }
 
 bool DeviceSupports(ElemType t) {

@@ -14,6 +14,7 @@
 #include <mlx/mlx.h>
 
 #include "graph/graph.h"
+#include "runtime/device.h"  // RuntimeDevice: the translations read the device policy
 
 namespace mlx_ep {
 
@@ -282,8 +283,6 @@ mx::array ToArray(const Tensor& t);
  *  which the graph snapshot already copied out of ORT: held once, not twice. */
 mx::array ShareArray(std::shared_ptr<const Tensor> t);
 
-/** The device translations run on (chosen once per process: GPU when MLX has one). */
-mx::Device RuntimeDevice();
 /** True when MLX can hold and compute `t` on the runtime device (e.g. no float64 on GPUs). */
 bool DeviceSupports(ElemType t);
 

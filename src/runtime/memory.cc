@@ -1,7 +1,6 @@
 #include "runtime/memory.h"
 
 #include <atomic>
-#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -104,36 +103,6 @@ std::optional<mx::array> WrapDeviceMemory(const void* p, const mx::Shape& shape,
   // freeing the tensor while MLX still reads it cannot release the memory.
   std::shared_ptr<const void> owner = a->owner;
   return mx::array(mx::allocator::Data(a->buffer, [owner](mx::allocator::Buffer) {}), shape, dtype);
-}
-
-namespace {
-
-// MLX's CPU-only allocator (mlx/backend/no_gpu/allocator.cpp in MLX 0.32) has no make_buffer, so
-// mx::array(void*, shape, dtype, deleter) copies. Its Buffer points at a size_t header holding the
-// size, and the data is the word after it (Buffer::raw_ptr). True when this MLX's allocator lays
-// its buffers out so: checked once on a buffer of its own (Metal's and CUDA's buffers are objects
-// whose data lies elsewhere, so the check fails there and nothing is wrapped).
-bool HeaderBeforeData() {
-  static const bool same = [] {
-    mx::allocator::Allocator& a = mx::allocator::allocator();
-    mx::allocator::Buffer b = a.malloc(64);
-    const bool ok = b.ptr() && b.raw_ptr() == static_cast<char*>(b.ptr()) + sizeof(size_t) && a.size(b) == 64;
-    a.free(b);
-    return ok;
-  }();
-  return same;
-}
-
-}  // namespace
-
-std::optional<mx::array> WrapHostMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype) {
-  // The header word before `p` is read by MLX (array::buffer_size, only to choose between sharing
-  // and copying a buffer, both correct); it lies on p's own page unless p starts one.
-  constexpr uintptr_t kMinPage = 4096;
-  if (!p || reinterpret_cast<uintptr_t>(p) % kMinPage < sizeof(size_t) || !HeaderBeforeData())
-    return std::nullopt;
-  mx::allocator::Buffer view(static_cast<size_t*>(const_cast<void*>(p)) - 1);
-  return mx::array(mx::allocator::Data(view, [](mx::allocator::Buffer) {}), shape, dtype);
 }
 
 TransferStats GetTransferStats() {

@@ -33,11 +33,6 @@ bool IsDeviceMemory(const void* p);
  *  a copy; nullopt when `p` is not such a pointer. */
 std::optional<mx::array> WrapDeviceMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype);
 
-/** Host memory `p` as an MLX array without a copy where this MLX's allocator allows it (its
- *  CPU-only allocator: see memory.cc), else nullopt. The array never frees `p`: the caller keeps
- *  the memory alive while MLX reads it, and MLX never donates a buffer it does not own. */
-std::optional<mx::array> WrapHostMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype);
-
 /** While alive, lets the next DeviceAlloc on this thread of exactly `a.nbytes()` bytes return
  *  `a`'s own data (its buffer then lives until ORT frees the pointer). `a` must be evaluated and
  *  Adoptable. */

@@ -7,6 +7,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "runtime/device.h"
 #include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
 #include "runtime/runner_internal.h"

@@ -224,5 +224,23 @@ TEST(Plan, MissingTranslationIsRejected) {
   EXPECT_THROW(BuildPlan(g, "p", {"x"}, {"y"}, OpRegistry::Get()), std::invalid_argument);
 }
 
+// Constants reach MLX without a copy on MLX's CPU-only allocator (runtime/device.h): held once,
+// and released when the last array over them goes.
+TEST(Runner, ConstantsAreSharedNotCopiedOnTheCpu) {
+  if (RuntimeDevice() != mx::Device(mx::Device::cpu)) GTEST_SKIP() << "GPU devices copy host memory in";
+  auto t = std::make_shared<Tensor>(Tensor{ElemType::kFloat, {256, 1024}, std::vector<uint8_t>(256 * 1024 * 4, 0)});
+  const float value = 1.5f;
+  std::memcpy(t->bytes.data() + 4, &value, sizeof(value));
+  {
+    mx::array a = ShareArray(t);
+    EXPECT_EQ(a.data<uint8_t>(), t->bytes.data());
+    EXPECT_EQ(t.use_count(), 2);  // the array holds the tensor
+    mx::array doubled = mx::multiply(a, mx::array(2.f));
+    mx::eval(doubled);
+    EXPECT_EQ(doubled.data<float>()[1], 3.f);
+  }
+  EXPECT_EQ(t.use_count(), 1);  // released with the last array
+}
+
 }  // namespace
 }  // namespace mlx_ep

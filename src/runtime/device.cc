@@ -1,0 +1,55 @@
+#include "runtime/device.h"
+
+#include <cstdint>
+#include <string>
+
+#include "common/env.h"
+#include "mlx/allocator.h"
+
+namespace mlx_ep {
+namespace {
+
+// MLX's CPU-only allocator (mlx/backend/no_gpu/allocator.cpp in MLX 0.32) has no make_buffer, so
+// mx::array(void*, shape, dtype, deleter) copies. Its Buffer points at a size_t header holding the
+// size, and the data is the word after it (Buffer::raw_ptr). True when this MLX's allocator lays
+// its buffers out so: checked once on a buffer of its own (Metal's and CUDA's buffers are objects
+// whose data lies elsewhere, so the check fails there and nothing is wrapped).
+bool HeaderBeforeData() {
+  static const bool same = [] {
+    mx::allocator::Allocator& a = mx::allocator::allocator();
+    mx::allocator::Buffer b = a.malloc(64);
+    const bool ok = b.ptr() && b.raw_ptr() == static_cast<char*>(b.ptr()) + sizeof(size_t) && a.size(b) == 64;
+    a.free(b);
+    return ok;
+  }();
+  return same;
+}
+
+}  // namespace
+
+mx::Device RuntimeDevice() {
+  static const mx::Device device = [] {
+    const std::string want = EnvString(env::kDevice);
+    if (want == "cpu") return mx::Device(mx::Device::cpu);
+    if (mx::is_available(mx::Device(mx::Device::gpu))) return mx::Device(mx::Device::gpu);
+    return mx::Device(mx::Device::cpu);
+  }();
+  return device;
+}
+
+std::optional<mx::array> WrapHostMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype,
+                                        std::function<void()> release) {
+  // The header word before `p` is read by MLX (array::buffer_size, only to choose between sharing
+  // and copying a buffer, both correct); it lies on p's own page unless p starts one.
+  constexpr uintptr_t kMinPage = 4096;
+  if (!p || reinterpret_cast<uintptr_t>(p) % kMinPage < sizeof(size_t) || !HeaderBeforeData())
+    return std::nullopt;
+  mx::allocator::Buffer view(static_cast<size_t*>(const_cast<void*>(p)) - 1);
+  return mx::array(mx::allocator::Data(view,
+                                       [release = std::move(release)](mx::allocator::Buffer) {
+                                         if (release) release();
+                                       }),
+                   shape, dtype);
+}
+
+}  // namespace mlx_ep

@@ -1,0 +1,25 @@
+// Where MLX runs, and how host memory becomes MLX arrays without a copy.
+#pragma once
+
+#include <functional>
+#include <optional>
+
+#include "mlx/array.h"
+#include "mlx/device.h"
+
+namespace mlx_ep {
+
+namespace mx = mlx::core;
+
+/** The device translations run on, chosen once per process: the GPU when MLX has one, unless
+ *  ONNXRUNTIME_EP_MLX_DEVICE=cpu. */
+mx::Device RuntimeDevice();
+
+/** Host memory `p` as an MLX array without a copy where this MLX's allocator allows it (its
+ *  CPU-only allocator: see device.cc), else nullopt (and `release` is not called). The array
+ *  never frees `p`; `release` runs when MLX drops its last reference. MLX never donates a buffer
+ *  it does not own, so it only reads `p`. */
+std::optional<mx::array> WrapHostMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype,
+                                        std::function<void()> release = nullptr);
+
+}  // namespace mlx_ep
