@@ -1,6 +1,6 @@
 """The over-budget AttentionVJP pullback on a GPU: the EP's custom CUDA kernels
-(src/ops/attention_vjp_cuda.cc) against the composed query-blocked MLX ops
-(ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL=0) and, for the Recompute form, mx::vjp of MLX's fused
+(src/ops/attention_vjp_cuda.cc, ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL=1) against the composed
+query-blocked MLX ops (the default) and, for the Recompute form, mx::vjp of MLX's fused
 SDPA (the score budget unset), on one AttentionVJP node of training-like shapes.
 
     python bench/bench_attention_vjp.py [--iters 5] [--json FILE]
@@ -49,23 +49,11 @@ def feeds_of(c, batch, seq):
 def first_run(model, feeds, env):
     """An MLX session and its first run's outputs: that run (the trace, which reads the
     variables) runs under `env` (None: unset)."""
-    old = {k: os.environ.get(k) for k in env}
-    for k, v in env.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
+    with avm.scoped_env(**env):
         so = ort.SessionOptions()
         mlx_ep.append_to_session_options(so)
         sess = ort.InferenceSession(model.SerializeToString(), so)
         return sess, sess.run(None, feeds)
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def main():
@@ -81,7 +69,7 @@ def main():
         feeds = feeds_of(c, batch, seq)
         model = avm.model(c, feeds, (1, 0), seq, seq)
         budget = str(64 << 20)
-        modes = {"kernel": {LIMIT: budget, KERNEL: None, VERBOSE: "1"}, "composed": {LIMIT: budget, KERNEL: "0"}}
+        modes = {"kernel": {LIMIT: budget, KERNEL: "1", VERBOSE: "1"}, "composed": {LIMIT: budget, KERNEL: None}}
         if c.recompute:
             modes["fused_sdpa_vjp"] = {LIMIT: None, KERNEL: None}
         runs, outs = {}, {}

@@ -5,7 +5,9 @@ whose body computes the same pullback with plain ONNX ops: when the MLX EP decli
 CPU EP inlines and runs the body, so ORT CPU is the reference. `reference` is the same computation
 in float64 numpy (for gradient error numbers). The bodies are specialised to the test's static
 sequence lengths (the causal triangle and the mask padding are constants)."""
+import os
 import struct
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -15,6 +17,26 @@ from onnx import TensorProto, helper
 DOMAIN = "pkg.onnax"
 OPSET = 18
 NEG_INF = np.float32(-np.inf)
+
+
+@contextmanager
+def scoped_env(**values):
+    """Sets (None: unsets) environment variables for the block (the EP reads its AttentionVJP
+    variables when it traces): shared by the kernel tests and bench/bench_attention_vjp.py."""
+    old = {k: os.environ.get(k) for k in values}
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ import re
 import shutil
 import subprocess
 import sys
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -42,25 +41,6 @@ KERNEL_LINE = "tiled pullback through the CUDA kernels"
 ON_CUDA = mlx_device() == "gpu" and sys.platform.startswith("linux")
 needs_cuda = pytest.mark.skipif(not ON_CUDA, reason="the AttentionVJP kernels run on MLX's CUDA backend only "
                                 "(the EP's MLX device here: " + mlx_device() + ")")
-
-
-@contextmanager
-def env(**values):
-    """Sets (None: unsets) environment variables for the block."""
-    old = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 # (config, case keywords): ranks 3 / 4, GQA and not, D 8..256, each mask kind (broadcast, short in
@@ -181,7 +161,7 @@ def test_emulated_kernel_algorithm(c, kw):
 def test_kernel_path_not_taken_without_cuda(capfd):
     c, kw = CASES[4]
     capfd.readouterr()
-    with env(**{VERBOSE: "1", KERNEL: "1"}):
+    with avm.scoped_env(**{VERBOSE: "1", KERNEL: "1"}):
         check(c, limit=1, **kw)
     assert KERNEL_LINE not in capfd.readouterr().err
 
@@ -192,7 +172,7 @@ def test_kernel_build_failure_fails_the_node():
     # build fails, and the run fails with an error naming the node (no crash, no made-up output).
     c, kw = CASES[4]
     model, feeds = avm.case(c, **kw)
-    with env(**{KERNEL: "force", LIMIT: "1"}), pytest.raises(Exception) as failure:
+    with avm.scoped_env(**{KERNEL: "force", LIMIT: "1"}), pytest.raises(Exception) as failure:
         run_mlx(model, feeds)
     message = str(failure.value)
     assert f"[{c.op_type()}] vjp: the CUDA AttentionVJP kernels failed to build" in message, message
@@ -203,7 +183,7 @@ def kernel_check(c, kw, capfd, kernel):
     """test_attention_vjp.check over the 1-byte budget with the kernels on ("1") or off (None),
     and whether the verbose log says they ran."""
     capfd.readouterr()
-    with env(**{VERBOSE: "1", KERNEL: kernel}):
+    with avm.scoped_env(**{VERBOSE: "1", KERNEL: kernel}):
         got = check(c, limit=1, **kw)
     ran = KERNEL_LINE in capfd.readouterr().err
     assert ran == (kernel == "1"), f"kernel path taken: {ran}, ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL={kernel}"
@@ -242,7 +222,7 @@ def test_kernel_half_precision(c, dtype, tol, capfd):
     expected = [reference[i].astype(np.float32) for i in c.outputs]
     atol = tol * scale_of(expected)
     capfd.readouterr()
-    with env(**{VERBOSE: "1", KERNEL: "1", LIMIT: "1"}):
+    with avm.scoped_env(**{VERBOSE: "1", KERNEL: "1", LIMIT: "1"}):
         if dtype == BF16:
             got = check_bf16(model, feeds, expected, rtol=tol, atol=atol)
             _, report, _ = run_mlx_with_report(bf16_wrapped(model), [feeds_as_float32(feeds)])
