@@ -253,44 +253,33 @@ def test_present_bound_to_past_buffer_writes_rows_in_place(phase):
     """past and present one buffer: output and buffer as ORT's CPU EP leaves them (rows past the
     new ones untouched, as the CPU kernel leaves them when it sees one buffer), and only the new
     rows written (bytes_out_in_place); a total past the buffer falls back to the whole write."""
-    import gc
-    import json
-    import os
-    import tempfile
-
     import onnxruntime as ort
-    from harness import mlx_session
+    from llm_client import ReportedSession
 
     extra = {"rotary": (16, 0), "local_window_size": 3} if phase == "decode_rotary_window" else {}
     d = 16 if extra else 8  # ORT's CPU rotary wants a multiple of 16
     steps = [(4, [4, 2], 4)] if phase == "prefill" else [(1, [5, 9], 9), (1, [6, 10], 10)]  # S, lengths, total
     model = gqa(2, steps[0][0], 4, 2, d, steps[0][1], steps[0][2], past_len=10, **extra)[0]
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["ONNXRUNTIME_EP_MLX_REPORT"] = os.path.join(tmp, "r.json")
-        try:
-            sess = mlx_session(model)
-        finally:
-            del os.environ["ONNXRUNTIME_EP_MLX_REPORT"]
-        for i, (seq, lengths, total) in enumerate(steps):
-            _, feeds = gqa(2, seq, 4, 2, d, lengths, total, past_len=10, seed=i, **extra)
-            got, got_kv = _run_shared(sess, feeds)
-            ref, ref_kv = _run_shared(cpu, feeds)
-            assert_close(got, ref, rtol=1e-5, atol=1e-5)
-            for g, r in zip(got_kv, ref_kv):
-                assert_close(g, r, rtol=1e-5, atol=1e-5)
-        # total 11 > the buffer's 10: present would be past + new (ORT's CPU EP reallocates), here
-        # NaN, written whole into the buffer
-        _, feeds = gqa(2, steps[0][0], 4, 2, d, [5, 11], 11, past_len=10, **extra)
-        for cache in ("cos_cache", "sin_cache"):
-            if cache in feeds:
-                feeds[cache] = feeds[cache][:14]  # the session's shape (rows for positions < 14)
+    reported = ReportedSession(model)
+    sess = reported.sess
+    for i, (seq, lengths, total) in enumerate(steps):
+        _, feeds = gqa(2, seq, 4, 2, d, lengths, total, past_len=10, seed=i, **extra)
         got, got_kv = _run_shared(sess, feeds)
-        assert np.isnan(got).all() and all(np.isnan(kv).all() for kv in got_kv)
-        del sess
-        gc.collect()
-        with open(os.path.join(tmp, "r.json")) as f:
-            (part,) = json.load(f)["runtime"]["partitions"]
+        ref, ref_kv = _run_shared(cpu, feeds)
+        assert_close(got, ref, rtol=1e-5, atol=1e-5)
+        for g, r in zip(got_kv, ref_kv):
+            assert_close(g, r, rtol=1e-5, atol=1e-5)
+    # total 11 > the buffer's 10: present would be past + new (ORT's CPU EP reallocates), here
+    # NaN, written whole into the buffer
+    _, feeds = gqa(2, steps[0][0], 4, 2, d, [5, 11], 11, past_len=10, **extra)
+    for cache in ("cos_cache", "sin_cache"):
+        if cache in feeds:
+            feeds[cache] = feeds[cache][:14]  # the session's shape (rows for positions < 14)
+    got, got_kv = _run_shared(sess, feeds)
+    assert np.isnan(got).all() and all(np.isnan(kv).all() for kv in got_kv)
+    del sess
+    (part,) = reported.close()["runtime"]["partitions"]
     row = 2 * 2 * d * 4  # batch x kv heads x head size x 4 bytes, per new token
     assert part["bytes_out_in_place"] == 2 * sum(step[0] for step in steps) * row, part
     out_bytes = 2 * 4 * d * 4  # output [2, S, 4 x 8] per token

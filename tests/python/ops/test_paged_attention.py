@@ -299,24 +299,13 @@ BOUND = {"decode": ([1, 1, 1], [5, 0, 30], 1), "mixed": ([1, 9, 4, 1], [17, 0, 2
 def test_caches_bound_as_outputs(case):
     """The caches bound as their own outputs: the buffers hold the updated caches after the run,
     and only the rows of each block's run of new slots were written (bytes_out_in_place)."""
-    import gc
-    import json
-    import os
-    import tempfile
+    from llm_client import ReportedSession
 
     new, past, rows = BOUND[case]
     model, feeds, attrs = paged_case(new, past, rotary=(16, 0))
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["ONNXRUNTIME_EP_MLX_REPORT"] = os.path.join(tmp, "r.json")
-        try:
-            sess = mlx_session(model)
-        finally:
-            del os.environ["ONNXRUNTIME_EP_MLX_REPORT"]
-        got = run_bound(sess, feeds)
-        del sess
-        gc.collect()
-        with open(os.path.join(tmp, "r.json")) as f:
-            (part,) = json.load(f)["runtime"]["partitions"]
+    reported = ReportedSession(model)
+    got = run_bound(reported.sess, feeds)
+    (part,) = reported.close()["runtime"]["partitions"]
     for g, e, what in zip(got, paged_attention_ref(feeds, attrs), OUTPUTS):
         assert_close(g, e, what=what)
     blocks, _, kv_heads, head_size = feeds["key_cache"].shape
