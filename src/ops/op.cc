@@ -111,11 +111,9 @@ mx::array ShareArray(std::shared_ptr<const Tensor> t) {
   void* data = const_cast<uint8_t*>(t->bytes.data());  // MLX never writes an array it does not own
   // Without a copy where WrapHostMemory can (MLX's CPU-only allocator); mx::array(void*, ...)
   // copies there, and the weights would be held twice.
-  auto owner = std::make_shared<std::shared_ptr<const Tensor>>(std::move(t));
-  if (std::optional<mx::array> a = WrapHostMemory(data, shape, *dtype, [owner] { owner->reset(); }))
-    return *a;
-  auto* held = new std::shared_ptr<const Tensor>(std::move(*owner));
-  return mx::array(data, shape, *dtype, [held](void*) { delete held; });
+  if (std::optional<mx::array> a = WrapHostMemory(data, shape, *dtype, t)) return *a;
+  auto* owner = new std::shared_ptr<const Tensor>(std::move(t));
+  return mx::array(data, shape, *dtype, [owner](void*) { delete owner; });
 }
 
 std::optional<mx::Dtype> ToMlxDtype(ElemType t) {

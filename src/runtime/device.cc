@@ -38,18 +38,15 @@ mx::Device RuntimeDevice() {
 }
 
 std::optional<mx::array> WrapHostMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype,
-                                        std::function<void()> release) {
+                                        std::shared_ptr<const void> owner) {
   // The header word before `p` is read by MLX (array::buffer_size, only to choose between sharing
   // and copying a buffer, both correct); it lies on p's own page unless p starts one.
   constexpr uintptr_t kMinPage = 4096;
   if (!p || reinterpret_cast<uintptr_t>(p) % kMinPage < sizeof(size_t) || !HeaderBeforeData())
     return std::nullopt;
   mx::allocator::Buffer view(static_cast<size_t*>(const_cast<void*>(p)) - 1);
-  return mx::array(mx::allocator::Data(view,
-                                       [release = std::move(release)](mx::allocator::Buffer) {
-                                         if (release) release();
-                                       }),
-                   shape, dtype);
+  return mx::array(mx::allocator::Data(view, [owner = std::move(owner)](mx::allocator::Buffer) {}), shape,
+                   dtype);
 }
 
 }  // namespace mlx_ep

@@ -1,7 +1,7 @@
 // Where MLX runs, and how host memory becomes MLX arrays without a copy.
 #pragma once
 
-#include <functional>
+#include <memory>
 #include <optional>
 
 #include "mlx/array.h"
@@ -16,10 +16,10 @@ namespace mx = mlx::core;
 mx::Device RuntimeDevice();
 
 /** Host memory `p` as an MLX array without a copy where this MLX's allocator allows it (its
- *  CPU-only allocator: see device.cc), else nullopt (and `release` is not called). The array
- *  never frees `p`; `release` runs when MLX drops its last reference. MLX never donates a buffer
- *  it does not own, so it only reads `p`. */
+ *  CPU-only allocator: see device.cc), else nullopt. The array never frees `p`; it holds `owner`
+ *  (whatever keeps `p` alive, if anything) until MLX drops its last reference. MLX never donates
+ *  a buffer it does not own, so it only reads `p`. */
 std::optional<mx::array> WrapHostMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype,
-                                        std::function<void()> release = nullptr);
+                                        std::shared_ptr<const void> owner = nullptr);
 
 }  // namespace mlx_ep
