@@ -144,8 +144,12 @@ class Worker:
     def _start(self) -> None:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker",
                "--data-dir", str(self.data_dir), "--profile-dir", self.profile_dir]
+        env = dict(os.environ)
+        # On a host of several GPUs (tools/gpu/device_session.sh), worker i uses GPU i mod N.
+        if (gpus := int(os.environ.get("CONFORMANCE_GPUS", "0") or 0)) > 1:
+            env["CUDA_VISIBLE_DEVICES"] = str(self.index % gpus)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log)
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=env)
         self.buf = b""
         hello = self._read_line(time.monotonic() + 120)
         if not hello or "ready" not in hello:

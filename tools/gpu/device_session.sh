@@ -127,31 +127,46 @@ ready_to_run() {
   export MLX_PTX_CACHE_DIR="$W/ptx" ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="${DEVICE_MEMORY:-1}"
 }
 
-pytest_files() {  # every file with MLX on the GPU, six at a time, each in its own process
-  local R="$OUT/reports" && mkdir -p "$R"
-  printf '%s\n' "$@" | xargs -P "${PARALLEL:-6}" -I{} bash -c \
-    'f={}; n=$(basename $f .py); timeout '"${FILE_TIMEOUT:-420}"' python3 -m pytest -q -p no:cacheprovider -rfE "$f" \
-       > '"$R"'/pytest_$n.log 2>&1; echo "$f: rc=$? $(tail -1 '"$R"'/pytest_$n.log)"' | tee -a "$OUT/run.log"
+pytest_files() {  # every file with MLX on the GPU, $PARALLEL at a time, each in its own process
+  local R="$OUT/reports" G && mkdir -p "$R" && G=$(gpu_count)
+  # File i runs on GPU i mod G (a host of several GPUs).
+  local i=0 f
+  for f in "$@"; do echo "$((i % G)) $f" && i=$((i + 1)); done | xargs -P "${PARALLEL:-6}" -L1 bash -c \
+    'n=$(basename $1 .py); CUDA_VISIBLE_DEVICES=$0 timeout '"${FILE_TIMEOUT:-420}"' python3 -m pytest -q -p no:cacheprovider -rfE "$1" \
+       > '"$R"'/pytest_$n.log 2>&1; echo "$1 (GPU $0): rc=$? $(tail -1 '"$R"'/pytest_$n.log)"' | tee -a "$OUT/run.log"
+}
+
+gpu_count() { local n; n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU'); echo $((n > 0 ? n : 1)); }
+
+parity_files() {  # the parity files, the slow ones first so that they start at once
+  local slow="test_llm test_torch_models test_attention_vjp test_real_models test_models test_dynamic_shapes"
+  local f
+  for f in $slow; do ls "$ROOT"/tests/python/$f.py "$ROOT"/tests/python/ops/$f.py 2>/dev/null; done
+  # The fuzz and memory-limit tests are about the host process, not the device.
+  for f in "$ROOT"/tests/python/test_*.py "$ROOT"/tests/python/ops/test_*.py; do
+    [[ " $slow test_conformance test_fuzz_regressions test_hardening " == *" $(basename "$f" .py) "* ]] || echo "$f"
+  done
 }
 
 run_step() {
   local R="$OUT/reports" && mkdir -p "$R"
   case "$1" in
-    parity)  # conformance and every parity test, concurrently (NVRTC compiles are CPU-bound)
-      timeout 480 $PY "$ROOT/tests/conformance/run_conformance.py" --jobs 6 --out-dir "$R" --list-failures \
-        >"$R/conformance.log" 2>&1 &
+    parity)  # conformance and every parity file, concurrently (NVRTC compiles are CPU-bound)
+      # onnxruntime-gpu 1.31 is the reference (its CPU EP; the image's onnxruntime 1.30 lacks
+      # kernels the tests compare with, and genai needs >= 1.31 beside it).
+      wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
+      local G C && G=$(gpu_count) && C=$(nproc)
+      ( ort_gpu_env && CONFORMANCE_GPUS=$G timeout "${CONF_TIMEOUT:-540}" $PY "$ROOT/tests/conformance/run_conformance.py" \
+          --jobs "${CONF_JOBS:-$((C / 3 > 6 ? C / 3 : 6))}" --out-dir "$R" --list-failures >"$R/conformance.log" 2>&1 ) &
       local conf=$!
-      # The slow files first, so that they start at once; the fuzz and memory-limit tests are
-      # about the host process, not the device.
-      local slow="test_llm test_torch_models test_attention_vjp test_real_models test_models test_dynamic_shapes"
-      local files=() f
-      for f in $slow; do files+=("$(ls "$ROOT"/tests/python/$f.py "$ROOT"/tests/python/ops/$f.py 2>/dev/null)"); done
-      for f in "$ROOT"/tests/python/test_*.py "$ROOT"/tests/python/ops/test_*.py; do
-        [[ " $slow test_conformance test_fuzz_regressions test_hardening " == *" $(basename "$f" .py) "* ]] || files+=("$f")
-      done
-      PARALLEL=5 FILE_TIMEOUT="${FILE_TIMEOUT:-420}" timeout 530 bash -c "$(declare -f pytest_files log); OUT=$OUT; \
-        pytest_files ${files[*]}"
+      ( ort_gpu_env && PARALLEL="${PARALLEL:-$((C / 3 > 5 ? C / 3 : 5))}" FILE_TIMEOUT="${FILE_TIMEOUT:-420}" \
+          timeout "${PARITY_TIMEOUT:-540}" bash -c "$(declare -f pytest_files gpu_count log); OUT=$OUT; \
+          pytest_files $(parity_files | tr '\n' ' ')" )
       wait $conf; log "conformance rc=$?: $(tail -3 "$R/conformance.log" | tr '\n' ' ')";;
+    bert)  # BERT-base fp16/fp32 8x128 against ORT's CUDA EP (run and IOBinding) and PyTorch eager
+      wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
+      ( ort_gpu_env && timeout "${BERT_TIMEOUT:-300}" $PY "$ROOT/bench/bench_bert_gpu.py" --json "$R/bench_bert_gpu.json" 2>&1 \
+        | tee "$R/bench_bert_gpu.log" );;
     pytest) pytest_files ${PYTEST_FILES:?};;
     llm)
       wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; tail -40 "$W/make.log"; return 1; }
