@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,10 @@ mx::array SharedArange(int n) {
     it = cache->emplace(n, mx::array(values.begin(), {n}, mx::int32)).first;
   }
   return it->second;
+}
+
+mx::array StepArange(int n, mx::Stream s) {
+  return UseFusedGpuPaths() ? SharedArange(n) : mx::arange(n, mx::int32, s);
 }
 
 }  // namespace mlx_ep

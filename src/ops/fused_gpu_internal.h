@@ -36,4 +36,29 @@ bool FusedGpuPathsFloat32();
  *  graph computes them once per trace. */
 mx::array SharedArange(int n);
 
+/** arange(n) int32 for the step computations of attention ops: SharedArange where the fused GPU
+ *  paths are on, else mx::arange as before (the CPU paths keep their graphs). */
+mx::array StepArange(int n, mx::Stream s);
+
+/** What GroupQueryAttention's fused core reads (attention_contrib_gqa.cc computes it): query
+ *  [B, H, S, D] (rotated), the step's new key/value rows [B, Hkv, S, D] and the past buffers
+ *  [B, Hkv, P, D] as read (PastRows: zero-padded to present's length `len` in the non-shared
+ *  layout), all of the query's dtype; the step facts [B, 1, 1, 1] int32 (total = seqlens_k + 1,
+ *  offset = where the new rows go). */
+struct GqaCoreInputs {
+  const mx::array& q;
+  const mx::array& k;
+  const mx::array& v;
+  const std::optional<mx::array>& past_k;
+  const std::optional<mx::array>& past_v;
+  const mx::array& total;
+  const mx::array& offset;
+  int len;
+};
+
+/** GroupQueryAttention's attention core [B, H, S, D] (query's dtype) through
+ *  mx::fast::scaled_dot_product_attention where that is fused and exact for the node (see
+ *  attention_gqa_fused.cc); nullopt where the composed core must run. */
+std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs& in);
+
 }  // namespace mlx_ep
