@@ -14,16 +14,15 @@ namespace {
 
 enum class FusedMode { kDefault, kOff, kForce, kForce32 };
 
+/** Read at every call (translations run when a graph is traced, not per run), so that a test can
+ *  switch it between sessions. */
 FusedMode Mode() {
-  static const FusedMode mode = [] {
-    const char* v = std::getenv(kFusedGpuPathsEnv);
-    const std::string s = v ? v : "";
-    if (s == "0") return FusedMode::kOff;
-    if (s == "force") return FusedMode::kForce;
-    if (s == "force32") return FusedMode::kForce32;
-    return FusedMode::kDefault;
-  }();
-  return mode;
+  const char* v = std::getenv(kFusedGpuPathsEnv);
+  const std::string s = v ? v : "";
+  if (s == "0") return FusedMode::kOff;
+  if (s == "force") return FusedMode::kForce;
+  if (s == "force32") return FusedMode::kForce32;
+  return FusedMode::kDefault;
 }
 
 bool OnCpu() { return RuntimeDevice() == mx::Device(mx::Device::cpu); }
