@@ -3,7 +3,7 @@
 //
 // What runs fused on MLX's CUDA backend (mlx/backend/cuda/scaled_dot_product_attention.cpp/.cu,
 // MLX 0.32): cuDNN's SDPA for float16/bfloat16 with head_size a multiple of 8 up to 128, with an
-// array mask (MLX turns a bool mask into an additive 0/-inf one) or causal, for any query length
+// array mask (additive; MLX turns a bool one into 0/-inf) or causal, for any query length
 // but 1; sdpa_vector (query length < 4, head_size 64/96/128, float32 accumulation throughout: its
 // `typedef float U` for q, k, scores, the online softmax and the output accumulator) only
 // *without* an array mask, and cuDNN's decoding path likewise only without one (and for K/V that
@@ -15,8 +15,9 @@
 //    into a view of the buffer first (Present) costs ~6 kernels over the same rows and an update
 //    of ORT's buffer cannot be read back inside the graph; with concatenation the stale rows and
 //    the unwritten future rows are masked out instead, exactly as the composed core does;
-//  - the mask is bool [B, 1, S, P + S], built from the step facts and SharedArange only, so it is
-//    the same array in every layer after MLX's compile merges equal subgraphs (once per step);
+//  - the mask is additive, [B, 1, S, P + S] (0 or T's lowest), built from the step facts and
+//    SharedArange only, so it is the same array in every layer once MLX's compile has merged equal
+//    subgraphs (computed once per step);
 //  - a decode step (S = 1) duplicates its query row (S = 2: cuDNN's prompt path, which takes the
 //    mask) and keeps row 0: the vector kernels would drop to MLX's unfused fallback, which
 //    computes the scores in T.
@@ -33,7 +34,7 @@
 // building the graph: a failure would be an error at run time, not a fallback). If MLX finds no
 // fused kernel for a case (force_fused throws at trace time), the composed core runs too.
 // On MLX's CPU device (ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS=force) the same graph runs MLX's
-// fallback, which rounds q * scale and the scores to T: float16 parity is not expected there;
+// fallback, which rounds q * scale and the scores to T (float16 parity held in the tests anyway);
 // "force32" feeds it float32 to test the masks at the composed core's tolerances.
 #include <cmath>
 #include <stdexcept>
@@ -107,16 +108,23 @@ std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs&
     keys = mx::astype(keys, mx::float32, s);
     values = mx::astype(values, mx::float32, s);
   }
+  // Additive in the attention's dtype, [B, 1, S, P + S]: MLX would turn a bool mask into one
+  // itself, after broadcasting it over the heads (a [B, H, S, P + S] array per layer); this one is
+  // broadcast as a view and shared by the layers. The lowest finite value rather than -inf: a
+  // fully masked key tile then never gives exp(-inf - -inf) in a flash kernel's running max,
+  // and exp(lowest - max) is 0 in float32 wherever a row has a key.
+  const mx::Dtype mask_type = q.dtype();
+  const mx::array mask =
+      mx::where(allowed, mx::array(0.f, mask_type), mx::array(mx::finfo(mask_type).min, mask_type), s);
   const float scale_attr = c.node.AttrFloat("scale", 0.f);
   const float scale = scale_attr == 0.f ? 1.f / std::sqrt(static_cast<float>(in.q.shape(3))) : scale_attr;
   std::optional<mx::array> y;
   if (FusedGpuPathsOnCpu()) {
-    y = mx::fast::scaled_dot_product_attention(q, keys, values, scale, "array", allowed, std::nullopt, false,
-                                               s);
+    y = mx::fast::scaled_dot_product_attention(q, keys, values, scale, "array", mask, std::nullopt, false, s);
   } else {
     try {
       // force_fused: MLX throws (at trace time) instead of silently using its unfused fallback.
-      y = mx::fast::scaled_dot_product_attention(q, keys, values, scale, "array", allowed, std::nullopt, true,
+      y = mx::fast::scaled_dot_product_attention(q, keys, values, scale, "array", mask, std::nullopt, true,
                                                  s);
     } catch (const std::invalid_argument&) {
       return std::nullopt;
