@@ -12,11 +12,13 @@
 //    is exact to double rounding.
 //  - LayerNormalization (17): normalizes over dims [axis, rank); Scale/B must hold exactly
 //    prod(shape[axis:]) values (ORT's rule; they are read flat). Composed in float32 (float64 for
-//    float64 X) with accurate sums; Mean and InvStdDev come from the same computation.
+//    float64 X) with accurate sums; Mean and InvStdDev come from the same computation. On GPUs,
+//    when neither statistic is used, mx::fast::layer_norm on float32 values (FusedLayerNorm).
 //  - RMSNormalization (23): Y = X / sqrt(mean(X^2 over [axis, rank)) + epsilon) * Scale, in float32
 //    (float64 for float64 X) and rounded once, like ORT's kernel (LayerNorm's simplified path:
 //    divide, then multiply). Scale broadcasts against X (numpy rules, as ORT accepts it: [C],
-//    [1, C], X.shape[axis:], ...); a Scale that would widen Y is an error.
+//    [1, C], X.shape[axis:], ...); a Scale that would widen Y is an error. On GPUs, when Scale
+//    holds one value per position of X.shape[axis:], mx::fast::rms_norm on float32 values.
 #include <cmath>
 #include <numeric>
 
