@@ -30,8 +30,9 @@
 // Left composed (nullopt): float32 (no fused kernel takes a mask: MLX's fallback would be the
 // composed form again), head_size not a multiple of 8 or above 128, softcap (no hook in the fused
 // kernels), attention_bias (expressible as an additive mask, not done yet), head_sink and
-// smooth_softmax (cuDNN's sink tokens need a recent cuDNN, which MLX does not check before
-// building the graph: a failure would be an error at run time, not a fallback). If MLX finds no
+// smooth_softmax (MLX passes sinks to cuDNN as sink tokens, the same extra logit as ORT's, but
+// MLX's tests cover sinks only without a mask; cuDNN refusing sink tokens with a bias would fail
+// when the graph is built during evaluation, an error rather than a fallback). If MLX finds no
 // fused kernel for a case (force_fused throws at trace time), the composed core runs too.
 // On MLX's CPU device (ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS=force) the same graph runs MLX's
 // fallback, which rounds q * scale and the scores to T (float16 parity held in the tests anyway);
