@@ -45,6 +45,7 @@
 
 #include "ops/attention_internal.h"
 #include "ops/claim_util.h"
+#include "ops/fused_gpu_internal.h"
 #include "ops/registry.h"
 
 namespace mlx_ep {
@@ -183,7 +184,7 @@ mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st) {
   const int rot = 2 * cos_cache.shape(1);
   if (rot > x.shape(3)) c.Fail("rotary_dim exceeds head_size");
   const int seq = x.shape(2);
-  const mx::array i = mx::reshape(mx::arange(seq, mx::int32, s), {1, 1, seq, 1}, s);
+  const mx::array i = mx::reshape(StepArange(seq, s), {1, 1, seq, 1}, s);
   mx::array pos = mx::add(st.offset, i, s);  // [B, 1, S, 1]
   if (c.has_input(kPositionIds)) {
     const mx::array& ids = c.input(kPositionIds);
@@ -233,7 +234,7 @@ mx::array PastRows(const OpContext& c, const mx::array& fresh, size_t past_input
 mx::array Present(const OpContext& c, const mx::array& fresh, const Step& st, const mx::array& past) {
   const mx::Stream s = c.stream;
   const int len = past.shape(2), seq = fresh.shape(2);
-  const mx::array j = mx::reshape(mx::arange(len, mx::int32, s), {1, 1, len, 1}, s);
+  const mx::array j = mx::reshape(StepArange(len, s), {1, 1, len, 1}, s);
   const mx::array row = mx::subtract(j, st.offset, s);  // [B, 1, L, 1]: row of `fresh` at j
   const mx::array in_fresh = mx::logical_and(mx::greater_equal(row, mx::array(0, mx::int32), s),
                                              mx::less(row, mx::array(seq, mx::int32), s), s);
@@ -255,7 +256,7 @@ struct KeyMasks {
 
 KeyMasks KeyMask(const OpContext& c, const Step& st, int seq, int past_len, int len) {
   const mx::Stream s = c.stream;
-  const mx::array i = mx::reshape(mx::arange(seq, mx::int32, s), {1, 1, seq, 1}, s);
+  const mx::array i = mx::reshape(StepArange(seq, s), {1, 1, seq, 1}, s);
   const mx::array causal_end = mx::add(mx::add(st.offset, i, s), mx::array(1, mx::int32), s);
   const mx::array end = mx::minimum(causal_end, st.total, s);
   mx::array start = mx::array(0, mx::int32);
@@ -267,12 +268,12 @@ KeyMasks KeyMask(const OpContext& c, const Step& st, int seq, int past_len, int 
     return mx::logical_and(mx::less(pos, end, s), mx::greater_equal(pos, start, s), s);
   };
   // New row s' sits at offset_b + s' of present, when that is inside it.
-  const mx::array at = mx::add(st.offset, mx::reshape(mx::arange(seq, mx::int32, s), {1, 1, 1, seq}, s), s);
+  const mx::array at = mx::add(st.offset, mx::reshape(StepArange(seq, s), {1, 1, 1, seq}, s), s);
   const mx::array inside = mx::logical_and(mx::greater_equal(at, mx::array(0, mx::int32), s),
                                            mx::less(at, mx::array(len, mx::int32), s), s);
   KeyMasks m{std::nullopt, mx::logical_and(attended(at), inside, s), mx::less(start, end, s)};
   if (past_len > 0) {
-    const mx::array j = mx::reshape(mx::arange(past_len, mx::int32, s), {1, 1, 1, past_len}, s);
+    const mx::array j = mx::reshape(StepArange(past_len, s), {1, 1, 1, past_len}, s);
     m.past = mx::logical_and(attended(j), mx::less(j, st.offset, s), s);
   }
   return m;
@@ -289,9 +290,8 @@ std::pair<std::optional<mx::array>, mx::array> Bias(const OpContext& c, const St
   if (bias.shape(3) < len)
     bias = mx::pad(bias, {{0, 0}, {0, 0}, {0, 0}, {0, len - bias.shape(3)}}, mx::array(0.f), "constant", s);
   const mx::Shape full = {batch, bias.shape(1), seq, len};
-  const mx::array at =
-      mx::clip(mx::add(st.offset, mx::reshape(mx::arange(seq, mx::int32, s), {1, 1, 1, seq}, s), s),
-               mx::array(0, mx::int32), mx::array(len - 1, mx::int32), s);
+  const mx::array at = mx::clip(mx::add(st.offset, mx::reshape(StepArange(seq, s), {1, 1, 1, seq}, s), s),
+                                mx::array(0, mx::int32), mx::array(len - 1, mx::int32), s);
   const mx::array fresh = mx::take_along_axis(
       mx::broadcast_to(bias, full, s), mx::broadcast_to(at, {batch, bias.shape(1), seq, seq}, s), 3, s);
   if (past_len == 0) return {std::nullopt, fresh};
@@ -373,15 +373,22 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
   }
   AttendedKv kv{std::nullopt, std::nullopt, mx::astype(k, mx::float32, s), mx::astype(v, mx::float32, s)};
   mx::array present_k = k, present_v = v;
+  std::optional<mx::array> past_rows_k, past_rows_v;
   if (c.has_input(kPastKey)) {
     const mx::array past_k = PastRows(c, k, kPastKey), past_v = PastRows(c, v, kPastValue);
+    past_rows_k = past_k;
+    past_rows_v = past_v;
     kv.past_k = mx::astype(past_k, mx::float32, s);
     kv.past_v = mx::astype(past_v, mx::float32, s);
     present_k = Present(c, k, st, past_k);
     present_v = Present(c, v, st, past_v);
   }
   const int len = present_k.shape(2);
-  mx::array y = Attend(c, mx::astype(q, mx::float32, s), kv, st, len);
+  // On GPUs the fused SDPA where it applies (attention_gqa_fused.cc); the unused float32 copies
+  // above are then never evaluated.
+  const std::optional<mx::array> fused =
+      AttendGqaFused(c, {q, k, v, past_rows_k, past_rows_v, st.total, st.offset, len});
+  mx::array y = fused ? *fused : Attend(c, mx::astype(q, mx::float32, s), kv, st, len);
   // The shape ORT would give present (see the header): other total_sequence_lengths poison the
   // outputs (never reached when the trace knew the total: present was sized from it).
   const mx::array total = mx::reshape(c.input(kTotalLength), {}, s);

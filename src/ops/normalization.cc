@@ -12,15 +12,19 @@
 //    is exact to double rounding.
 //  - LayerNormalization (17): normalizes over dims [axis, rank); Scale/B must hold exactly
 //    prod(shape[axis:]) values (ORT's rule; they are read flat). Composed in float32 (float64 for
-//    float64 X) with accurate sums; Mean and InvStdDev come from the same computation.
+//    float64 X) with accurate sums; Mean and InvStdDev come from the same computation. On GPUs,
+//    when neither statistic is used, mx::fast::layer_norm on float32 values (FusedLayerNorm).
 //  - RMSNormalization (23): Y = X / sqrt(mean(X^2 over [axis, rank)) + epsilon) * Scale, in float32
 //    (float64 for float64 X) and rounded once, like ORT's kernel (LayerNorm's simplified path:
 //    divide, then multiply). Scale broadcasts against X (numpy rules, as ORT accepts it: [C],
-//    [1, C], X.shape[axis:], ...); a Scale that would widen Y is an error.
+//    [1, C], X.shape[axis:], ...); a Scale that would widen Y is an error. On GPUs, when Scale
+//    holds one value per position of X.shape[axis:], mx::fast::rms_norm on float32 values.
 #include <cmath>
 #include <numeric>
 
+#include "mlx/fast.h"
 #include "ops/claim_util.h"
+#include "ops/fused_gpu_internal.h"
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
@@ -95,7 +99,8 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
     red = {static_cast<int>(flat.size()) - 1};
   }
   const mx::Dtype dt = x.dtype();
-  if (!kLog && dt == mx::float16 && c.node.since_version >= 13) return {SoftmaxFunctionBody(in, red, x.shape(), s)};
+  if (!kLog && dt == mx::float16 && c.node.since_version >= 13)
+    return {SoftmaxFunctionBody(in, red, x.shape(), s)};
   mx::array y = [&]() -> mx::array {
     // Composed rather than mx::softmax: its CPU kernel sums exp() in one float32 chain, off by
     // ~4e-5 rel for vocabulary-sized rows, where ORT stays at ~1e-6.
@@ -111,6 +116,24 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
 }
 
 // ---- LayerNormalization ------------------------------------------------------------------------
+
+// On GPUs (fused_gpu_internal.h) the normalization is mx::fast::layer_norm / rms_norm over the
+// flattened normalized axes [rows, n], on float32 values rounded once to T (one kernel instead of
+// ~11). MLX's CUDA kernels (mlx/backend/cuda/layer_norm.cu, rms_norm.cu) accumulate in float32:
+// each thread sums its N_READS-strided share of the row, then a warp tree and a block reduction
+// add the partial sums (blocked, not one chain: error ~log2(n) ulps instead of MLX CPU's ~n), and
+// layer_norm takes two passes over the row (the mean, then sum((x - mean)^2)), so the variance
+// has no cancellation. What they do in T (norm rounded to T, times w, plus b, in T) is exact
+// here because T is float32: the input is widened first, as ORT computes (float16 in float).
+// rms_norm is one pass (sum of x^2, reduced the same way).
+mx::array FusedLayerNorm(const mx::array& x2d, const mx::array& w, const std::optional<mx::array>& b,
+                         float eps, mx::Stream s) {
+  const mx::Dtype dt = x2d.dtype();
+  auto f32 = [&](const mx::array& a) { return mx::astype(a, mx::float32, s); };
+  std::optional<mx::array> bf;
+  if (b) bf = f32(*b);
+  return mx::astype(mx::fast::layer_norm(f32(x2d), f32(w), bf, eps, s), dt, s);
+}
 
 Claim ClaimLayerNorm(const NodeView& v) {
   const Node& n = v.node();
@@ -180,9 +203,14 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
   std::optional<mx::array> b;
   if (bias) b = mx::reshape(*bias, {static_cast<int>(norm_size)}, s);
 
-  // Composed in float32 (float64 for float64 X, like ORT). mlx::fast::layer_norm is not used:
-  // on MLX's CPU backend it is ~10x less accurate than ORT (one-chain float32 sums), which breaks
-  // 1e-5 parity for rows with a large mean. Here the mean gets one refinement step
+  if (!want_mean && !want_inv && dt != mx::float64 && UseFusedGpuPaths()) {
+    outs.push_back(mx::reshape(FusedLayerNorm(xf, w, b, eps, s), x.shape(), s));
+    if (c.num_outputs() > 1) outs.push_back(mx::zeros(stat_shape, mx::float32, s));
+    return outs;
+  }
+  // Composed in float32 (float64 for float64 X, like ORT). mlx::fast::layer_norm is not used on
+  // MLX's CPU backend: there it is ~10x less accurate than ORT (one-chain float32 sums), which
+  // breaks 1e-5 parity for rows with a large mean. Here the mean gets one refinement step
   // (mean += mean(x - mean)), which removes the rounding of the first sum.
   const mx::Dtype acc = dt == mx::float64 ? mx::float64 : mx::float32;
   const mx::array xc = mx::astype(xf, acc, s);
@@ -218,6 +246,25 @@ Claim ClaimRmsNorm(const NodeView& v) {
   return Claim::Yes();
 }
 
+/** mx::fast::rms_norm over [axis, rank) of x flattened to [rows, n] (see FusedLayerNorm), when
+ *  Scale holds one value per position of X.shape[axis:] (leading dims 1); else nullopt (a Scale
+ *  that broadcasts along the normalized axes, or varies along the others, stays composed). */
+std::optional<mx::array> FusedRmsNorm(const mx::array& x, const mx::array& scale, int axis, float eps,
+                                      mx::Stream s) {
+  const mx::Shape tail(x.shape().begin() + axis, x.shape().end());
+  bool per_element = scale.ndim() >= tail.size() && scale.ndim() <= x.ndim();
+  for (size_t k = 1; per_element && k <= scale.ndim(); ++k)
+    per_element = k <= tail.size() ? scale.shape(-k) == tail[tail.size() - k] : scale.shape(-k) == 1;
+  if (!per_element) return std::nullopt;
+  int n = 1;
+  for (int d : tail) n *= d;
+  mx::Shape flat(x.shape().begin(), x.shape().begin() + axis);
+  flat.push_back(n);
+  const mx::array y = mx::fast::rms_norm(mx::astype(mx::reshape(x, flat, s), mx::float32, s),
+                                         mx::astype(mx::reshape(scale, {n}, s), mx::float32, s), eps, s);
+  return mx::reshape(mx::astype(y, x.dtype(), s), x.shape(), s);
+}
+
 std::vector<mx::array> TranslateRmsNorm(const OpContext& c) {
   const mx::Stream s = c.stream;
   const mx::array& x = c.input(0);
@@ -235,8 +282,11 @@ std::vector<mx::array> TranslateRmsNorm(const OpContext& c) {
   if (norm_size == 0) c.Fail("X.shape[axis:] holds no values");  // ORT's error too
   const mx::Dtype dt = x.dtype();
   if (x.size() == 0) return {mx::astype(x, dt, s)};
-  // mx::fast::rms_norm is not used: it covers only the last axis with a 1-D weight, and its CPU
-  // kernel sums in one float32 chain.
+  if (dt != mx::float64 && UseFusedGpuPaths()) {
+    if (auto y = FusedRmsNorm(x, scale, static_cast<int>(axis), c.node.AttrFloat("epsilon", 1e-5f), s))
+      return {*y};
+  }
+  // mx::fast::rms_norm is not used on MLX's CPU backend: its CPU kernel sums in one float32 chain.
   const mx::Dtype acc = dt == mx::float64 ? mx::float64 : mx::float32;
   const mx::array xc = mx::astype(x, acc, s);
   const mx::array mean_sq = mx::multiply(AccurateSum(mx::multiply(xc, xc, s), axes, true, s),

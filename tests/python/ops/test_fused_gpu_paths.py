@@ -1,0 +1,113 @@
+"""The GPU-only fused translations (src/ops/fused_gpu_internal.h) forced onto MLX's CPU device.
+
+ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS=force builds the graphs a GPU builds: ai.onnx LayerNormalization
+and RMSNormalization through mx::fast::layer_norm / rms_norm, GroupQueryAttention's core through
+mx::fast::scaled_dot_product_attention (past buffer and new rows concatenated, one bool mask, a
+decode row duplicated). On the CPU MLX runs its fallbacks of those kernels, which are less
+accurate than its CUDA kernels (one-chain float32 sums; SDPA scores rounded to T), so the cases
+here are those that hold at the usual tolerances anyway. "force32" feeds the attention float32,
+which checks the masks and the concatenated keys at float32 parity over the layouts that matter
+(padding, shared buffer, windows, packed QKV, rotary, subsequent prompts). On a GPU the same
+tests run the fused kernels themselves (the default there, =force is then the same).
+"""
+import numpy as np
+import pytest
+
+from harness import BF16, check_parity, random_array, run_cpu
+from harness_bf16 import check_bf16
+from test_attention_contrib_gqa import check, gqa
+from test_normalization import layer_norm_feeds, layer_norm_model
+from test_rms_normalization import rms_model
+
+ENV = "ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS"
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    monkeypatch.setenv(ENV, "force")
+
+
+@pytest.fixture
+def forced32(monkeypatch):
+    monkeypatch.setenv(ENV, "force32")
+
+
+# ---- GroupQueryAttention --------------------------------------------------------------------------
+
+# name -> gqa() arguments (batch, seq, heads, kv_heads, head_size, ...); head_size a multiple of 8
+GQA_CASES = {
+    "prefill_padded": dict(batch=3, seq=5, heads=4, kv_heads=2, head_size=8, seqlens=[5, 3, 1], total=5),
+    "prefill_padded_shared": dict(batch=3, seq=5, heads=6, kv_heads=1, head_size=8, seqlens=[5, 3, 1], total=5,
+                                  past_len=9, packed=True),
+    "decode_shared": dict(batch=2, seq=1, heads=4, kv_heads=2, head_size=8, seqlens=[4, 12], total=12, past_len=12),
+    "decode_packed": dict(batch=2, seq=1, heads=4, kv_heads=4, head_size=8, seqlens=[12, 7], total=12, past_len=12,
+                          packed=True),
+    "decode_window": dict(batch=2, seq=1, heads=4, kv_heads=2, head_size=8, seqlens=[7, 2], total=7, past_len=10,
+                          local_window_size=3),
+    "prefill_window": dict(batch=2, seq=6, heads=4, kv_heads=2, head_size=8, seqlens=[6, 6], total=6,
+                           local_window_size=1),
+    "decode_rotary_scale": dict(batch=2, seq=1, heads=4, kv_heads=2, head_size=16, seqlens=[6, 3], total=6,
+                                past_len=7, rotary=(16, 1), scale=0.3),
+    "subsequent_prompt": dict(batch=1, seq=3, heads=4, kv_heads=2, head_size=16, seqlens=[7], total=7, past_len=9,
+                              rotary=(16, 0)),
+    "position_ids": dict(batch=2, seq=1, heads=4, kv_heads=2, head_size=16, seqlens=[6, 3], total=6, past_len=7,
+                         rotary=(16, 0), position_ids=[[2], [4]]),
+}
+
+
+@pytest.mark.parametrize("case", list(GQA_CASES))
+def test_gqa_masks_float32(forced32, case):
+    check(*gqa(**GQA_CASES[case]))
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_gqa_float16(forced, phase):
+    if phase == "prefill":
+        check(*gqa(2, 5, 4, 2, 16, seqlens=[5, 2], total=5, past_len=8, dtype=np.float16))
+    else:
+        check(*gqa(2, 1, 4, 2, 16, seqlens=[3, 8], total=8, past_len=8, dtype=np.float16))
+
+
+def test_gqa_bfloat16_against_float32(forced):
+    model, feeds = gqa(2, 1, 4, 2, 16, seqlens=[3, 6], total=6, past_len=7, dtype=np.float32, rotary=(16, 0))
+    feeds = {k: (v.astype(BF16).astype(np.float32) if v.dtype == np.float32 else v) for k, v in feeds.items()}
+    ref = run_cpu(model, feeds)
+    bf16_model, _ = gqa(2, 1, 4, 2, 16, seqlens=[3, 6], total=6, past_len=7, dtype=BF16, rotary=(16, 0))
+    check_bf16(bf16_model, {k: (v.astype(BF16) if v.dtype == np.float32 else v) for k, v in feeds.items()}, ref)
+
+
+@pytest.mark.parametrize("extra", [{"softcap": 2.0}, {"sink": True}, {"bias": True}, {"smooth_softmax": 1}],
+                         ids=lambda d: "_".join(d))
+def test_gqa_composed_options(forced32, extra):
+    """What the fused kernels cannot express stays on the composed core (still exact)."""
+    check(*gqa(2, 1, 4, 2, 8, seqlens=[4, 8], total=8, past_len=9, **extra))
+
+
+# ---- LayerNormalization / RMSNormalization ------------------------------------------------------
+
+@pytest.mark.parametrize("shape,axis,bias", [((2, 3, 8), -1, True), ((2, 3, 8), 1, True), ((2, 3, 8), 0, False),
+                                             ((4, 768), -1, True), ((3, 1), -1, True)],
+                         ids=lambda v: str(v))
+def test_layer_norm_float32(forced, shape, axis, bias):
+    check_parity(layer_norm_model(np.float32, shape, axis, bias), layer_norm_feeds(np.float32, shape, axis, bias))
+
+
+def test_layer_norm_float16(forced):
+    shape = (2, 3, 64)
+    check_parity(layer_norm_model(np.float16, shape), layer_norm_feeds(np.float16, shape))
+
+
+def test_layer_norm_bf16(forced):
+    shape = (3, 32)
+    feeds = {k: v.astype(BF16).astype(np.float32) for k, v in layer_norm_feeds(np.float32, shape).items()}
+    check_bf16(layer_norm_model(BF16, shape), feeds, run_cpu(layer_norm_model(np.float32, shape), feeds))
+
+
+@pytest.mark.parametrize("xshape,axis,sshape", [((2, 3, 4, 5), -1, (5,)), ((2, 3, 4, 5), 1, (3, 4, 5)),
+                                                ((2, 3, 4, 5), -2, (1, 5)), ((5, 1031), -1, (1031,))],
+                         ids=lambda v: str(v))
+def test_rms_norm(forced, xshape, axis, sshape):
+    rng = np.random.default_rng(3)
+    x, scale = random_array(xshape, np.float32, rng), random_array(sshape, np.float32, rng)
+    check_parity(*rms_model(x, scale, {"axis": axis}))
+    check_parity(*rms_model(x.astype(np.float16), scale.astype(np.float16), {"axis": axis}))
