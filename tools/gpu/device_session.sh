@@ -155,13 +155,18 @@ run_step() {
       # onnxruntime-gpu 1.31 is the reference (its CPU EP; the image's onnxruntime 1.30 lacks
       # kernels the tests compare with, and genai needs >= 1.31 beside it).
       wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
-      local G C && G=$(gpu_count) && C=$(nproc)
-      ( ort_gpu_env && CONFORMANCE_GPUS=$G timeout "${CONF_TIMEOUT:-540}" $PY "$ROOT/tests/conformance/run_conformance.py" \
-          --jobs "${CONF_JOBS:-$((C / 3 > 6 ? C / 3 : 6))}" --out-dir "$R" --list-failures >"$R/conformance.log" 2>&1 ) &
+      local G C left && G=$(gpu_count) && C=$(nproc)
+      # What is left of the call (CALL_BUDGET s from the script's start; the device tool stops a
+      # call at 600 s, before finish() could pack the reports).
+      left=$(( ${CALL_BUDGET:-560} - SECONDS )) && log "parity ${PART:-0/1}: ${left} s left"
+      # PART=k/n: this call's share (every n-th test and file from the k-th), a run split over calls.
+      local part="${PART:-0/1}" k n && k=${part%/*} && n=${part#*/}
+      ( ort_gpu_env && CONFORMANCE_GPUS=$G timeout "${CONF_TIMEOUT:-$left}" $PY "$ROOT/tests/conformance/run_conformance.py" \
+          --shard "$part" --budget $((left - 60)) --jobs "${CONF_JOBS:-$((C / 3 > 6 ? C / 3 : 6))}" --out-dir "$R" --list-failures >"$R/conformance.log" 2>&1 ) &
       local conf=$!
-      ( ort_gpu_env && PARALLEL="${PARALLEL:-$((C / 3 > 5 ? C / 3 : 5))}" FILE_TIMEOUT="${FILE_TIMEOUT:-420}" \
-          timeout "${PARITY_TIMEOUT:-540}" bash -c "$(declare -f pytest_files gpu_count log); OUT=$OUT; \
-          pytest_files $(parity_files | tr '\n' ' ')" )
+      ( ort_gpu_env && PARALLEL="${PARALLEL:-$((C / 3 > 5 ? C / 3 : 5))}" FILE_TIMEOUT="${FILE_TIMEOUT:-$((left < 420 ? left : 420))}" \
+          timeout "${PARITY_TIMEOUT:-$left}" bash -c "$(declare -f pytest_files gpu_count log); OUT=$OUT; \
+          pytest_files $(parity_files | awk -v k="$k" -v n="$n" '(NR - 1) % n == k' | tr '\n' ' ')" )
       wait $conf; log "conformance rc=$?: $(tail -3 "$R/conformance.log" | tr '\n' ' ')";;
     bert)  # BERT-base fp16/fp32 8x128 against ORT's CUDA EP (run and IOBinding) and PyTorch eager
       wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
