@@ -171,9 +171,29 @@ MLX_EP_GQA_AVX2 inline __m256 Exp8(__m256 x0) {
 }
 
 // The AVX2 loops take D a multiple of 8 (ChooseOps).
+
+/** The four sums of the lanes of s0 .. s3. */
+MLX_EP_GQA_AVX2 inline __m128 Sum4x8(__m256 s0, __m256 s1, __m256 s2, __m256 s3) {
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/** Scores of 8 key rows at a time (8 independent sums: the FMA latency hidden), then one by one. */
 template <typename T>
 MLX_EP_GQA_AVX2 void ScoresAvx2(const float* q, const T* k, int64_t n, int D, float* out) {
-  for (int64_t j = 0; j < n; ++j) {
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const T* row = k + j * D;
+    __m256 s[8];
+    for (int r = 0; r < 8; ++r) s[r] = _mm256_setzero_ps();
+    for (int d = 0; d < D; d += 8) {
+      const __m256 qd = _mm256_loadu_ps(q + d);
+      for (int r = 0; r < 8; ++r) s[r] = _mm256_fmadd_ps(qd, Load8(row + r * D + d), s[r]);
+    }
+    _mm_storeu_ps(out + j, Sum4x8(s[0], s[1], s[2], s[3]));
+    _mm_storeu_ps(out + j + 4, Sum4x8(s[4], s[5], s[6], s[7]));
+  }
+  for (; j < n; ++j) {
     const T* row = k + j * D;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int d = 0;
@@ -200,19 +220,51 @@ MLX_EP_GQA_AVX2 float ExpShiftAvx2(float* x, int64_t n, float max) {
   return sum;
 }
 
-/** y[0, D) += sum_j w[j] v[j]: 32 columns of y at a time in registers over all rows. */
+/** y[0, 8 C) += sum_j w[j] v[j][0, 8 C): C registers of y over all rows (C independent sums). */
+template <int C, typename T>
+MLX_EP_GQA_AVX2 void AccumulateColumns(const float* w, const T* v, int64_t n, int D, float* y) {
+  __m256 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm256_loadu_ps(y + 8 * c);
+  for (int64_t j = 0; j < n; ++j) {
+    const __m256 wj = _mm256_set1_ps(w[j]);
+    const T* row = v + j * D;
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_fmadd_ps(wj, Load8(row + 8 * c), acc[c]);
+  }
+  for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + 8 * c, acc[c]);
+}
+
+/** y[0, D) += sum_j w[j] v[j], 64 columns at a time. */
 template <typename T>
 MLX_EP_GQA_AVX2 void AccumulateAvx2(const float* w, const T* v, int64_t n, int D, float* y) {
-  for (int d0 = 0; d0 < D; d0 += 32) {
-    const int chunks = std::min(32, D - d0) / 8;
-    __m256 acc[4];
-    for (int c = 0; c < 4; ++c) acc[c] = c < chunks ? _mm256_loadu_ps(y + d0 + 8 * c) : _mm256_setzero_ps();
-    for (int64_t j = 0; j < n; ++j) {
-      const __m256 wj = _mm256_set1_ps(w[j]);
-      const T* row = v + j * D + d0;
-      for (int c = 0; c < chunks; ++c) acc[c] = _mm256_fmadd_ps(wj, Load8(row + 8 * c), acc[c]);
+  for (int d0 = 0; d0 < D; d0 += 64) {
+    const T* at = v + d0;
+    float* out = y + d0;
+    switch (std::min(64, D - d0) / 8) {
+      case 8:
+        AccumulateColumns<8>(w, at, n, D, out);
+        break;
+      case 7:
+        AccumulateColumns<7>(w, at, n, D, out);
+        break;
+      case 6:
+        AccumulateColumns<6>(w, at, n, D, out);
+        break;
+      case 5:
+        AccumulateColumns<5>(w, at, n, D, out);
+        break;
+      case 4:
+        AccumulateColumns<4>(w, at, n, D, out);
+        break;
+      case 3:
+        AccumulateColumns<3>(w, at, n, D, out);
+        break;
+      case 2:
+        AccumulateColumns<2>(w, at, n, D, out);
+        break;
+      default:
+        AccumulateColumns<1>(w, at, n, D, out);
+        break;
     }
-    for (int c = 0; c < chunks; ++c) _mm256_storeu_ps(y + d0 + 8 * c, acc[c]);
   }
 }
 
