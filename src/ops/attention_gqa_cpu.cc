@@ -12,12 +12,12 @@
 // merges equal nodes through is_equivalent); on GPU streams attention_contrib_gqa.cc composes MLX
 // ops and never creates it (eval_gpu refuses).
 //
-// Numerics, as the composed path computes them: float32 throughout (float16 / bfloat16 widened on
+// Numerics, the composed path's but for exp: float32 throughout (float16 / bfloat16 widened on
 // load), Q scaled before the dot products, softcap * tanh(x / softcap), + attention_bias, a
-// max-subtracted softmax whose exp is MLX's own polynomial (mlx/backend/cpu/simd/math.h, the one
-// MLX's CPU softmax uses; 8 lanes at a time on AVX2: the loops are attention_gqa_cpu_loops.cc), head_sink (0
-// for smooth_softmax) an extra logit of the denominator. The output stays float32; the caller rounds it once
-// to T.
+// max-subtracted softmax whose exp is Cephes' expf (<= 1 ulp over the softmax's arguments, where
+// MLX's CPU exp errs by up to 64 ulp; 8 lanes at a time on AVX2: attention_gqa_cpu_loops.{h,cc}),
+// head_sink (0 for smooth_softmax) an extra logit of the denominator. The output stays float32;
+// the caller rounds it once to T.
 //
 // Threads: (batch, head) tasks on the MatMulNBits kernels' pool (quantized_cpu.h) when the step
 // has enough work to pay for waking a worker.

@@ -64,23 +64,26 @@ MLX_EP_GQA_AVX2 inline float Sum8(__m256 v) {
 
 /** ExpScalar on 8 lanes (the same operations, so the same results). */
 MLX_EP_GQA_AVX2 inline __m256 Exp8(__m256 x0) {
-  const __m256 x = _mm256_mul_ps(x0, _mm256_set1_ps(1.442695f));
-  const __m256 ipart = _mm256_floor_ps(_mm256_add_ps(x, _mm256_set1_ps(0.5f)));
-  const __m256 f = _mm256_sub_ps(x, ipart);
-  __m256 r = _mm256_set1_ps(1.535336188319500e-4f);
-  r = _mm256_fmadd_ps(r, f, _mm256_set1_ps(1.339887440266574e-3f));
-  r = _mm256_fmadd_ps(r, f, _mm256_set1_ps(9.618437357674640e-3f));
-  r = _mm256_fmadd_ps(r, f, _mm256_set1_ps(5.550332471162809e-2f));
-  r = _mm256_fmadd_ps(r, f, _mm256_set1_ps(2.402264791363012e-1f));
-  r = _mm256_fmadd_ps(r, f, _mm256_set1_ps(6.931472028550421e-1f));
-  r = _mm256_fmadd_ps(r, f, _mm256_set1_ps(1.f));
+  const __m256 n =
+      _mm256_floor_ps(_mm256_fmadd_ps(x0, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
+  const __m256 r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f),
+                                   _mm256_fmadd_ps(n, _mm256_set1_ps(-0.693359375f), x0));
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 e = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.f));
+  // Lanes outside [-88, 88] are replaced below; clamping n keeps their conversion defined.
+  const __m256 n_in = _mm256_min_ps(_mm256_max_ps(n, _mm256_set1_ps(-127.f)), _mm256_set1_ps(127.f));
   const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(ipart), _mm256_set1_epi32(127)), 23);
-  r = _mm256_mul_ps(_mm256_castsi256_ps(bits), r);
-  r = _mm256_blendv_ps(r, x0, _mm256_cmp_ps(x0, x0, _CMP_UNORD_Q));
-  r = _mm256_blendv_ps(r, _mm256_set1_ps(std::numeric_limits<float>::infinity()),
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n_in), _mm256_set1_epi32(127)), 23);
+  __m256 y = _mm256_mul_ps(e, _mm256_castsi256_ps(bits));
+  y = _mm256_blendv_ps(y, x0, _mm256_cmp_ps(x0, x0, _CMP_UNORD_Q));
+  y = _mm256_blendv_ps(y, _mm256_set1_ps(std::numeric_limits<float>::infinity()),
                        _mm256_cmp_ps(x0, _mm256_set1_ps(88.f), _CMP_GT_OQ));
-  return _mm256_blendv_ps(r, _mm256_setzero_ps(), _mm256_cmp_ps(x0, _mm256_set1_ps(-88.f), _CMP_LT_OQ));
+  return _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x0, _mm256_set1_ps(-88.f), _CMP_LT_OQ));
 }
 
 // The AVX2 loops take D a multiple of 8 (ChooseOps).
