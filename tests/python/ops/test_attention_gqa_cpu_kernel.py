@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from harness import BF16, check_parity, mlx_device, run_cpu
+from harness import BF16, assert_close, check_parity, mlx_device, run_cpu, run_mlx
 from harness_bf16 import check_bf16
 from test_attention_contrib_gqa import gqa
 
@@ -111,3 +111,28 @@ def test_several_rows(case):
     else:
         window = {"local_window_size": 3} if case == "chunk_window" else {}
         check(*gqa(1, 5, 14, 2, 64, seqlens=[30], total=30, past_len=40, rotary=(64, 0), **window))
+
+
+# (seqlens, total, S): lengths ORT's CPU EP rejects or never sees (an entry of length 0, a total
+# below an entry's length, a chunk longer than an entry's length, past the buffer).
+ODD_LENGTHS = [([0, 5], 5, 1), ([3, 5], 4, 1), ([1], 6, 3), ([9], 9, 1)]
+
+
+@on_cpu
+@pytest.mark.parametrize("extra", [{}, {"local_window_size": 3}, {"local_window_size": 3, "sink": True}],
+                         ids=["plain", "window", "window_sink"])
+@pytest.mark.parametrize("lengths", ODD_LENGTHS, ids=lambda v: "_".join(map(str, v[0])) + f"_t{v[1]}_s{v[2]}")
+def test_odd_lengths_as_composed(lengths, extra):
+    """Where there is no ORT reference the kernel gives what the composed ops give, NaNs (a row
+    whose window holds no key, outputs poisoned past the buffer) and zeros alike."""
+    seqlens, total, seq = lengths
+    model, feeds = gqa(len(seqlens), seq, 4, 2, 8, seqlens=[5] * len(seqlens), total=total, past_len=8, **extra)
+    feeds["seqlens_k"] = np.asarray(seqlens, np.int32) - 1
+    outs = {}
+    for kernel in ("0", "1"):
+        with scoped_env(**{KERNEL: kernel}):
+            outs[kernel], mlx, total_nodes = run_mlx(model, feeds)
+        assert mlx == total_nodes == 1
+    for composed, kernel in zip(outs["0"], outs["1"]):
+        np.testing.assert_array_equal(np.isnan(kernel), np.isnan(composed))
+        assert_close(np.nan_to_num(kernel), np.nan_to_num(composed), rtol=1e-5, atol=1e-5)
