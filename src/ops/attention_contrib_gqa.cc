@@ -43,6 +43,7 @@
 //    with head_sink (ORT rejects it).
 #include <cmath>
 
+#include "ops/attention_gqa_cpu.h"
 #include "ops/attention_internal.h"
 #include "ops/claim_util.h"
 #include "ops/fused_gpu_internal.h"
@@ -384,10 +385,19 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
     present_v = Present(c, v, st, past_v);
   }
   const int len = present_k.shape(2);
-  // On GPUs the fused SDPA where it applies (attention_gqa_fused.cc); the unused float32 copies
-  // above are then never evaluated.
-  const std::optional<mx::array> fused =
+  // On GPUs the fused SDPA where it applies (attention_gqa_fused.cc); on MLX's CPU device a kernel
+  // that visits the attended keys only (attention_gqa_cpu.h). The unused float32 copies above are
+  // then never evaluated.
+  auto optional = [&](size_t i) {
+    return c.has_input(i) ? std::optional<mx::array>(c.input(i)) : std::nullopt;
+  };
+  std::optional<mx::array> fused =
       AttendGqaFused(c, {q, k, v, past_rows_k, past_rows_v, st.total, st.offset, len});
+  if (!fused && gqa_cpu::Wanted(c))
+    fused = gqa_cpu::Attend(c,
+                            {q, k, v, past_rows_k, past_rows_v, c.input(kSeqlensK), c.input(kTotalLength),
+                             optional(kBias), optional(kHeadSink)},
+                            len);
   mx::array y = fused ? *fused : Attend(c, mx::astype(q, mx::float32, s), kv, st, len);
   // The shape ORT would give present (see the header): other total_sequence_lengths poison the
   // outputs (never reached when the trace knew the total: present was sized from it).

@@ -289,6 +289,10 @@ mx::array MatMulNBits(const mx::array& x, const mx::array& b, const mx::array& s
 
 bool PanelGemmAvailable() { return HaveSgemm(); }
 
+void RunOnPool(int tasks, const std::function<void(int)>& fn) { ColumnPool::Get().Run(tasks, fn); }
+
+int PoolThreads() { return ColumnPool::Get().threads(); }
+
 mx::array Dequantize(const mx::array& b, const mx::array& scales, const std::optional<mx::array>& zero_points,
                      const NBitsShape& shape, mx::Stream s) {
   Inputs has;

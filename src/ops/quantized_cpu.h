@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -78,6 +79,14 @@ const char* KernelIsa();
 /** Whether MatMulNBits (accuracy_level 0-3) takes more than kKernelMaxRows rows: the BLAS GEMM on
  *  panels needs the EP's OpenBLAS shim (without it quantized.cc dequantizes B whole, Dequantize). */
 bool PanelGemmAvailable();
+
+/** fn(0) ... fn(tasks - 1) on the kernels' pool of sleeping workers and the calling thread (one
+ *  thread per CPU, ONNXRUNTIME_EP_MLX_BLAS_THREADS): shared with other CPU primitives
+ *  (attention_gqa_cpu.cc) so that they do not start threads of their own. */
+void RunOnPool(int tasks, const std::function<void(int)>& fn);
+
+/** The threads RunOnPool uses (the caller's included). */
+int PoolThreads();
 
 /** dequantize(B) [N, k_blocks * block_size] float32 as one primitive on CPU stream `s` (the
  *  same inputs as MatMulNBits but x and bias): for many rows of A, where a BLAS GEMM wins. */

@@ -1,0 +1,37 @@
+// GroupQueryAttention's attention core on MLX's CPU device: one custom MLX primitive
+// (attention_gqa_cpu.cc) that reads seqlens_k / total_sequence_length when it runs and loops over
+// the keys each query row attends only, instead of scoring every row of a max_length buffer and
+// masking. Used by attention_contrib_gqa.cc, whose header defines the semantics.
+#pragma once
+
+#include <optional>
+
+#include "ops/op.h"
+
+namespace mlx_ep {
+namespace gqa_cpu {
+
+/** The arrays the core reads, in T (float32, float16 or bfloat16) unless said otherwise. */
+struct Inputs {
+  mx::array q;                         ///< [B, H, S, D], rotated
+  mx::array k, v;                      ///< [B, Hkv, S, D]: the step's new rows, rotated
+  std::optional<mx::array> past_k;     ///< [B, Hkv, L, D]: past as attention reads it (rows j < offset_b)
+  std::optional<mx::array> past_v;     ///< likewise
+  mx::array seqlens_k;                 ///< [B] int32 data
+  mx::array total;                     ///< total_sequence_length, one int32 (data)
+  std::optional<mx::array> bias;       ///< attention_bias [B|1, H|1, S, <= L]
+  std::optional<mx::array> head_sink;  ///< [H]
+};
+
+/** Whether the node's attention takes the kernel: MLX's CPU device, unless
+ *  ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL=0 ("portable": its portable loops even where AVX2 runs,
+ *  for tests). Logs the choice under ONNXRUNTIME_EP_MLX_VERBOSE. */
+bool Wanted(const OpContext& c);
+
+/** The attention output [B, H, S, D] in float32 (rows attending no key 0), exactly as
+ *  attention_contrib_gqa.cc's Attend computes it; `present_len` is present's length L (a new row
+ *  at offset_b + s' >= L is not attended). Fails the node on inconsistent shapes. */
+mx::array Attend(const OpContext& c, const Inputs& in, int present_len);
+
+}  // namespace gqa_cpu
+}  // namespace mlx_ep
