@@ -5,13 +5,38 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <utility>
 
 #include "mlx/ops.h"
+#include "mlx/primitives.h"
 
 namespace mlx_ep {
 namespace {
+
+/** True for the primitives mx::compile fuses into one kernel (mlx/compile.cpp's is_unary,
+ *  is_binary, is_ternary and is_broadcast, MLX 0.32): their one-element leaf inputs are the ones
+ *  MLX compiles into kernel source (it reads their values on the host for the kernel's name).
+ *  Other consumers read a leaf as an ordinary input and are left as they are. */
+bool MlxFuses(const mx::Primitive& p) {
+  // By name: libmlx does not export the primitives' type_info. Names as DEFINE_NAME and the
+  // name() overrides give them (Log2/Log10, Rsqrt, NaNEqual and the BitwiseBinary ops are
+  // variants of one class each).
+  static const std::unordered_set<std::string_view> kFused = {
+      // unary
+      "Abs", "ArcCos", "ArcCosh", "ArcSin", "ArcSinh", "ArcTan", "ArcTanh", "AsType", "Ceil", "Cos", "Conjugate",
+      "Cosh", "Remainder", "Erf", "ErfInv", "Exp", "Floor", "Log", "Log2", "Log10", "Log1p", "LogicalNot",
+      "Negative", "Round", "Sigmoid", "Sign", "Sin", "Sinh", "Square", "Sqrt", "Rsqrt", "Tan", "Tanh", "Expm1",
+      "Real", "Imag", "BitwiseInvert",
+      // binary
+      "Add", "Divide", "Equal", "NaNEqual", "Greater", "GreaterEqual", "Less", "LessEqual", "LogicalAnd",
+      "LogicalOr", "LogAddExp", "Maximum", "Minimum", "Multiply", "NotEqual", "Power", "Subtract", "BitwiseAnd",
+      "BitwiseOr", "BitwiseXor", "LeftShift", "RightShift", "ArcTan2",
+      // ternary, broadcast
+      "Select", "Broadcast"};
+  return kFused.count(p.name()) > 0;
+}
 
 /** `leaf` behind two Reshapes (mx::reshape returns an array of the same shape itself). */
 mx::array AsData(const mx::array& leaf, mx::Stream s) {
@@ -37,13 +62,16 @@ void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream
     mx::array a = std::move(stack.back());
     stack.pop_back();
     if (!a.has_primitive() || !seen.insert(a.id()).second) continue;
+    const bool fused = MlxFuses(a.primitive());
     for (mx::array& in : a.inputs()) {
       if (in.has_primitive()) {
         stack.push_back(in);
         continue;
       }
-      // A leaf the trace made holds its data already; a placeholder of mx::compile's trace (an
-      // input of the function) has none and is an input of the fused kernels anyway.
+      if (!fused) continue;
+      // A leaf the trace made holds its data already (host memory: MLX reads it there too, for
+      // the kernel's name); a placeholder of mx::compile's trace (an input of the function) has
+      // none and is an input of the fused kernels anyway.
       if (in.size() != 1 || in.is_tracer() || !in.is_available() || in.data<void>() == nullptr) continue;
       auto it = replaced.find(ValueKey(in));
       if (it == replaced.end()) it = replaced.emplace(ValueKey(in), AsData(in, stream)).first;
