@@ -95,6 +95,7 @@ std::string SessionReport::ToJson() const {
                      {"cache_hits", s.cache_hits},
                      {"cache_misses", s.cache_misses},
                      {"traces", s.traces},
+                     {"trace_ms", static_cast<double>(s.trace_us) / 1000.0},
                      {"folded_nodes", s.folded_nodes},
                      {"evictions", s.evictions},
                      {"bytes_in_host_copied", s.bytes_in_host_copied},
@@ -129,7 +130,7 @@ std::string SessionReport::Summary() const {
     RunnerStats s = r->stats();
     os << "partition " << r->plan().name << ": " << r->plan().nodes.size() << " nodes, " << s.runs
        << " runs, compile cache " << s.cache_hits << " hits / " << s.cache_misses << " misses, " << s.traces
-       << " traces, " << s.folded_nodes << " nodes folded; bytes in " << s.bytes_in_host_copied
+       << " traces (" << s.trace_us / 1000 << " ms), " << s.folded_nodes << " nodes folded; bytes in " << s.bytes_in_host_copied
        << " copied / " << s.bytes_in_wrapped << " wrapped, out " << s.bytes_out_host_copied << " copied / "
        << s.bytes_out_adopted << " adopted / " << s.bytes_out_in_place << " in place\n";
   }

@@ -1,7 +1,7 @@
 #include "runtime/runner.h"
-#include "runtime/scalars.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
 
@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "runtime/device.h"
 #include "runtime/memory.h"
+#include "runtime/scalars.h"
 #include "runtime/mlx_thread.h"
 #include "runtime/runner_internal.h"
 
@@ -108,6 +109,12 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
   ++stats_.traces;
   stats_.folded_nodes += info.folded;
   return outputs;
+}
+
+void PartitionRunner::CountTraceTime(std::chrono::steady_clock::time_point start) {
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.trace_us += static_cast<uint64_t>(us.count());
 }
 
 size_t PartitionRunner::SignatureHash::operator()(const SignatureKey& key) const noexcept {
@@ -237,11 +244,16 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
       return Trace(in, host_ptrs, device, messages.get(), nullptr, nullptr, updates.get());
     };
     entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}, updates});
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<mx::array> outputs = entry->fn(arrays);  // traces on the first call: fills both
+    CountTraceTime(start);
+    check_messages = entry->check_messages;
+    in_place = entry->in_place;
+    return outputs;
   }
   check_messages = entry->check_messages;
   in_place = entry->in_place;
-  std::vector<mx::array> outputs = entry->fn(arrays);  // traces on the first call: fills both
-  return outputs;
+  return entry->fn(arrays);
 }
 
 void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink,

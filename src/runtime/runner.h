@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <chrono>
 #include <functional>
 #include <list>
 #include <memory>
@@ -42,6 +43,9 @@ struct RunnerStats {
   uint64_t cache_misses = 0;
   uint64_t traces = 0;        ///< traces of the plan into an MLX graph (one per new signature)
   uint64_t folded_nodes = 0;  ///< nodes evaluated on the host while tracing, summed over traces
+  /** Time of the first calls of new compiled functions: the trace and mx::compile's graph passes
+   *  (not the evaluation, which MLX runs later), microseconds summed over traces. */
+  uint64_t trace_us = 0;
   uint64_t evictions = 0;     ///< compiled functions dropped by the cache bound
   // Bytes moved per run, summed (docs/gpu_memory.md): "host copied" is a copy by the host
   // (memcpy), "wrapped" an input read in place, "adopted" an output handed over in place.
@@ -161,6 +165,8 @@ class PartitionRunner {
    *  (input, axis) left out. */
   SignatureKey MakeKey(const std::vector<InputTensor>& inputs,
                        const std::vector<std::pair<size_t, size_t>>* dynamic = nullptr) const;
+  /** Adds the time since `start` to stats_.trace_us. */
+  void CountTraceTime(std::chrono::steady_clock::time_point start);
   /** Notes which input dims vary between runs; returns those to try as dynamic now. */
   std::vector<std::pair<size_t, size_t>> DynamicDims(const std::vector<InputTensor>& inputs);
   /** The outputs from a function with dynamic dims, or nullopt (none can serve these inputs). */

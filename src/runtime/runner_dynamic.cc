@@ -1,6 +1,7 @@
 // PartitionRunner: dynamic dims (docs/dynamic_shapes.md): which input dims vary, and the one
 // compiled function that serves every size of them.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "runtime/memory.h"
@@ -117,8 +118,10 @@ std::optional<std::vector<mx::array>> PartitionRunner::EvaluateDynamic(const std
         outputs = CallDynamic(*entry, arrays);
       } else {
         // Traced before it joins the cache, so that a failed attempt evicts nothing.
+        const auto start = std::chrono::steady_clock::now();
         CacheEntry made = MakeDynamicEntry(dims, inputs, arrays);
         outputs = CallDynamic(made, arrays);
+        CountTraceTime(start);
         entry = &Insert(key, std::move(made));
       }
       {

@@ -47,7 +47,8 @@ def child():
     for name in ("gpt2_dynamo", "llama_torchscript"):
         rs = ReportedSession(os.path.join(TORCH, f"{name}.onnx"))
         out[name] = torch_export_counts(rs.sess)
-        out[name + ".traces"] = rs.close()["runtime"]["partitions"][0]["traces"]
+        part = rs.close()["runtime"]["partitions"][0]
+        out[name + ".traces"], out[name + ".trace_ms"] = part["traces"], part["trace_ms"]
     dirs, cfg = llm.build(os.path.join(ROOT, "build", "models", "llm"), "tiny", names=["genai_fp32_shared"])
     rs = ReportedSession(os.path.join(dirs["genai_fp32_shared"], "model.onnx"))
     dec = Decoder(rs.sess, cfg, np.float32, True)
@@ -57,7 +58,8 @@ def child():
         dec.step(list(np.random.default_rng(n).integers(0, cfg.vocab, n)))
         out["genai_fp32_shared"].append(kernel_count())
     del dec
-    out["genai_fp32_shared.traces"] = rs.close()["runtime"]["partitions"][0]["traces"]
+    part = rs.close()["runtime"]["partitions"][0]
+    out["genai_fp32_shared.traces"], out["genai_fp32_shared.trace_ms"] = part["traces"], part["trace_ms"]
     print(json.dumps(out))
 
 
@@ -72,6 +74,7 @@ def test_new_lengths_build_no_new_kernels(tmp_path):
         assert first > 0, f"{name}: MLX built no kernel at all ({counts})"
         assert later == [first] * len(later), f"{name}: kernels after lengths {LENGTHS}: {counts[name]}"
         assert counts[name + ".traces"] == len(LENGTHS), counts  # each length was traced
+        assert counts[name + ".trace_ms"] > 0, counts  # and the report says what the traces cost
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["child"]:
