@@ -10,9 +10,9 @@
 #include "common/log.h"
 #include "runtime/device.h"
 #include "runtime/memory.h"
-#include "runtime/scalars.h"
 #include "runtime/mlx_thread.h"
 #include "runtime/runner_internal.h"
+#include "runtime/scalars.h"
 
 namespace mlx_ep {
 namespace {

@@ -2,7 +2,6 @@
 #include "runtime/scalars.h"
 
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <string>
 #include <string_view>
@@ -73,8 +72,9 @@ void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream
       // the kernel's name); a placeholder of mx::compile's trace (an input of the function) has
       // none and is an input of the fused kernels anyway.
       if (in.size() != 1 || in.is_tracer() || !in.is_available() || in.data<void>() == nullptr) continue;
-      auto it = replaced.find(ValueKey(in));
-      if (it == replaced.end()) it = replaced.emplace(ValueKey(in), AsData(in, stream)).first;
+      std::string key = ValueKey(in);
+      auto it = replaced.find(key);
+      if (it == replaced.end()) it = replaced.emplace(std::move(key), AsData(in, stream)).first;
       in = it->second;
     }
   }
