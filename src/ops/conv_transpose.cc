@@ -1,17 +1,19 @@
 // ConvTranspose (part of the convolution family, ops/conv.cc), 1-D to 3-D.
 //
-//  - Computed as a stride-1 convolution over the input dilated by the strides, with the kernel
-//    flipped and padded by dilation * (kernel - 1) - pad on each side (mx::conv_general's
-//    input_dilation and flip). W (C, M/group, *K) is regrouped to conv_general's (M, *K, C/group).
-//    Pads larger than the dilated kernel would be negative paddings, which conv_general applies
-//    to the undilated input; they are applied here by cropping the output instead.
+//  - Computed as a stride-1 convolution over the input dilated by the strides (stride - 1 zeros
+//    between neighbours, DilateInput), with the kernel flipped and padded by
+//    dilation * (kernel - 1) - pad on each side (mx::conv_general's flip). W (C, M/group, *K) is
+//    regrouped to conv_general's (M, *K, C/group). Pads larger than the dilated kernel would be
+//    negative paddings; they are applied here by cropping the output instead.
 //  - Output size and pads follow ORT's CPU kernel (conv_transpose_attributes.h), which matches the
 //    ONNX spec: with output_shape (or SAME_*, whose target is in * stride) the total padding is
 //    max(0, full - target), split with the odd pixel at the beginning except for SAME_UPPER; an
 //    output_shape larger than the full output adds zeros (plus bias) at the end; output_padding
 //    adds output at the end. Explicit pads (NOTSET, VALID) crop the full output.
 //  - On MLX's CPU device the same convolution runs through ConvCpu (ops/conv_cpu.cc) in ONNX's
-//    layout: X dilated with zeros, W regrouped to (M, C/group, *K) and flipped.
+//    layout: X dilated the same way, W regrouped to (M, C/group, *K) and flipped. (Not through
+//    conv_general's input_dilation on GPUs: MLX's CUDA convolution caches its cuDNN graphs by a
+//    key that lacks the input dilation; see TranslateConvTranspose.)
 //  - output_padding >= stride is declined (ORT's CPU EP rejects it); an output_shape that does not
 //    map back to X's size fails, as in ORT.
 #include <algorithm>
@@ -158,11 +160,15 @@ std::vector<mx::array> TranslateConvTranspose(const OpContext& c) {
   const mx::Dtype ct = cpu && dt != mx::float32 ? mx::float32 : ComputeDtype(c, dt);
   // The spatial axes start at 1 channels-last (conv_general), at 2 channels-first (CPU path).
   const int first = cpu ? 2 : 1;
+  // On GPUs X is dilated here too, not through conv_general's input_dilation: MLX's CUDA
+  // convolution caches its cuDNN graph by a key without the input dilation (nor the output shape),
+  // so a later convolution that differs only in its strides ran the earlier one's graph (wrong
+  // values, and a write past the output for a larger one's).
   mx::array y =
       cpu ? ConvTransposeCpu(mx::astype(x, ct, s), mx::astype(w, ct, s), a, strides, dilations, lo, hi, s)
-          : ConvChannelsLast(ToChannelsLast(mx::astype(x, ct, s), s),
+          : ConvChannelsLast(ToChannelsLast(DilateInput(mx::astype(x, ct, s), strides, s), s),
                              RegroupWeights(mx::astype(w, ct, s), a.group, s), std::vector<int>(nd, 1), lo,
-                             hi, dilations, strides, a.group, /*flip=*/true, s);
+                             hi, dilations, std::vector<int>(nd, 1), a.group, /*flip=*/true, s);
   bool crop = false;
   mx::Shape start(y.ndim(), 0), stop = y.shape();
   for (int i = 0; i < nd; ++i) {

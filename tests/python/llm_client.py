@@ -13,6 +13,34 @@ import onnxruntime_ep_mlx as mlx_ep
 from harness import EP, mlx_session
 
 
+def ep_memory(sess):
+    """The memory an application binds `sess`'s caches in: the MLX EP's device memory when the
+    session has the EP and the EP lends some (onnxruntime_ep_mlx.device_memory_info(): MLX on a
+    GPU, or ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=force), else None (host memory). Host buffers bound
+    to a session with device memory are copied in and out by ORT on every run."""
+    return mlx_ep.device_memory_info() if EP in sess.get_providers() else None
+
+
+def bound_value(array, memory):
+    """An OrtValue holding a copy of `array`, in `memory` (an OrtMemoryInfo; None: host memory)."""
+    host = ort.OrtValue.ortvalue_from_numpy(np.array(array))
+    if memory is None:
+        return host
+    value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), array.dtype, memory_info=memory)
+    ort.copy_tensors([host], [value])
+    return value
+
+
+def host_array(value, dtype):
+    """A numpy copy of an OrtValue's `dtype` contents, wherever it lives (device values through
+    the EP's data transfer)."""
+    if value.device_name().lower() == "cpu":
+        return value.numpy().copy()  # (ORT has no data transfer from host to host)
+    host = ort.OrtValue.ortvalue_from_shape_and_type(value.shape(), np.dtype(dtype))
+    ort.copy_tensors([value], [host])
+    return host.numpy().copy()
+
+
 class ReportedSession:
     """An MLX session (mlx_session: no silent CPU fallback) whose EP report is read back by
     close(): the EP reads ONNXRUNTIME_EP_MLX_REPORT when the session is created and writes the
@@ -47,13 +75,13 @@ class Decoder:
     and feeds a static [1, max_len] attention mask (ones for the tokens so far), as
     onnxruntime-genai runs a past_present_share_buffer model with static mask handling: every
     decode step then has the same input shapes. shared=False feeds the growing mask and passes
-    each step's present back as the next past (the concatenating layout). `kv_device`: the ORT
-    device name the shared buffers are allocated on ("gpu": the EP's device memory, when it has
-    some)."""
+    each step's present back as the next past (the concatenating layout). The shared buffers are
+    allocated in ep_memory(sess), as an LLM runtime binds its caches: the EP's device memory where
+    it lends some, else host memory."""
 
-    def __init__(self, sess, cfg, dtype, shared, position_ids=False, kv_device="cpu"):
+    def __init__(self, sess, cfg, dtype, shared, position_ids=False):
         self.sess, self.cfg, self.shared, self.position_ids = sess, cfg, shared, position_ids
-        self.kv_device = kv_device
+        self.kv_memory = ep_memory(sess)
         self.dtype = np.dtype(dtype)
 
     def _kv_names(self):
@@ -67,8 +95,7 @@ class Decoder:
         self.length = 0
         if self.shared:
             shape = (1, c.kv_heads, c.max_len, c.head_size)
-            self.kv = {p: ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, self.dtype), self.kv_device, 0)
-                       for p, _ in self._kv_names()}
+            self.kv = {p: bound_value(np.zeros(shape, self.dtype), self.kv_memory) for p, _ in self._kv_names()}
         else:
             self.kv = {p: np.zeros((1, c.kv_heads, 0, c.head_size), self.dtype) for p, _ in self._kv_names()}
 

@@ -230,14 +230,16 @@ def test_declined(case):
 
 def _run_shared(sess, feeds, names=("past_key", "past_value"), outs=("present_key", "present_value")):
     """Runs with past_key/past_value bound as present_key/present_value (one buffer each, as
-    onnxruntime-genai's past_present_share_buffer binds them); returns (output, the buffers)."""
-    import onnxruntime as ort
+    onnxruntime-genai's past_present_share_buffer binds them), in the EP's device memory where it
+    lends some (llm_client.ep_memory); returns (output, the buffers' contents)."""
+    from llm_client import bound_value, ep_memory, host_array
 
+    memory = ep_memory(sess)
     binding = sess.io_binding()
     buffers = {}
     for name, value in feeds.items():
         if name in names:
-            buffers[name] = ort.OrtValue.ortvalue_from_numpy(value.copy())
+            buffers[name] = bound_value(value, memory)
             binding.bind_ortvalue_input(name, buffers[name])
         else:
             binding.bind_cpu_input(name, value)
@@ -245,16 +247,20 @@ def _run_shared(sess, feeds, names=("past_key", "past_value"), outs=("present_ke
     for past, present in zip(names, outs):
         binding.bind_ortvalue_output(present, buffers[past])
     sess.run_with_iobinding(binding)
-    return binding.copy_outputs_to_cpu()[0], [buffers[n].numpy().copy() for n in names]  # views die with them
+    return binding.copy_outputs_to_cpu()[0], [host_array(buffers[n], feeds[n].dtype) for n in names]
 
 
 @pytest.mark.parametrize("phase", ["prefill", "decode", "decode_rotary_window"])
 def test_present_bound_to_past_buffer_writes_rows_in_place(phase):
     """past and present one buffer: output and buffer as ORT's CPU EP leaves them (rows past the
     new ones untouched, as the CPU kernel leaves them when it sees one buffer), and only the new
-    rows written (bytes_out_in_place); a total past the buffer falls back to the whole write."""
+    rows written (bytes_out_in_place); a total past the buffer falls back to the whole write.
+    With the buffers in the EP's device memory (MLX on a GPU), ORT's buffer for present is asked
+    for after evaluation until it has once been past's own, so a session's first run writes present
+    whole: each sequence's rows as the CPU EP's, zeros past them (max(length, S) rows), and only
+    the later runs write in place."""
     import onnxruntime as ort
-    from llm_client import ReportedSession
+    from llm_client import ReportedSession, ep_memory
 
     extra = {"rotary": (16, 0), "local_window_size": 3} if phase == "decode_rotary_window" else {}
     d = 16 if extra else 8  # ORT's CPU rotary wants a multiple of 16
@@ -263,12 +269,18 @@ def test_present_bound_to_past_buffer_writes_rows_in_place(phase):
     cpu = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     reported = ReportedSession(model)
     sess = reported.sess
+    device_memory = ep_memory(sess) is not None
     for i, (seq, lengths, total) in enumerate(steps):
         _, feeds = gqa(2, seq, 4, 2, d, lengths, total, past_len=10, seed=i, **extra)
         got, got_kv = _run_shared(sess, feeds)
         ref, ref_kv = _run_shared(cpu, feeds)
         assert_close(got, ref, rtol=1e-5, atol=1e-5)
         for g, r in zip(got_kv, ref_kv):
+            if device_memory and i == 0:  # the whole write (see above)
+                for b, n in enumerate(max(length, seq) for length in lengths):
+                    assert_close(g[b, :, :n], r[b, :, :n], rtol=1e-5, atol=1e-5)
+                    assert not g[b, :, n:].any(), (b, n)
+                continue
             assert_close(g, r, rtol=1e-5, atol=1e-5)
     # total 11 > the buffer's 10: present would be past + new (ORT's CPU EP reallocates), here
     # NaN, written whole into the buffer
@@ -281,7 +293,12 @@ def test_present_bound_to_past_buffer_writes_rows_in_place(phase):
     del sess
     (part,) = reported.close()["runtime"]["partitions"]
     row = 2 * 2 * d * 4  # batch x kv heads x head size x 4 bytes, per new token
-    assert part["bytes_out_in_place"] == 2 * sum(step[0] for step in steps) * row, part
     out_bytes = 2 * 4 * d * 4  # output [2, S, 4 x 8] per token
     whole = 2 * 2 * 2 * 10 * d * 4  # the NaN run: present_key and present_value whole
-    assert part["bytes_out_host_copied"] == (sum(step[0] for step in steps) + steps[0][0]) * out_bytes + whole, part
+    outputs = (sum(step[0] for step in steps) + steps[0][0]) * out_bytes + whole
+    if device_memory:  # the first run whole too; outputs are copied into ORT's buffers or adopted
+        assert part["bytes_out_in_place"] == 2 * sum(step[0] for step in steps[1:]) * row, part
+        assert part["bytes_out_host_copied"] + part["bytes_out_adopted"] == outputs + whole, part
+        return
+    assert part["bytes_out_in_place"] == 2 * sum(step[0] for step in steps) * row, part
+    assert part["bytes_out_host_copied"] == outputs, part

@@ -4,18 +4,42 @@ iteration inside the EP was no faster than ORT's CPU Loop driving the body as an
 and runs as ORT's CPU Loop with the body's nodes on MLX. Each test checks the outputs (and their
 shapes) against ORT's CPU EP, the reason in the claim report, and from ORT's profile that
 everything but the declined control-flow nodes ran on MLX."""
+import json
+import shutil
+
 import numpy as np
 import pytest
 from onnx import helper
 
-from harness import EP, assert_close, run_cpu, run_mlx_nodes, run_mlx_with_report
+import onnxruntime_ep_mlx as mlx_ep
+from harness import EP, assert_close, mlx_session, run_cpu, run_mlx_with_report
 from test_control_flow import BOOL, F32, I64, body, const, graph_model, vi
+
+
+# ORT's own transfer nodes: where the EP has device memory (MLX on a GPU), ORT copies a value
+# between MLX and a CPU node through them. They are no node of the model.
+TRANSFERS = ("MemcpyToHost", "MemcpyFromHost")
+
+
+def profiled_run(model, feeds):
+    """One MLX run's node events from ORT's profile, as (event name, op type, provider)."""
+    sess = mlx_session(model, profile=True)
+    sess.run(None, feeds)
+    path = sess.end_profiling()
+    try:
+        with open(path) as f:
+            events = json.load(f)
+    finally:
+        shutil.rmtree(sess.profile_dir, ignore_errors=True)
+    return [(e["name"], e["args"]["op_name"], e["args"].get("provider")) for e in events
+            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
 
 
 def declined_loop(model, feeds_list, cpu_nodes=1):
     """Every feed through one session: outputs match CPU (shapes too) and the Loop is declined as
     a data-dependent loop; in a run of the last feed only `cpu_nodes` nodes (the Loop, an If
-    holding it) ran on CPU, every other node event (the body's, each iteration) on MLX."""
+    holding it) ran on CPU, every other node event (the body's, each iteration) on MLX, besides
+    ORT's transfers (TRANSFERS, only where the EP has device memory) of values between the two."""
     outs, report, _ = run_mlx_with_report(model, feeds_list)
     declined = [d for g in report["graphs"] for d in g["declined"] if d["op_type"] == "Loop"]
     assert declined and "data-dependent" in declined[0]["reason"], report["graphs"]
@@ -23,9 +47,13 @@ def declined_loop(model, feeds_list, cpu_nodes=1):
         for g, r in zip(got, run_cpu(model, f)):
             assert g.shape == r.shape, (g.shape, r.shape)
             assert_close(g, r)
-    _, nodes = run_mlx_nodes(model, feeds_list[-1])  # one run: the profile's events are its own
+    events = profiled_run(model, feeds_list[-1])  # one run: the profile's events are its own
+    transfers = [e for e in events if e[1] in TRANSFERS]
+    assert not transfers or mlx_ep.device_memory_info() is not None, events
+    assert all(provider == "CPUExecutionProvider" for _, _, provider in transfers), events
+    nodes = [(name, provider) for name, op, provider in events if op not in TRANSFERS]
     off = [name for name, provider in nodes if provider != EP]
-    assert len(off) == cpu_nodes and len(nodes) > cpu_nodes, nodes
+    assert len(off) == cpu_nodes and len(nodes) > cpu_nodes, events
     return report
 
 

@@ -150,6 +150,19 @@ def test_conv_transpose(case):
     check("ConvTranspose", ints(x_shape, rng), ints(w_shape, rng), ints((m,), rng), attrs)
 
 
+def test_conv_transposes_differing_only_in_strides():
+    """ConvTransposes whose X, W, equivalent paddings (lo 1, hi 2) and dilations agree and whose
+    strides differ, one after the other in one process: MLX's CUDA convolution caches its cuDNN
+    graphs by a key without the input dilation, so with the strides as conv_general's input
+    dilation the second ran the first one's graph (the H200 run: SAME_LOWER got the rows of the
+    strides [3, 2] output; ops/conv_transpose.cc dilates X itself)."""
+    rng = np.random.default_rng(46)
+    x, w, b = ints((1, 2, 3, 3), rng), ints((2, 2, 3, 3), rng), ints((2,), rng)
+    for attrs in ({"strides": [3, 2], "output_shape": [8, 6]}, {"strides": [2, 2], "auto_pad": "SAME_LOWER"},
+                  {"strides": [3, 3], "output_shape": [8, 8]}, {"strides": [3, 2], "output_shape": [8, 6]}):
+        check("ConvTranspose", x, w, b, attrs)
+
+
 @pytest.mark.parametrize("w_const", [True, False], ids=["w_initializer", "w_input"])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 @pytest.mark.parametrize("op,kernel", [("Conv", 3), ("Conv", 1), ("ConvTranspose", 3)])
