@@ -1,11 +1,16 @@
 #include "runtime/memory.h"
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
+#include <utility>
 
 #include "common/env.h"
+#include "mlx/ops.h"
+#include "runtime/device.h"
 
 namespace mlx_ep {
 namespace {
@@ -19,31 +24,39 @@ struct Allocation {
   std::shared_ptr<const void> owner;
 };
 
+// Allocations by start address. ORT may hand back a pointer inside one: with its memory
+// patterns (SessionOptions.enable_mem_pattern, on by default) it allocates one block for many
+// intermediate tensors and places each at an offset in it.
 class Registry {
  public:
   void Add(const void* p, Allocation a) {
     std::lock_guard<std::mutex> lock(mu_);
-    map_.emplace(p, std::move(a));
+    map_.emplace(Address(p), std::move(a));
   }
-  // Removes and returns the allocation at `p` (nullopt when unknown).
+  // Removes and returns the allocation that starts at `p` (nullopt when unknown).
   std::optional<Allocation> Take(const void* p) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = map_.find(p);
+    auto it = map_.find(Address(p));
     if (it == map_.end()) return std::nullopt;
     Allocation a = std::move(it->second);
     map_.erase(it);
     return a;
   }
-  std::optional<Allocation> Find(const void* p) const {
+  // The allocation holding `p` and p's offset in it (nullopt when none does).
+  std::optional<std::pair<Allocation, size_t>> Find(const void* p) const {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = map_.find(p);
-    if (it == map_.end()) return std::nullopt;
-    return it->second;
+    auto it = map_.upper_bound(Address(p));
+    if (it == map_.begin()) return std::nullopt;
+    --it;
+    const size_t offset = Address(p) - it->first;
+    if (offset >= std::max<size_t>(it->second.bytes, 1)) return std::nullopt;
+    return std::make_pair(it->second, offset);
   }
 
  private:
+  static uintptr_t Address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
   mutable std::mutex mu_;
-  std::unordered_map<const void*, Allocation> map_;
+  std::map<uintptr_t, Allocation> map_;
 };
 
 Registry& registry() {
@@ -94,15 +107,26 @@ void DeviceFree(void* p) {
 bool IsDeviceMemory(const void* p) { return p && registry().Find(p).has_value(); }
 
 std::optional<mx::array> WrapDeviceMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype) {
-  std::optional<Allocation> a = p ? registry().Find(p) : std::nullopt;
-  if (!a) return std::nullopt;
-  size_t bytes = dtype.size();
+  std::optional<std::pair<Allocation, size_t>> found = p ? registry().Find(p) : std::nullopt;
+  if (!found) return std::nullopt;
+  const auto& [a, offset] = *found;
+  const size_t item = dtype.size();
+  size_t bytes = item;
   for (int d : shape) bytes *= static_cast<size_t>(d);
-  if (bytes > a->bytes) return std::nullopt;
+  if (offset + bytes > a.bytes) return std::nullopt;
   // The buffer stays ORT's: the array does not free it but shares its owner, so that ORT
   // freeing the tensor while MLX still reads it cannot release the memory.
-  std::shared_ptr<const void> owner = a->owner;
-  return mx::array(mx::allocator::Data(a->buffer, [owner](mx::allocator::Buffer) {}), shape, dtype);
+  std::shared_ptr<const void> owner = a.owner;
+  auto keep = [owner](mx::allocator::Buffer) {};
+  if (offset == 0) return mx::array(mx::allocator::Data(a.buffer, keep), shape, dtype);
+  // A tensor inside the block (ORT's memory patterns): the block as `dtype` elements, then a
+  // slice at the tensor's offset and a reshape, both views of the same buffer (no copy).
+  const size_t elements = a.bytes / item;
+  if (offset % item != 0 || elements > static_cast<size_t>(std::numeric_limits<int>::max())) return std::nullopt;
+  const mx::array block(mx::allocator::Data(a.buffer, keep), mx::Shape{static_cast<int>(elements)}, dtype);
+  const int first = static_cast<int>(offset / item), count = static_cast<int>(bytes / item);
+  const mx::Stream s = mx::default_stream(RuntimeDevice());
+  return mx::reshape(mx::slice(block, {first}, {first + count}, s), shape, s);
 }
 
 TransferStats GetTransferStats() {

@@ -27,10 +27,11 @@ bool DeviceMemoryEnabled();
 void* DeviceAlloc(size_t bytes);
 /** Frees what DeviceAlloc returned (drops the adopted array's reference). */
 void DeviceFree(void* p);
-/** True when `p` is a pointer DeviceAlloc returned and not yet freed. */
+/** True when `p` points into memory DeviceAlloc returned and that is not yet freed. */
 bool IsDeviceMemory(const void* p);
-/** An array over the MLX memory at `p` (a DeviceAlloc pointer big enough for `shape`), without
- *  a copy; nullopt when `p` is not such a pointer. */
+/** An array over the MLX memory at `p` without a copy: a DeviceAlloc pointer, or a pointer inside
+ *  one (ORT's memory patterns place several tensors in one allocation), big enough for `shape`;
+ *  nullopt when `p` is not such a pointer (or, inside an allocation, not aligned to `dtype`). */
 std::optional<mx::array> WrapDeviceMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype);
 
 /** While alive, lets the next DeviceAlloc on this thread of exactly `a.nbytes()` bytes return

@@ -131,15 +131,40 @@ def test_state_stays_in_ep_memory_forced_on_cpu():
     check_in_child_process(ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="force")
 
 
-def check_in_child_process(**env):
-    """check_state_stays_on_device in a fresh process (its transfer counters are process-wide)."""
+def check_in_child_process(function="check_state_stays_on_device", **env):
+    """`function` of this module in a fresh process (the device-memory switch is read once per
+    process; check_state_stays_on_device's transfer counters are process-wide)."""
     here = os.path.dirname(os.path.abspath(__file__))
     code = (f"import sys; sys.path[:0] = [{os.path.join(here, '..', '..', 'python')!r}, {here!r}]; "
-            "import test_device_memory as t; t.check_state_stays_on_device()")
+            f"import test_device_memory as t; t.{function}()")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, **env}, timeout=120)
     assert proc.returncode == 0, proc.stderr
 
+
+def check_split_decoder_in_device_memory():
+    """A genai-layout decoder split around every SiLU's Sigmoid (the child declines Sigmoid, so ORT's
+    CPU EP runs it between MLX partitions), greedy through past/present bound in the EP's memory:
+    the tokens of ORT's CPU EP. With ORT's memory patterns (on by default) the partitions' inputs
+    from ORT are tensors inside one allocation of the EP's memory."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [os.path.join(here, "..", "models", "llm")]
+    import build_llm_models as llm
+    from llm_client import Decoder, cpu_session, mlx_session
+
+    dirs, cfg = llm.build(os.path.join(here, "..", "..", "build", "models", "llm"), "tiny", names=["genai_fp32_shared"])
+    path = os.path.join(dirs["genai_fp32_shared"], "model.onnx")
+    got = Decoder(mlx_session(path), cfg, np.float32, True).greedy([5, 17, 99, 3], 6)[1]
+    want = Decoder(cpu_session(path), cfg, np.float32, True).greedy([5, 17, 99, 3], 6)[1]
+    assert got == want, (got, want)
+
+
+def test_split_decoder_with_memory_patterns_in_ep_memory():
+    """Tensors ORT places inside one allocation of the EP's memory (its memory patterns) are read
+    in place: the EP used to know only the allocations' start pointers and failed such a run with
+    "an input is in device memory that the EP did not allocate" (found on the H200)."""
+    check_in_child_process(function="check_split_decoder_in_device_memory", ONNXRUNTIME_EP_MLX_DECLINE_OPS="Sigmoid",
+                           ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="1" if on_gpu() else "force")
 
 def test_host_inputs_are_wrapped_on_the_cpu_device():
     if on_gpu():
