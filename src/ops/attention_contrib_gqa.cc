@@ -20,8 +20,9 @@
 //    rows apart (one softmax over both score blocks), never present: no copy of the cache.
 //  - ORT sizes present as max(total_sequence_length, P) (S without past), a value a compiled graph
 //    cannot have as a shape. The translation fixes it at P (S without past); an input whose
-//    total_sequence_length says otherwise (the non-shared layout, present = past + new) gets NaN
-//    outputs instead of plausible wrong numbers -- unless the trace knows total_sequence_length
+//    total_sequence_length says otherwise (the non-shared layout, present = past + new) fails the
+//    run with the reason (a runtime check, before anything is written) instead of giving plausible
+//    wrong numbers -- unless the trace knows total_sequence_length
 //    on its host lane (genai's builder computes it from the attention mask's shape, which folds):
 //    then present is sized max(total, P) as ORT does, and both layouts are exact. When the mask's
 //    length is a dynamic dim of the partition (docs/dynamic_shapes.md), the total is data again:
@@ -399,8 +400,9 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
                              optional(kBias), optional(kHeadSink)},
                             len);
   mx::array y = fused ? *fused : Attend(c, mx::astype(q, mx::float32, s), kv, st, len);
-  // The shape ORT would give present (see the header): other total_sequence_lengths poison the
-  // outputs (never reached when the trace knew the total: present was sized from it).
+  // The shape ORT would give present (see the header): a run whose total_sequence_length asks for
+  // another fails with the reason before anything is written (never reached when the trace knew
+  // the total: present was sized from it).
   const mx::array total = mx::reshape(c.input(kTotalLength), {}, s);
   const mx::array fits = c.has_input(kPastKey) ? mx::less_equal(total, mx::array(len, mx::int32), s)
                                                : mx::equal(total, mx::array(seq, mx::int32), s);
@@ -412,18 +414,25 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
     if (c.has_input(kPastKey) ? total_now > len : total_now != seq)
       c.FailDynamic("present's length follows total_sequence_length");
     c.Assume(fits, "total_sequence_length fits present");
+  } else {
+    c.Require(fits, c.has_input(kPastKey)
+                        ? "total_sequence_length exceeds past_key's " + std::to_string(len) +
+                              " rows: ORT's present would be past + new rows, a shape this compiled graph "
+                              "cannot have (present keeps past's shape here: bind present to past's buffer, "
+                              "or let total_sequence_length fold from the attention mask's shape)"
+                        : "total_sequence_length differs from the sequence length (" + std::to_string(seq) +
+                              ") without past_key");
   }
-  auto poison = [&](const mx::array& x) { return mx::where(fits, x, mx::array(NAN, x.dtype()), s); };
   // The shared-buffer layout (present is past's shape): present = past with the new rows at
   // offset_b. When ORT gives past's own buffer as present's, only those rows are written.
   if (c.has_input(kPastKey) && len == c.input(kPastKey).shape(2)) {
     const mx::array offsets = mx::reshape(st.offset, {batch}, s);
-    c.UpdateInPlace(1, kPastKey, 2, poison(k), offsets);
-    c.UpdateInPlace(2, kPastValue, 2, poison(v), offsets);
+    c.UpdateInPlace(1, kPastKey, 2, k, offsets);
+    c.UpdateInPlace(2, kPastValue, 2, v, offsets);
   }
-  std::vector<mx::array> outs = {poison(mx::astype(MergeHeads(y, s), t, s))};
-  if (c.num_outputs() > 1) outs.push_back(poison(present_k));
-  if (c.num_outputs() > 2) outs.push_back(poison(present_v));
+  std::vector<mx::array> outs = {mx::astype(MergeHeads(y, s), t, s)};
+  if (c.num_outputs() > 1) outs.push_back(present_k);
+  if (c.num_outputs() > 2) outs.push_back(present_v);
   while (outs.size() < c.num_outputs()) outs.push_back(mx::zeros({0}, t, s));  // unused output_qk slot
   return outs;
 }

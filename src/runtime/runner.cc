@@ -353,8 +353,8 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
   // output, and an output that aliases an input (Identity) still points at live memory.
   if (!WriteInPlace(outputs, *used.in_place, given, aliased)) {
-    // An offset out of range (a total length past the buffer, whose outputs are NaN): nothing
-    // was written; every output whole, from a second evaluation (only on such inputs).
+    // An offset out of range (an op's in-place rows past the buffer): nothing was written;
+    // every output whole, from a second evaluation (only on such inputs).
     outputs = Evaluate(inputs, arrays, used);
     mx::eval(outputs);
     aliased.assign(aliased.size(), false);

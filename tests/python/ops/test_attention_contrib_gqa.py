@@ -198,13 +198,14 @@ def test_one_trace_over_decode_steps():
     assert part["cache_hits"] == len(steps) - 1, part
 
 
-def test_non_shared_layout_is_poisoned():
-    """total_sequence_length beyond the past buffer means ORT's present is past + new (a shape the
-    compiled graph cannot have): the outputs are NaN rather than plausible wrong numbers."""
+def test_non_shared_layout_fails_with_the_reason():
+    """total_sequence_length beyond the past buffer, as a graph input the trace cannot read, means
+    ORT's present is past + new (a shape the compiled graph cannot have): the run fails with the
+    reason rather than giving plausible wrong numbers (or NaN, as it did before)."""
     model, feeds = gqa(2, 1, 4, 2, 8, seqlens=[5, 6], total=6, past_len=5)
-    outs, _, providers = run_mlx_with_report(model, [feeds])
-    assert providers == ["MLXExecutionProvider"]
-    assert np.isnan(outs[0][0]).all() and run_cpu(model, feeds)[1].shape[2] == 6
+    assert run_cpu(model, feeds)[1].shape[2] == 6
+    with pytest.raises(Exception, match="total_sequence_length exceeds past_key's 5 rows"):
+        run_mlx_with_report(model, [feeds])
 
 
 @pytest.mark.parametrize("case", ["qk_output", "causal0", "quantized"])
@@ -282,20 +283,20 @@ def test_present_bound_to_past_buffer_writes_rows_in_place(phase):
                     assert not g[b, :, n:].any(), (b, n)
                 continue
             assert_close(g, r, rtol=1e-5, atol=1e-5)
-    # total 11 > the buffer's 10: present would be past + new (ORT's CPU EP reallocates), here
-    # NaN, written whole into the buffer
+    # total 11 > the buffer's 10: present would be past + new (ORT's CPU EP reallocates), a shape
+    # the compiled graph cannot have: the run fails with the reason, and writes nothing
     _, feeds = gqa(2, steps[0][0], 4, 2, d, [5, 11], 11, past_len=10, **extra)
     for cache in ("cos_cache", "sin_cache"):
         if cache in feeds:
             feeds[cache] = feeds[cache][:14]  # the session's shape (rows for positions < 14)
-    got, got_kv = _run_shared(sess, feeds)
-    assert np.isnan(got).all() and all(np.isnan(kv).all() for kv in got_kv)
+    with pytest.raises(Exception, match="total_sequence_length exceeds past_key's 10 rows"):
+        _run_shared(sess, feeds)
     del sess
     (part,) = reported.close()["runtime"]["partitions"]
     row = 2 * 2 * d * 4  # batch x kv heads x head size x 4 bytes, per new token
     out_bytes = 2 * 4 * d * 4  # output [2, S, 4 x 8] per token
-    whole = 2 * 2 * 2 * 10 * d * 4  # the NaN run: present_key and present_value whole
-    outputs = (sum(step[0] for step in steps) + steps[0][0]) * out_bytes + whole
+    whole = 2 * 2 * 2 * 10 * d * 4  # present_key and present_value whole
+    outputs = sum(step[0] for step in steps) * out_bytes
     if device_memory:  # the first run whole too; outputs are copied into ORT's buffers or adopted
         assert part["bytes_out_in_place"] == 2 * sum(step[0] for step in steps[1:]) * row, part
         assert part["bytes_out_host_copied"] + part["bytes_out_adopted"] == outputs + whole, part

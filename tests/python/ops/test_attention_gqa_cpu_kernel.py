@@ -114,8 +114,9 @@ def test_several_rows(case):
 
 
 # (seqlens, total, S): lengths ORT's CPU EP rejects or never sees (an entry of length 0, a total
-# below an entry's length, a chunk longer than an entry's length, past the buffer).
-ODD_LENGTHS = [([0, 5], 5, 1), ([3, 5], 4, 1), ([1], 6, 3), ([9], 9, 1)]
+# below an entry's length, a chunk longer than an entry's length). A total past the buffer fails
+# the run with or without the kernel (test_attention_contrib_gqa's non-shared layout test).
+ODD_LENGTHS = [([0, 5], 5, 1), ([3, 5], 4, 1), ([1], 6, 3)]
 
 
 @on_cpu
@@ -124,7 +125,7 @@ ODD_LENGTHS = [([0, 5], 5, 1), ([3, 5], 4, 1), ([1], 6, 3), ([9], 9, 1)]
 @pytest.mark.parametrize("lengths", ODD_LENGTHS, ids=lambda v: "_".join(map(str, v[0])) + f"_t{v[1]}_s{v[2]}")
 def test_odd_lengths_as_composed(lengths, extra):
     """Where there is no ORT reference the kernel gives what the composed ops give, NaNs (a row
-    whose window holds no key, outputs poisoned past the buffer) and zeros alike."""
+    whose window holds no key) and zeros alike."""
     seqlens, total, seq = lengths
     model, feeds = gqa(len(seqlens), seq, 4, 2, 8, seqlens=[5] * len(seqlens), total=total, past_len=8, **extra)
     feeds["seqlens_k"] = np.asarray(seqlens, np.int32) - 1
