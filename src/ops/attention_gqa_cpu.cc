@@ -32,11 +32,10 @@
 
 #include "common/env.h"
 #include "common/log.h"
-#include "mlx/allocator.h"
-#include "mlx/backend/cpu/encoder.h"
 #include "mlx/primitives.h"
 #include "mlx/types/half_types.h"
 #include "ops/attention_gqa_cpu_loops.h"
+#include "ops/cpu_primitive.h"
 #include "ops/quantized_cpu.h"
 #include "runtime/device.h"
 
@@ -201,25 +200,14 @@ class GqaAttentionCpu : public mx::UnaryPrimitive {
   GqaAttentionCpu(mx::Stream stream, Params p) : mx::UnaryPrimitive(stream), p_(p) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
-    for (const mx::array& a : inputs)
-      if (!a.flags().row_contiguous)
-        throw std::runtime_error("GqaAttentionCpu: inputs must be row-contiguous");
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    std::vector<mx::array> in;
-    for (const mx::array& a : inputs) {
-      encoder.set_input_array(a);
-      in.push_back(mx::array::unsafe_weak_copy(a));
-    }
-    encoder.set_output_array(out);
-    encoder.dispatch([in = std::move(in), out = mx::array::unsafe_weak_copy(out), p = p_]() mutable {
+    DispatchCpuKernel(name(), stream(), inputs, out, [p = p_](const std::vector<mx::array>& in, mx::array& y) {
       switch (in[0].dtype()) {
         case mx::float32:
-          return Compute<float>(in, out, p);
+          return Compute<float>(in, y, p);
         case mx::float16:
-          return Compute<mx::float16_t>(in, out, p);
+          return Compute<mx::float16_t>(in, y, p);
         default:
-          return Compute<mx::bfloat16_t>(in, out, p);
+          return Compute<mx::bfloat16_t>(in, y, p);
       }
     });
   }

@@ -25,9 +25,8 @@
 
 #include "blas/blas.h"
 #include "common/env.h"
-#include "mlx/allocator.h"
-#include "mlx/backend/cpu/encoder.h"
 #include "mlx/primitives.h"
+#include "ops/cpu_primitive.h"
 
 namespace mlx_ep {
 namespace nbits_cpu {
@@ -218,19 +217,10 @@ class MatMulNBitsCpu : public mx::UnaryPrimitive {
       : mx::UnaryPrimitive(stream), shape_(shape), has_(has) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
-    for (const mx::array& a : inputs)
-      if (!a.flags().row_contiguous)
-        throw std::runtime_error("MatMulNBitsCpu: inputs must be row-contiguous");
-    out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    std::vector<mx::array> in;
-    for (const mx::array& a : inputs) {
-      encoder.set_input_array(a);
-      in.push_back(mx::array::unsafe_weak_copy(a));
-    }
-    encoder.set_output_array(out);
-    encoder.dispatch([in = std::move(in), out = mx::array::unsafe_weak_copy(out), shape = shape_,
-                      has = has_]() mutable { Compute(in, out, shape, has); });
+    DispatchCpuKernel("MatMulNBitsCpu", stream(), inputs, out,
+                      [shape = shape_, has = has_](const std::vector<mx::array>& in, mx::array& y) {
+                        Compute(in, y, shape, has);
+                      });
   }
 
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
