@@ -55,18 +55,12 @@ std::optional<mx::Dtype> SoftmaxDtype(int64_t precision, mx::Dtype t) {
   }
 }
 
-/** The attributes of Attention 23/24 (later ones, e.g. sliding windows, are declined). */
-bool IsKnownAttribute(const std::string& name) {
-  for (const char* known : {"is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale",
-                            "softcap", "softmax_precision"})
-    if (name == known) return true;
-  return false;
-}
-
 Claim ClaimAttention(const NodeView& v) {
   const Node& n = v.node();
-  for (const auto& [name, attr] : n.attributes)
-    if (!IsKnownAttribute(name)) return Claim::No("attribute " + name + " not supported");
+  // The attributes of Attention 23/24 (later ones, e.g. sliding windows, are declined).
+  if (auto no = DeclineUnknownAttributes(n, {"is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode",
+                                             "scale", "softcap", "softmax_precision"}))
+    return *no;
   const ElemType t = v.input_type(0);
   if (!IsOneOf(t, kAttentionTypes)) return Claim::No(TypeReason(v, 0));
   for (size_t i : {1, 2, 4, 5})

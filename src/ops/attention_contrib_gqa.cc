@@ -73,15 +73,11 @@ enum GqaInput : size_t {
 };
 
 Claim ClaimAttributes(const Node& n) {
-  for (const auto& [name, attr] : n.attributes) {
-    bool known = false;
-    for (const char* k :
-         {"num_heads", "kv_num_heads", "scale", "softcap", "local_window_size", "do_rotary",
-          "rotary_interleaved", "smooth_softmax", "causal", "qk_output", "sliding_window_cache",
-          "k_quant_type", "v_quant_type", "kv_cache_bit_width", "qk_norm_epsilon"})
-      known = known || name == k;
-    if (!known) return Claim::No("attribute " + name + " not supported");
-  }
+  if (auto no = DeclineUnknownAttributes(
+          n, {"num_heads", "kv_num_heads", "scale", "softcap", "local_window_size", "do_rotary",
+              "rotary_interleaved", "smooth_softmax", "causal", "qk_output", "sliding_window_cache",
+              "k_quant_type", "v_quant_type", "kv_cache_bit_width", "qk_norm_epsilon"}))
+    return *no;
   const int64_t heads = n.AttrInt("num_heads", 0), kv_heads = n.AttrInt("kv_num_heads", 0);
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
     return Claim::No("num_heads must be a positive multiple of kv_num_heads");

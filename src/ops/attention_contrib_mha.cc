@@ -48,9 +48,8 @@ enum MhaInput : size_t {
 
 Claim ClaimMultiHeadAttention(const NodeView& v) {
   const Node& n = v.node();
-  for (const auto& [name, attr] : n.attributes)
-    if (name != "num_heads" && name != "unidirectional" && name != "scale" && name != "mask_filter_value")
-      return Claim::No("attribute " + name + " not supported");
+  if (auto no = DeclineUnknownAttributes(n, {"num_heads", "unidirectional", "scale", "mask_filter_value"}))
+    return *no;
   if (n.AttrInt("num_heads", 0) <= 0) return Claim::No("num_heads must be positive");
   const int64_t uni = n.AttrInt("unidirectional", 0);
   if (uni != 0 && uni != 1) return Claim::No("unidirectional must be 0 or 1");
@@ -208,13 +207,10 @@ enum AttentionInput : size_t { kInput, kWeights, kQkvBias, kMaskIndex, kPast, kB
 
 Claim ClaimContribAttention(const NodeView& v) {
   const Node& n = v.node();
-  for (const auto& [name, attr] : n.attributes) {
-    bool known = false;
-    for (const char* k : {"num_heads", "unidirectional", "scale", "mask_filter_value", "qkv_hidden_sizes",
-                          "do_rotary", "past_present_share_buffer", "rotary_embedding_dim"})
-      known = known || name == k;
-    if (!known) return Claim::No("attribute " + name + " not supported");
-  }
+  if (auto no = DeclineUnknownAttributes(n, {"num_heads", "unidirectional", "scale", "mask_filter_value",
+                                             "qkv_hidden_sizes", "do_rotary", "past_present_share_buffer",
+                                             "rotary_embedding_dim"}))
+    return *no;
   if (n.AttrInt("num_heads", 0) <= 0) return Claim::No("num_heads must be positive");
   if (n.AttrInt("do_rotary", 0) != 0) return Claim::No("do_rotary not supported");
   if (n.AttrInt("past_present_share_buffer", 0) != 0 || v.has_input(kPastSeqLen))

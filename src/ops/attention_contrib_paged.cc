@@ -45,15 +45,11 @@ namespace paged {
 namespace {
 
 Claim ClaimAttributes(const Node& n) {
-  for (const auto& [name, attr] : n.attributes) {
-    bool known = false;
-    for (const char* k :
-         {"num_heads", "kv_num_heads", "scale", "softcap", "local_window_size", "do_rotary",
-          "rotary_interleaved", "is_causal", "qk_norm_epsilon", "k_quant_type", "v_quant_type",
-          "k_cache_dtype", "v_cache_dtype", "kv_cache_layout", "v_head_size", "rotary_offset"})
-      known = known || name == k;
-    if (!known) return Claim::No("attribute " + name + " not supported");
-  }
+  if (auto no = DeclineUnknownAttributes(
+          n, {"num_heads", "kv_num_heads", "scale", "softcap", "local_window_size", "do_rotary",
+              "rotary_interleaved", "is_causal", "qk_norm_epsilon", "k_quant_type", "v_quant_type",
+              "k_cache_dtype", "v_cache_dtype", "kv_cache_layout", "v_head_size", "rotary_offset"}))
+    return *no;
   const int64_t heads = n.AttrInt("num_heads", 0), kv_heads = n.AttrInt("kv_num_heads", 0);
   if (heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0)
     return Claim::No("num_heads must be a positive multiple of kv_num_heads");

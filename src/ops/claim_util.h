@@ -1,12 +1,24 @@
 // Small helpers shared by the op families' claims.
 #pragma once
 
+#include <algorithm>
 #include <initializer_list>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "ops/op.h"
 
 namespace mlx_ep {
+
+/** Claim::No naming the node's first attribute (by name) that is not in `known`, nullopt when
+ *  all are: an op declines attributes it does not implement rather than ignore them. */
+inline std::optional<Claim> DeclineUnknownAttributes(const Node& n, std::initializer_list<std::string_view> known) {
+  for (const auto& [name, attr] : n.attributes)
+    if (std::find(known.begin(), known.end(), name) == known.end())
+      return Claim::No("attribute " + name + " not supported");
+  return std::nullopt;
+}
 
 /** Floating types: float, float16, bfloat16 and (CPU only, see DeviceSupports) double. */
 inline constexpr std::initializer_list<ElemType> kFloatTypes = {ElemType::kFloat, ElemType::kFloat16,

@@ -98,10 +98,9 @@ std::vector<mx::array> TranslateRotaryEmbedding(const OpContext& c) {
 
 Claim ClaimContribRotaryEmbedding(const NodeView& v) {
   const Node& n = v.node();
-  for (const auto& [name, attr] : n.attributes)
-    if (name != "num_heads" && name != "rotary_embedding_dim" && name != "interleaved" && name != "scale" &&
-        name != "is_packed_batching")
-      return Claim::No("attribute " + name + " not supported");
+  if (auto no = DeclineUnknownAttributes(
+          n, {"num_heads", "rotary_embedding_dim", "interleaved", "scale", "is_packed_batching"}))
+    return *no;
   if (n.AttrInt("is_packed_batching", 0) != 0)
     return Claim::No("is_packed_batching (ragged batches) not supported");
   if (n.AttrFloat("scale", 1.f) != 1.f) return Claim::No("scale other than 1 not supported");
