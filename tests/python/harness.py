@@ -167,17 +167,22 @@ def mlx_session(model, so=None, profile=False):
     return sess
 
 
-def profiled_nodes(sess):
+def profiled_node_events(sess):
     """Ends `sess`'s profiling (see mlx_session) and returns every node kernel event it logged,
-    in order, as (event name, provider) pairs."""
+    in order, as (event name, op type, provider)."""
     path = sess.end_profiling()
     try:
         with open(path) as f:
             events = json.load(f)
     finally:
         shutil.rmtree(sess.profile_dir, ignore_errors=True)
-    return [(e["name"], e["args"].get("provider")) for e in events
+    return [(e["name"], e["args"].get("op_name"), e["args"].get("provider")) for e in events
             if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+
+
+def profiled_nodes(sess):
+    """profiled_node_events as (event name, provider) pairs."""
+    return [(name, provider) for name, _, provider in profiled_node_events(sess)]
 
 
 def assert_ran_on_mlx(nodes, what="session"):

@@ -4,15 +4,13 @@ iteration inside the EP was no faster than ORT's CPU Loop driving the body as an
 and runs as ORT's CPU Loop with the body's nodes on MLX. Each test checks the outputs (and their
 shapes) against ORT's CPU EP, the reason in the claim report, and from ORT's profile that
 everything but the declined control-flow nodes ran on MLX."""
-import json
-import shutil
 
 import numpy as np
 import pytest
 from onnx import helper
 
 import onnxruntime_ep_mlx as mlx_ep
-from harness import EP, assert_close, mlx_session, run_cpu, run_mlx_with_report
+from harness import EP, assert_close, mlx_session, profiled_node_events, run_cpu, run_mlx_with_report
 from test_control_flow import BOOL, F32, I64, body, const, graph_model, vi
 
 
@@ -25,14 +23,7 @@ def profiled_run(model, feeds):
     """One MLX run's node events from ORT's profile, as (event name, op type, provider)."""
     sess = mlx_session(model, profile=True)
     sess.run(None, feeds)
-    path = sess.end_profiling()
-    try:
-        with open(path) as f:
-            events = json.load(f)
-    finally:
-        shutil.rmtree(sess.profile_dir, ignore_errors=True)
-    return [(e["name"], e["args"]["op_name"], e["args"].get("provider")) for e in events
-            if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    return profiled_node_events(sess)
 
 
 def declined_loop(model, feeds_list, cpu_nodes=1):
