@@ -149,39 +149,14 @@ MLX_EP_GQA_AVX2 void AccumulateColumns(const float* w, const T* v, int64_t n, in
   for (int c = 0; c < C; ++c) _mm256_storeu_ps(y + 8 * c, acc[c]);
 }
 
-/** y[0, D) += sum_j w[j] v[j], 64 columns at a time. */
+/** y[0, D) += sum_j w[j] v[j], 64 columns at a time (AccumulateColumns<C> for C = 1 .. 8). */
 template <typename T>
 MLX_EP_GQA_AVX2 void AccumulateAvx2(const float* w, const T* v, int64_t n, int D, float* y) {
-  for (int d0 = 0; d0 < D; d0 += 64) {
-    const T* at = v + d0;
-    float* out = y + d0;
-    switch (std::min(64, D - d0) / 8) {
-      case 8:
-        AccumulateColumns<8>(w, at, n, D, out);
-        break;
-      case 7:
-        AccumulateColumns<7>(w, at, n, D, out);
-        break;
-      case 6:
-        AccumulateColumns<6>(w, at, n, D, out);
-        break;
-      case 5:
-        AccumulateColumns<5>(w, at, n, D, out);
-        break;
-      case 4:
-        AccumulateColumns<4>(w, at, n, D, out);
-        break;
-      case 3:
-        AccumulateColumns<3>(w, at, n, D, out);
-        break;
-      case 2:
-        AccumulateColumns<2>(w, at, n, D, out);
-        break;
-      default:
-        AccumulateColumns<1>(w, at, n, D, out);
-        break;
-    }
-  }
+  using Columns = void (*)(const float*, const T*, int64_t, int, float*);
+  static constexpr Columns kColumns[] = {AccumulateColumns<1, T>, AccumulateColumns<2, T>, AccumulateColumns<3, T>,
+                                         AccumulateColumns<4, T>, AccumulateColumns<5, T>, AccumulateColumns<6, T>,
+                                         AccumulateColumns<7, T>, AccumulateColumns<8, T>};
+  for (int d0 = 0; d0 < D; d0 += 64) kColumns[std::min(64, D - d0) / 8 - 1](w, v + d0, n, D, y + d0);
 }
 
 bool CpuHasAvx2() {
