@@ -19,29 +19,18 @@ import sys
 import time
 
 import numpy as np
-import onnxruntime as ort
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [os.path.join(ROOT, "python"), os.path.join(ROOT, "tests", "python"),
                 os.path.join(ROOT, "tests", "models", "llm")]
 import build_llm_models as llm  # noqa: E402
-import onnxruntime_ep_mlx as mlx_ep  # noqa: E402
+from bench_llm import sessions  # noqa: E402  (ORT CPU EP and MLX EP, as bench_llm times them)
 from llm_client import Decoder  # noqa: E402
 
 
 def kernels():
     tmp = os.environ.get("TMPDIR", "/tmp")
     return len(glob.glob(os.path.join(tmp, "mlx", "*", "cpu", "*.so")))
-
-
-def sessions(path):
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    cpu = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    mlx_ep.append_to_session_options(so)
-    return {"ORT CPU": cpu, "MLX EP": ort.InferenceSession(path, so, enable_fallback=0)}
 
 
 def genai_runner(sess, cfg):
@@ -91,7 +80,7 @@ def main():
     print("| model | peer | first run at a new length, ms | second run, ms | new-length overhead, ms | kernels built |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for model, (path, runner, model_lengths) in models.items():
-        for peer, sess in sessions(path).items():
+        for peer, sess in zip(("ORT CPU", "MLX EP"), sessions(path, 0, False)):
             run = runner(sess)
             run(model_lengths[0] + 1)  # warm-up at a length not measured (the first kernels, the weights)
             k = kernels()
