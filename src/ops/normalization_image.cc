@@ -20,6 +20,7 @@
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
+#include "runtime/device.h"
 
 namespace mlx_ep {
 namespace {
@@ -72,6 +73,20 @@ mx::array Variance(const mx::array& centered, const std::vector<int>& axes, int6
   return mx::divide(AccurateSum(sq, axes, true, s), Scalar(static_cast<double>(count), centered.dtype()), s);
 }
 
+/** a * b, rounded before whatever adds to it. On GPUs MLX fuses elementwise chains into one
+ *  kernel whose compiler contracts a * b + c into a fused multiply-add, which rounds once where
+ *  ORT rounds twice; where the terms cancel (FusedNormalize) that moves the result by the
+ *  rounding of a * b (3e-5 against values near 1 for one value per instance). A Reshape
+ *  between, which MLX does not fuse, ends the kernel at the product (no copy: a view). On MLX's
+ *  CPU device the product stays fused (its kernels round as ORT's do, measured). */
+mx::array RoundedProduct(const mx::array& a, const mx::array& b, mx::Stream s) {
+  const mx::array product = mx::multiply(a, b, s);
+  if (RuntimeDevice().type == mx::Device::cpu) return product;
+  const mx::Shape flat{static_cast<int>(product.size())};
+  const mx::Shape other = product.shape() == flat ? mx::Shape{1, flat[0]} : flat;
+  return mx::reshape(mx::reshape(product, other, s), product.shape(), s);
+}
+
 /** ORT's fused normalization y = x * s' + (B - mean * s') with s' = (1 / sqrt(var + eps)) * scale,
  *  rounded in that order. Where the spread is tiny against the mean (one value per instance:
  *  var = 0) its two terms cancel, and the same form keeps the result on ORT's (B +- 3e-5 there,
@@ -80,8 +95,8 @@ mx::array FusedNormalize(const mx::array& x, const mx::array& mean, const mx::ar
                          const mx::array& scale, const mx::array& bias, double eps, mx::Stream s) {
   const mx::array inv_std = mx::reciprocal(mx::sqrt(mx::add(var, Scalar(eps, var.dtype()), s), s), s);
   const mx::array new_scale = mx::multiply(inv_std, scale, s);
-  const mx::array new_bias = mx::subtract(bias, mx::multiply(mean, new_scale, s), s);
-  return mx::add(mx::multiply(x, new_scale, s), new_bias, s);
+  const mx::array new_bias = mx::subtract(bias, RoundedProduct(mean, new_scale, s), s);
+  return mx::add(RoundedProduct(x, new_scale, s), new_bias, s);
 }
 
 /** `a` reshaped to [1, C, 1, ..., 1] for a rank-`rank` input (broadcasts over channels). */
