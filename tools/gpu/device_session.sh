@@ -173,6 +173,10 @@ run_step() {
       ( ort_gpu_env && timeout "${BERT_TIMEOUT:-300}" $PY "$ROOT/bench/bench_bert_gpu.py" --json "$R/bench_bert_gpu.json" 2>&1 \
         | tee "$R/bench_bert_gpu.log" );;
     pytest) pytest_files ${PYTEST_FILES:?};;
+    split)  # SPLIT_TESTS (files or node ids) spread over SPLIT_JOBS processes (pytest_split.sh)
+      wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
+      ( ort_gpu_env && SPLIT_TIMEOUT="${SPLIT_TIMEOUT:-$(( ${CALL_BUDGET:-560} - SECONDS - 30 ))}" \
+          bash "$ROOT/tools/gpu/pytest_split.sh" "${SPLIT_JOBS:-$(nproc)}" ${SPLIT_TESTS:?} );;
     llm)
       wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; tail -40 "$W/make.log"; return 1; }
       tail -5 "$W/make.log"

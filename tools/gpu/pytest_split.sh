@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# pytest_split.sh JOBS TEST... : the tests of TEST (files or node ids) in JOBS processes at once,
+# each a round-robin share of the collected node ids, so one slow file no longer outlasts a
+# device call (test_indexing and test_pool took over 420 s each with a cold CUDA kernel cache).
+# Logs go to $OUT/reports/split_K.log; $OUT/reports/split_summary.txt gathers every process's
+# last line and its FAILED/ERROR lines. SPLIT_TIMEOUT bounds each process (default 400 s; SIGINT,
+# so that pytest still reports the failures it has seen).
+set -uo pipefail
+JOBS="$1" && shift
+R="$OUT/reports" && mkdir -p "$R"
+PY="${PY:-python3}"
+IDS=$(mktemp)
+$PY -m pytest -q -p no:cacheprovider --collect-only "$@" 2>/dev/null | grep '::' >"$IDS"
+echo "$(wc -l <"$IDS") tests in $JOBS processes" | tee "$R/split_summary.txt"
+for k in $(seq 0 $((JOBS - 1))); do
+  awk -v k="$k" -v n="$JOBS" '(NR - 1) % n == k' "$IDS" >"$IDS.$k"
+  [ -s "$IDS.$k" ] || continue
+  ( timeout -s INT -k 20 "${SPLIT_TIMEOUT:-400}" $PY -m pytest -q -p no:cacheprovider -rfE --tb=short $(cat "$IDS.$k") \
+      >"$R/split_$k.log" 2>&1; echo "split $k: rc=$? $(tail -1 "$R/split_$k.log")" ) &
+done | tee -a "$R/split_summary.txt"
+wait
+grep -h -E '^(FAILED|ERROR) ' "$R"/split_*.log | sort | tee -a "$R/split_summary.txt"
