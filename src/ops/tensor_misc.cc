@@ -278,8 +278,14 @@ std::vector<mx::array> TranslateEyeLike(const OpContext& c) {
   const int n = x.shape(0), m = x.shape(1);
   const int64_t k = c.node.AttrInt("k", 0);
   const mx::Dtype dtype = c.output_dtype(0);
-  if (k >= m || k <= -static_cast<int64_t>(n)) return {mx::zeros({n, m}, dtype, c.stream)};
-  return {mx::eye(n, m, static_cast<int>(k), dtype, c.stream)};
+  const mx::Stream s = c.stream;
+  if (k >= m || k <= -static_cast<int64_t>(n)) return {mx::zeros({n, m}, dtype, s)};
+  // Ones where column - row == k, by comparison rather than mx::eye, which scatters the ones and
+  // so fails on GPUs for 8-byte types (MLX's GPU scatter has none).
+  const mx::array rows = mx::reshape(mx::arange(n, mx::int32, s), {n, 1}, s);
+  const mx::array columns = mx::reshape(mx::arange(m, mx::int32, s), {1, m}, s);
+  const mx::array diagonal = mx::equal(mx::subtract(columns, rows, s), mx::array(static_cast<int>(k), mx::int32), s);
+  return {mx::astype(diagonal, dtype, s)};
 }
 
 }  // namespace

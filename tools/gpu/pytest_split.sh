@@ -15,7 +15,8 @@ echo "$(wc -l <"$IDS") tests in $JOBS processes" | tee "$R/split_summary.txt"
 for k in $(seq 0 $((JOBS - 1))); do
   awk -v k="$k" -v n="$JOBS" '(NR - 1) % n == k' "$IDS" >"$IDS.$k"
   [ -s "$IDS.$k" ] || continue
-  ( timeout -s INT -k 20 "${SPLIT_TIMEOUT:-400}" $PY -m pytest -q -p no:cacheprovider -rfE --tb=short $(cat "$IDS.$k") \
+  ( timeout -s INT -k 20 "${SPLIT_TIMEOUT:-400}" $PY -c 'import sys, pytest; sys.exit(pytest.main(sys.argv[2:] + open(sys.argv[1]).read().splitlines()))' \
+      "$IDS.$k" -q -p no:cacheprovider -rfE --tb=short \
       >"$R/split_$k.log" 2>&1; echo "split $k: rc=$? $(tail -1 "$R/split_$k.log")" ) &
 done | tee -a "$R/split_summary.txt"
 wait

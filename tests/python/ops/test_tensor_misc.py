@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from harness import (BF16, assert_declined, assert_mlx_error, check_parity, ids, make_model, node_model, onnx_type,
-                     random_array, run_mlx)
+from harness import (BF16, assert_declined, assert_mlx_error, check_parity, ids, make_model, mlx_device, node_model,
+                     onnx_type, random_array, run_mlx)
 from harness_bf16 import check_bf16, check_parity_or_numpy, check_parity_via_float32 as parity
 
 ALL_TYPES = [np.float32, np.float16, BF16, np.float64, np.int8, np.int16, np.int32, np.int64, np.uint8,
@@ -146,7 +146,17 @@ def test_cumsum_integers_wrap_and_long_rows():
     x = np.array([[2**31 - 5, 3, 7, -2**31, -9]], np.int32)
     check_parity(*node_model("CumSum", [("x", x)], {}, 14, host=[("axis", np.array(1, np.int64))]))
     y = random_array((3, 4000), np.float32)
-    check_parity(*node_model("CumSum", [("x", y)], {"reverse": 1}, 14, host=[("axis", np.array(-1, np.int64))]))
+    model, feeds = node_model("CumSum", [("x", y)], {"reverse": 1}, 14, host=[("axis", np.array(-1, np.int64))])
+    if mlx_device() == "cpu":
+        check_parity(model, feeds)
+        return
+    # A GPU scans in blocks, not in ORT's order (7.5e-5 off ORT at 1.57 on the H200): there, the
+    # sums against float64 within 1e-5 of the sum of magnitudes, the bound of any summation order.
+    got, mlx, total = run_mlx(model, feeds)
+    assert mlx == total == 1
+    exact = np.cumsum(y.astype(np.float64)[:, ::-1], axis=1)[:, ::-1]
+    magnitude = np.cumsum(np.abs(y.astype(np.float64))[:, ::-1], axis=1)[:, ::-1]
+    assert np.all(np.abs(got[0] - exact) <= 1e-5 * magnitude)
 
 
 @pytest.mark.parametrize("exclusive,reverse", [(0, 0), (1, 1)])
