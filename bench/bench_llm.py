@@ -87,6 +87,8 @@ def main():
     ap.add_argument("--past", default="128,1024", help="past lengths of the decode steps (empty: none)")
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--block", type=int, default=1,
+                    help="runs of one peer in a row per round, the first untimed (bench/timing.median_ms; 1: interleaved)")
     ap.add_argument("--threads", type=int, default=0, help="ORT CPU EP intra-op threads (0: ORT's default)")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "models", "llm"))
     ap.add_argument("--json", help="write the results here")
@@ -105,7 +107,8 @@ def main():
     device = mlx_ep.get_ep_devices()[0].ep_metadata.get("mlx_device", "?")
     print(f"MLX device: {device}; onnxruntime {ort.__version__}; {os.cpu_count()} CPUs; hidden {cfg.hidden}, "
           f"{cfg.layers} layers, {cfg.heads}/{cfg.kv_heads} heads, intermediate {cfg.intermediate}, vocab {cfg.vocab}; "
-          f"batch 1; median of {args.iters} runs after {args.warmup} warm-up runs\n")
+          f"batch 1; median of {args.iters} runs after {args.warmup} warm-up runs"
+          + (f", in blocks of {args.block} per peer (the first untimed)" if args.block > 1 else ", interleaved") + "\n")
     cuda = "CUDAExecutionProvider" in ort.get_available_providers()  # onnxruntime-gpu: a third peer
     print("| model | phase | nodes claimed/total (partitions) | ORT CPU ms | MLX EP ms | CPU tok/s | MLX tok/s | CPU/MLX |"
           + (" ORT CUDA ms | CUDA/MLX |" if cuda else ""))
@@ -124,7 +127,7 @@ def main():
         phases += [(f"decode @{p}", 1, lambda s, p=p: decode_fn(s, cfg, np_dtype, bool(shared), form == "standard", p, rng))
                    for p in map(int, filter(None, args.past.split(",")))]
         for phase, tokens, make in phases:
-            cpu_ms, mlx_ms, *cuda_ms = median_ms([make(s) for s in peers], args.warmup, args.iters)
+            cpu_ms, mlx_ms, *cuda_ms = median_ms([make(s) for s in peers], args.warmup, args.iters, block=args.block)
             row = dict(model=name, phase=phase, claimed=claimed, cpu_ms=cpu_ms, mlx_ms=mlx_ms,
                        cpu_tps=tokens / cpu_ms * 1e3, mlx_tps=tokens / mlx_ms * 1e3, ratio=cpu_ms / mlx_ms)
             if cuda_ms:

@@ -3,17 +3,24 @@ import statistics
 import time
 
 
-def median_ms(fns, warmup, iters, clock=time.perf_counter):
+def median_ms(fns, warmup, iters, clock=time.perf_counter, block=1):
     """Median milliseconds of each of `fns`. Runs are interleaved, one of each per round, so that
     load from other processes falls on every peer alike. `clock`: perf_counter (wall time) or,
-    say, process_time (CPU time of the process)."""
+    say, process_time (CPU time of the process). With `block` > 1 each round runs each peer
+    `block` times in a row, the first untimed: on a machine of few cores a peer timed right after
+    another shares the cores with the other's threads while they still spin (ORT's intra-op
+    threads spin after a run by default), and its caches hold the other's weights."""
     for _ in range(warmup):
         for fn in fns:
             fn()
     times = [[] for _ in fns]
-    for _ in range(iters):
+    rounds = iters if block == 1 else -(-iters // (block - 1))
+    for _ in range(rounds):
         for fn, t in zip(fns, times):
-            t0 = clock()
-            fn()
-            t.append((clock() - t0) * 1e3)
+            if block > 1:
+                fn()
+            for _ in range(max(1, block - 1)):
+                t0 = clock()
+                fn()
+                t.append((clock() - t0) * 1e3)
     return [statistics.median(t) for t in times]

@@ -137,11 +137,81 @@ MLX_EP_VNNI void CombineColumns(const Problem& p, int n, int cols, int m, const 
     p.y[static_cast<size_t>(m) * p.shape.N + n + j] = (y[j] + Bias(p, n + j)) + zp_sum[j];
 }
 
+/** sum over blocks of a_blksum * (-scale_b * zp) for row m, column col: MLAS's zero-point term. */
+MLX_EP_VNNI float ZeroPointTerm(const Problem& p, size_t col, int m) {
+  const int kb = p.shape.k_blocks;
+  const float* a_blksum = p.a_blksum + static_cast<size_t>(m) * kb;
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  __m512 part = _mm512_setzero_ps();
+  for (int blk = 0; blk < kb; blk += 16) {
+    const int count = std::min(16, kb - blk);
+    const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
+    const __m512 scale_b = _mm512_maskz_loadu_ps(mask, p.scales + col * kb + blk);
+    __m512 zp = _mm512_set1_ps(8.f);  // ORT's default zero point
+    if (p.zp_packed) {
+      const __mmask16 zp_bytes = static_cast<__mmask16>((1u << ((count + 1) / 2)) - 1);
+      const __m128i v = _mm_maskz_loadu_epi8(zp_bytes, p.zp_packed + col * p.zp_row_bytes + blk / 2);
+      zp = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+          _mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4))));
+    }
+    const __m512 neg_scaled_zp = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), scale_b), zp);
+    part = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a_blksum + blk), neg_scaled_zp, part);
+  }
+  return _mm512_reduce_add_ps(part);
+}
+
+/** One row of A (decode): columns n .. n + cols - 1 in one pass. Int32 lane l of a span's
+ *  dpbusd sums values 8l .. 8l + 7, so 128-bit lane t is one run of 32 values, inside block
+ *  (k0 / 32 + t) >> Levels: each lane is converted and multiplied by its block's scale_a * scale_b
+ *  into a float accumulator, with no store of the sums of 32 and no second pass. The int32 partial
+ *  sums are exact; the float sum runs over sums of 8 instead of MLAS's whole blocks (rounding
+ *  only). Against Dots32 + CombineColumns: one forward pass's MatMulNBits (Qwen2-0.5B shape, block
+ *  32) 42.3 -> 40.2 ms, a decode step 44.1 -> 43.2 ms: little, so this kernel is bound by
+ *  something other than its instruction count (not found yet; ORT's takes 14-17 ms). */
+template <int Levels>
+MLX_EP_VNNI void DecodeColumns(const Problem& p, int n, int cols) {
+  const int kb = p.shape.k_blocks;
+  const size_t row_bytes = static_cast<size_t>(kb) * p.shape.block_size / 2;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  // The block of lane t relative to the span's first block: t >> Levels (one block for >= 128).
+  const __m512i lane_block = _mm512_srli_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                               Levels);
+  constexpr int kSpanBlocks = Levels >= 2 ? 1 : 4 >> Levels;  // blocks one span of 128 touches
+  __m512 acc[kColumns];
+  for (int j = 0; j < kColumns; ++j) acc[j] = _mm512_setzero_ps();
+  for (int k0 = 0; k0 < p.padded_k; k0 += 128) {
+    const int bytes = std::min(64, (p.padded_k - k0) / 2);
+    const __mmask64 mask = bytes == 64 ? ~__mmask64{0} : ((__mmask64{1} << bytes) - 1);
+    const int blk0 = (k0 / 32) >> Levels;
+    const __mmask16 blocks = static_cast<__mmask16>((1u << std::min(kSpanBlocks, kb - blk0)) - 1);
+    const __m512 scale_a = _mm512_maskz_loadu_ps(blocks, p.a_scale + blk0);
+    const __m512i a_even = _mm512_loadu_si512(p.qa_vnni + k0), a_odd = _mm512_loadu_si512(p.qa_vnni + k0 + 64);
+    for (int j = 0; j < kColumns; ++j) {
+      if (j >= cols) break;
+      const size_t col = static_cast<size_t>(n + j);
+      const __m512i v = _mm512_maskz_loadu_epi8(mask, p.b + col * row_bytes + k0 / 2);
+      const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a_even), hi, a_odd);
+      const __m512 scales =
+          _mm512_mul_ps(scale_a, _mm512_maskz_loadu_ps(blocks, p.scales + col * kb + blk0));
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(lane_block, scales), acc[j]);
+    }
+  }
+  for (int j = 0; j < cols; ++j) {  // MLAS adds the zero-point GEMM to C last
+    const size_t col = static_cast<size_t>(n + j);
+    p.y[col] = (_mm512_reduce_add_ps(acc[j]) + Bias(p, n + j)) + ZeroPointTerm(p, col, 0);
+  }
+}
+
 }  // namespace
 
 template <int Levels>
 void VnniBlockRangeOf(const Problem& p, int n0, int n1) {
   constexpr int levels = Levels;  // block_size = 32 << Levels
+  if (p.M == 1) {
+    for (int n = n0; n < n1; n += kColumns) DecodeColumns<Levels>(p, n, std::min(kColumns, n1 - n));
+    return;
+  }
   const int spans = (p.padded_k + 127) / 128;
   // A row of sums of 32: 4 per span, then zeros up to a whole number of BlockDots loads.
   const int stride = std::max(spans * 4, (p.shape.k_blocks + 15) / 16 * 16 << levels);
