@@ -88,7 +88,7 @@ def main():
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--block", type=int, default=1,
-                    help="runs of one peer in a row per round, the first untimed (bench/timing.median_ms; 1: interleaved)")
+                    help="runs of one peer in a row per round, the first untimed (timing.median_ms; 1: interleaved)")
     ap.add_argument("--threads", type=int, default=0, help="ORT CPU EP intra-op threads (0: ORT's default)")
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "models", "llm"))
     ap.add_argument("--json", help="write the results here")

@@ -7,8 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from harness import (NO_KERNEL, BF16, EP, assert_close, check_parity, cpu_or_none, float64_on_mlx, numpy_outputs, run_cpu,
-                     run_mlx, run_mlx_nodes)
+from harness import (NO_KERNEL, BF16, EP, assert_close, check_parity, cpu_or_none, float64_on_mlx, numpy_outputs,
+                     run_cpu, run_mlx, run_mlx_nodes)
 
 
 def bf16_wrapped(model):
@@ -74,7 +74,8 @@ def cpu_bf16_or_none(model, feeds):
 def check_parity_or_numpy(model, feeds, fallback=None, bf16_rtol=None, bf16_atol=None):
     """check_parity against ORT CPU, or against numpy `fallback()` where the CPU EP has no kernel;
     bfloat16 feeds go through check_bf16 (with bf16_rtol/bf16_atol), and where MLX has no float64 a
-    model fed float64 must be declined (0 nodes on MLX) and still give the reference's answer."""
+    model fed float64 must be declined (not all of it on MLX) and still give the reference's
+    answer, or, where ORT's CPU EP has no kernel for it either, fail to load (NO_KERNEL)."""
     if any(v.dtype == BF16 for v in feeds.values()):
         return check_bf16(model, feeds, numpy_outputs(fallback), bf16_rtol, bf16_atol)
     ort = cpu_or_none(model, feeds)

@@ -9,8 +9,7 @@ from onnx.reference.ops.op_scatter_elements import scatter_elements as scatter_e
 from onnx.reference.ops.op_scatternd import _scatter_nd_impl as scatter_nd_reference
 
 from harness import (NO_KERNEL, BF16, assert_close, assert_declined, check_parity, float64_on_mlx, ids, make_model,
-                     mlx_device, node_model,
-                     random_array, run_cpu, run_mlx)
+                     mlx_device, node_model, random_array, run_cpu, run_mlx)
 from harness_bf16 import check_bf16
 from harness_bf16 import check_parity_via_float32 as parity
 

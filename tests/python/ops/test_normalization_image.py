@@ -8,8 +8,8 @@ import numpy as np
 import onnx
 import pytest
 
-from harness import (NO_KERNEL, BF16, assert_close, assert_close_to_scale, assert_declined, check_parity, float64_on_mlx,
-                     ids, make_model, mlx_device, random_array, run_cpu, run_mlx)
+from harness import (NO_KERNEL, BF16, assert_close, assert_close_to_scale, assert_declined, check_parity,
+                     float64_on_mlx, ids, make_model, mlx_device, random_array, run_cpu, run_mlx)
 from harness_bf16 import check_bf16, check_parity_via_float32
 
 import onnxruntime_ep_mlx as mlx_ep
