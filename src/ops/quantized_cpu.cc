@@ -29,6 +29,7 @@
 #include "common/env.h"
 #include "mlx/primitives.h"
 #include "ops/cpu_primitive.h"
+#include "runtime/mlx_thread.h"
 
 namespace mlx_ep {
 namespace nbits_cpu {
@@ -98,12 +99,16 @@ class ColumnPool {
     }
   }
 
-  /** Waits up to kSpin for a batch after `seen` without sleeping: a decode step calls the pool
-   *  every 0.1-0.5 ms (a hundred MatMulNBits), and a sleep and wake-up through the condition
-   *  variable cost tens of microseconds each. */
+  /** Waits up to ONNXRUNTIME_EP_MLX_SPIN_US (default 0: not at all) for a batch after `seen`
+   *  without sleeping. A decode step calls the pool a hundred times, 0.1-0.5 ms apart, and each
+   *  sleep and wake-up through the condition variable costs tens of microseconds: with 200 us a
+   *  Qwen2-0.5B int4 decode step took 36.8 ms instead of 41.9 (2 cores, alone). But a spinning
+   *  worker takes a core from MLX's CPU stream thread: one-node MatMulNBits runs took 1.5x as
+   *  long. So it is opt-in, like the hand-off's spin (runtime/mlx_thread.h). */
   void SpinFor(uint64_t seen) const {
-    constexpr auto kSpin = std::chrono::microseconds(200);
-    const auto until = std::chrono::steady_clock::now() + kSpin;
+    static const auto spin = std::chrono::microseconds(MlxThreadSpinMicros());
+    if (spin.count() == 0) return;
+    const auto until = std::chrono::steady_clock::now() + spin;
     while (published_.load(std::memory_order_acquire) == seen) {
       for (int i = 0; i < 64; ++i) Pause();
       if (std::chrono::steady_clock::now() >= until) return;

@@ -177,29 +177,39 @@ MLX_EP_VNNI void DecodeColumns(const Problem& p, int n, int cols) {
   const __m512i lane_block = _mm512_srli_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
                                                Levels);
   constexpr int kSpanBlocks = Levels >= 2 ? 1 : 4 >> Levels;  // blocks one span of 128 touches
-  __m512 acc[kColumns];
-  for (int j = 0; j < kColumns; ++j) acc[j] = _mm512_setzero_ps();
+  // Without zero points (8 for every block) the zero-point term accumulates here too, per span:
+  // blksum * scale_b over the span's blocks; with packed ones ZeroPointTerm reads them after.
+  const bool default_zp = p.zp_packed == nullptr;
+  __m512 acc[kColumns], zp_acc[kColumns];
+  for (int j = 0; j < kColumns; ++j) acc[j] = zp_acc[j] = _mm512_setzero_ps();
   for (int k0 = 0; k0 < p.padded_k; k0 += 128) {
     const int bytes = std::min(64, (p.padded_k - k0) / 2);
     const __mmask64 mask = bytes == 64 ? ~__mmask64{0} : ((__mmask64{1} << bytes) - 1);
     const int blk0 = (k0 / 32) >> Levels;
+    // A span starts a block of 256 only every other time (Levels 3): its blocks count once.
+    const bool new_block = Levels < 3 || (k0 / 128) % 2 == 0;
     const __mmask16 blocks = static_cast<__mmask16>((1u << std::min(kSpanBlocks, kb - blk0)) - 1);
     const __m512 scale_a = _mm512_maskz_loadu_ps(blocks, p.a_scale + blk0);
+    const __m512 blksum = _mm512_maskz_loadu_ps(new_block ? blocks : 0, p.a_blksum + blk0);
     const __m512i a_even = _mm512_loadu_si512(p.qa_vnni + k0), a_odd = _mm512_loadu_si512(p.qa_vnni + k0 + 64);
     for (int j = 0; j < kColumns; ++j) {
-      if (j >= cols) break;
-      const size_t col = static_cast<size_t>(n + j);
+      // Past cols: column n + cols - 1 again (computed, not stored), so no branch in the loop.
+      const size_t col = static_cast<size_t>(n + std::min(j, cols - 1));
       const __m512i v = _mm512_maskz_loadu_epi8(mask, p.b + col * row_bytes + k0 / 2);
       const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
       const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a_even), hi, a_odd);
-      const __m512 scales =
-          _mm512_mul_ps(scale_a, _mm512_maskz_loadu_ps(blocks, p.scales + col * kb + blk0));
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(lane_block, scales), acc[j]);
+      const __m512 scale_b = _mm512_maskz_loadu_ps(blocks, p.scales + col * kb + blk0);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(lane_block, _mm512_mul_ps(scale_a, scale_b)),
+                               acc[j]);
+      zp_acc[j] = _mm512_fmadd_ps(blksum, scale_b, zp_acc[j]);
     }
   }
+  float y[kColumns], zp_sum[kColumns];
+  _mm_storeu_ps(y, Sums4(acc));
+  _mm_storeu_ps(zp_sum, Sums4(zp_acc));
   for (int j = 0; j < cols; ++j) {  // MLAS adds the zero-point GEMM to C last
     const size_t col = static_cast<size_t>(n + j);
-    p.y[col] = (_mm512_reduce_add_ps(acc[j]) + Bias(p, n + j)) + ZeroPointTerm(p, col, 0);
+    p.y[col] = (y[j] + Bias(p, n + j)) + (default_zp ? -8.f * zp_sum[j] : ZeroPointTerm(p, col, 0));
   }
 }
 
