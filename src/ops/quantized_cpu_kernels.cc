@@ -143,7 +143,7 @@ MLX_EP_AVX512 void Avx512Columns(const Problem& p, int n, int m0) {
  *  scale multiplies once per block instead of into a new table per block and column, which cost
  *  more than the lookups at block size 32. Decode of genai_int4_b32_shared (Qwen2-0.5B shape, 2
  *  cores): one forward pass's MatMulNBits 54.5 -> 44.4 ms (bench_matmulnbits.py), the step
- *  49.1 -> 41.9 ms alone, 50.2 -> 47.4 ms beside ORT (bench_llm.py --block 5). ORT rounds
+ *  49.1 -> 41.9 ms alone, 50.2 -> 48.8 ms beside ORT (bench_llm.py --block 5). ORT rounds
  *  each weight (q - 8) * scale and sums; this sums and then scales: the same products up to a
  *  rounding per block. x holds each 32 values as 16 evens then 16 odds. */
 template <int R, int NC>
