@@ -21,6 +21,7 @@
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
 #include "runtime/device.h"
+#include "runtime/scalars.h"  // BehindReshapes
 
 namespace mlx_ep {
 namespace {
@@ -81,10 +82,7 @@ mx::array Variance(const mx::array& centered, const std::vector<int>& axes, int6
  *  CPU device the product stays fused (its kernels round as ORT's do, measured). */
 mx::array RoundedProduct(const mx::array& a, const mx::array& b, mx::Stream s) {
   const mx::array product = mx::multiply(a, b, s);
-  if (RuntimeDevice().type == mx::Device::cpu) return product;
-  const mx::Shape flat{static_cast<int>(product.size())};
-  const mx::Shape other = product.shape() == flat ? mx::Shape{1, flat[0]} : flat;
-  return mx::reshape(mx::reshape(product, other, s), product.shape(), s);
+  return RuntimeDevice().type == mx::Device::cpu ? product : BehindReshapes(product, s);
 }
 
 /** ORT's fused normalization y = x * s' + (B - mean * s') with s' = (1 / sqrt(var + eps)) * scale,

@@ -37,12 +37,6 @@ bool MlxFuses(const mx::Primitive& p) {
   return kFused.count(p.name()) > 0;
 }
 
-/** `leaf` behind two Reshapes (mx::reshape returns an array of the same shape itself). */
-mx::array AsData(const mx::array& leaf, mx::Stream s) {
-  const mx::Shape other = leaf.ndim() == 1 ? mx::Shape{} : mx::Shape{1};
-  return mx::reshape(mx::reshape(leaf, other, s), leaf.shape(), s);
-}
-
 /** A key for a leaf's value: its dtype, shape and bytes (one replacement per distinct value). */
 std::string ValueKey(mx::array& leaf) {
   std::string key = std::to_string(static_cast<int>(leaf.dtype().val())) + ":" + std::to_string(leaf.ndim()) + ":";
@@ -52,6 +46,13 @@ std::string ValueKey(mx::array& leaf) {
 }
 
 }  // namespace
+
+mx::array BehindReshapes(const mx::array& a, mx::Stream stream) {
+  const int size = static_cast<int>(a.size());
+  // A shape other than a's: [size] unless a is 1-D, then [] for one value, else [1, size].
+  const mx::Shape other = a.ndim() != 1 ? mx::Shape{size} : size == 1 ? mx::Shape{} : mx::Shape{1, size};
+  return mx::reshape(mx::reshape(a, other, stream), a.shape(), stream);
+}
 
 void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream) {
   std::unordered_set<std::uintptr_t> seen;
@@ -74,7 +75,7 @@ void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream
       if (in.size() != 1 || in.is_tracer() || !in.is_available() || in.data<void>() == nullptr) continue;
       std::string key = ValueKey(in);
       auto it = replaced.find(key);
-      if (it == replaced.end()) it = replaced.emplace(std::move(key), AsData(in, stream)).first;
+      if (it == replaced.end()) it = replaced.emplace(std::move(key), BehindReshapes(in, stream)).first;
       in = it->second;
     }
   }

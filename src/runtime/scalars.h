@@ -20,4 +20,9 @@ namespace mx = mlx::core;
  *  and one kernel serves every value. Values and dtypes are unchanged. */
 void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream);
 
+/** `a` behind two Reshapes (a view, no copy): mx::compile does not fuse a Reshape, so a fused
+ *  kernel ends at `a` (which it writes, rounded) or reads it as an input (mx::reshape to the same
+ *  shape returns the array itself, hence two). */
+mx::array BehindReshapes(const mx::array& a, mx::Stream stream);
+
 }  // namespace mlx_ep
