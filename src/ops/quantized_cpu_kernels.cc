@@ -54,6 +54,33 @@ void ScalarFloat(const Problem& p, int n0, int n1) {
 
 #if defined(MLX_EP_NBITS_X86)
 
+/** acc[r][j] += one block of 4-bit column j (its bytes from blob[j]) times row r of xb, the
+ *  weights looked up in table[j]. 32 values from 16 bytes: the bytes widened to 16 lanes hold the
+ *  even values in their low 4 bits and the odd ones in bits 4-7; the table lookup reads only the
+ *  low 4 bits. x holds each 32 values as 16 evens then 16 odds (PrepareX). Arrays by reference
+ *  and always inlined, so that the callers' accumulators stay in registers. */
+template <int R, int NC>
+MLX_EP_AVX512 __attribute__((always_inline)) inline void Accumulate4BitBlock(
+    const Problem& p, const float* xb, const uint8_t* const (&blob)[NC], const __m512 (&table)[NC],
+    __m512 (&acc)[R][NC]) {
+  for (int c = 0; c < p.shape.block_size; c += 32) {
+    __m512 xa[R], xc[R];
+    for (int r = 0; r < R; ++r) {
+      xa[r] = _mm512_loadu_ps(xb + static_cast<size_t>(r) * p.padded_k + c);
+      xc[r] = _mm512_loadu_ps(xb + static_cast<size_t>(r) * p.padded_k + c + 16);
+    }
+    for (int j = 0; j < NC; ++j) {
+      const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blob[j] + c / 2)));
+      const __m512 w0 = _mm512_permutexvar_ps(q, table[j]);
+      const __m512 w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table[j]);
+      for (int r = 0; r < R; ++r) {
+        acc[r][j] = _mm512_fmadd_ps(w0, xa[r], acc[r][j]);
+        acc[r][j] = _mm512_fmadd_ps(w1, xc[r], acc[r][j]);
+      }
+    }
+  }
+}
+
 /** NC columns from n and R rows from m0 (R * NC accumulators; the rows of A are loaded once for
  *  all NC columns). Per block and column: its weight table (2 and 4 bits) and scale. */
 template <int Bits, int R, int NC>
@@ -95,26 +122,7 @@ MLX_EP_AVX512 void Avx512Columns(const Problem& p, int n, int m0) {
     }
     const float* xb = x0 + static_cast<size_t>(blk) * s.block_size;
     if (Bits == 4 && s.block_size >= 32) {
-      // 32 values from 16 bytes: the bytes widened to 16 lanes hold the even values in their
-      // low 4 bits and the odd ones in bits 4-7; the table lookup reads only the low 4 bits.
-      // x holds each 32 values as 16 evens then 16 odds (PrepareX).
-      for (int c = 0; c < s.block_size; c += 32) {
-        __m512 xa[R], xc[R];
-        for (int r = 0; r < R; ++r) {
-          xa[r] = _mm512_loadu_ps(xb + static_cast<size_t>(r) * p.padded_k + c);
-          xc[r] = _mm512_loadu_ps(xb + static_cast<size_t>(r) * p.padded_k + c + 16);
-        }
-        for (int j = 0; j < NC; ++j) {
-          const __m512i q =
-              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blob[j] + c / 2)));
-          const __m512 w0 = _mm512_permutexvar_ps(q, table[j]);
-          const __m512 w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table[j]);
-          for (int r = 0; r < R; ++r) {
-            acc[r][j] = _mm512_fmadd_ps(w0, xa[r], acc[r][j]);
-            acc[r][j] = _mm512_fmadd_ps(w1, xc[r], acc[r][j]);
-          }
-        }
-      }
+      Accumulate4BitBlock<R, NC>(p, xb, blob, table, acc);
     } else {
       for (int c = 0; c < s.block_size; c += 16) {
         __m512 xa[R];
@@ -150,7 +158,8 @@ template <int R, int NC>
 MLX_EP_AVX512 void Avx512Int4NoZeroPoints(const Problem& p, int n, int m0) {
   const NBitsShape& s = p.shape;
   const size_t blob_bytes = static_cast<size_t>(s.block_size) / 2;
-  const __m512 table = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  __m512 table[NC];
+  for (int j = 0; j < NC; ++j) table[j] = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
   __m512 total[R][NC];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < NC; ++j) total[r][j] = _mm512_setzero_ps();
@@ -166,23 +175,7 @@ MLX_EP_AVX512 void Avx512Int4NoZeroPoints(const Problem& p, int n, int m0) {
     __m512 acc[R][NC];
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < NC; ++j) acc[r][j] = _mm512_setzero_ps();
-    const float* xb = x0 + static_cast<size_t>(blk) * s.block_size;
-    for (int c = 0; c < s.block_size; c += 32) {
-      __m512 xa[R], xc[R];
-      for (int r = 0; r < R; ++r) {
-        xa[r] = _mm512_loadu_ps(xb + static_cast<size_t>(r) * p.padded_k + c);
-        xc[r] = _mm512_loadu_ps(xb + static_cast<size_t>(r) * p.padded_k + c + 16);
-      }
-      for (int j = 0; j < NC; ++j) {
-        const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blob[j] + c / 2)));
-        const __m512 w0 = _mm512_permutexvar_ps(q, table);  // the low 4 bits index the table
-        const __m512 w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(q, 4), table);
-        for (int r = 0; r < R; ++r) {
-          acc[r][j] = _mm512_fmadd_ps(w0, xa[r], acc[r][j]);
-          acc[r][j] = _mm512_fmadd_ps(w1, xc[r], acc[r][j]);
-        }
-      }
-    }
+    Accumulate4BitBlock<R, NC>(p, x0 + static_cast<size_t>(blk) * s.block_size, blob, table, acc);
     for (int j = 0; j < NC; ++j) {
       const __m512 sc = _mm512_set1_ps(scale[j][blk]);
       for (int r = 0; r < R; ++r) total[r][j] = _mm512_fmadd_ps(acc[r][j], sc, total[r][j]);
