@@ -99,6 +99,17 @@ MLX_EP_VNNI inline __m128 Sums4(const __m512* v) {
   return _mm_add_ps(_mm256_castps256_ps128(half), _mm256_extractf128_ps(half, 1));
 }
 
+/** The zero points of blocks blk .. blk + count - 1 (count <= 16, blk even) of column col as
+ *  floats: the packed 4-bit ones, or ORT's default 8. */
+MLX_EP_VNNI inline __m512 ZeroPoints16(const Problem& p, size_t col, int blk, int count) {
+  if (!p.zp_packed) return _mm512_set1_ps(8.f);
+  const __m128i low4 = _mm_set1_epi8(0x0F);
+  const __mmask16 zp_bytes = static_cast<__mmask16>((1u << ((count + 1) / 2)) - 1);
+  const __m128i v = _mm_maskz_loadu_epi8(zp_bytes, p.zp_packed + col * p.zp_row_bytes + blk / 2);
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4))));
+}
+
 /** y[m, n .. n + cols - 1] from the sums of 32 of row m, columns n .. (pass 2; `dots` holds
  *  kColumns rows of `stride`, those past cols unused). */
 template <int Levels>
@@ -106,13 +117,11 @@ MLX_EP_VNNI void CombineColumns(const Problem& p, int n, int cols, int m, const 
   const int kb = p.shape.k_blocks;
   const float* sa = p.a_scale + static_cast<size_t>(m) * kb;
   const float* a_blksum = p.a_blksum + static_cast<size_t>(m) * kb;
-  const __m128i low4 = _mm_set1_epi8(0x0F);
   __m512 acc[kColumns], zp_part[kColumns];
   for (int j = 0; j < kColumns; ++j) acc[j] = zp_part[j] = _mm512_setzero_ps();
   for (int blk = 0; blk < kb; blk += 16) {
     const int count = std::min(16, kb - blk);
     const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
-    const __mmask16 zp_bytes = static_cast<__mmask16>((1u << ((count + 1) / 2)) - 1);
     const __m512 scale_a = _mm512_maskz_loadu_ps(mask, sa + blk);
     const __m512 blksum = _mm512_maskz_loadu_ps(mask, a_blksum + blk);
     for (int j = 0; j < kColumns; ++j) {
@@ -120,12 +129,7 @@ MLX_EP_VNNI void CombineColumns(const Problem& p, int n, int cols, int m, const 
       const __m512 scale_b = _mm512_maskz_loadu_ps(mask, p.scales + col * kb + blk);
       const __m512 dot = _mm512_cvtepi32_ps(BlockDots<Levels>(dots + j * static_cast<size_t>(stride), blk));
       acc[j] = _mm512_fmadd_ps(dot, _mm512_mul_ps(scale_a, scale_b), acc[j]);
-      __m512 zp = _mm512_set1_ps(8.f);  // ORT's default zero point
-      if (p.zp_packed) {
-        const __m128i v = _mm_maskz_loadu_epi8(zp_bytes, p.zp_packed + col * p.zp_row_bytes + blk / 2);
-        zp = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-            _mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4))));
-      }
+      const __m512 zp = ZeroPoints16(p, col, blk, count);
       const __m512 neg_scaled_zp = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), scale_b), zp);
       zp_part[j] = _mm512_fmadd_ps(blksum, neg_scaled_zp, zp_part[j]);
     }
@@ -141,19 +145,12 @@ MLX_EP_VNNI void CombineColumns(const Problem& p, int n, int cols, int m, const 
 MLX_EP_VNNI float ZeroPointTerm(const Problem& p, size_t col, int m) {
   const int kb = p.shape.k_blocks;
   const float* a_blksum = p.a_blksum + static_cast<size_t>(m) * kb;
-  const __m128i low4 = _mm_set1_epi8(0x0F);
   __m512 part = _mm512_setzero_ps();
   for (int blk = 0; blk < kb; blk += 16) {
     const int count = std::min(16, kb - blk);
     const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
     const __m512 scale_b = _mm512_maskz_loadu_ps(mask, p.scales + col * kb + blk);
-    __m512 zp = _mm512_set1_ps(8.f);  // ORT's default zero point
-    if (p.zp_packed) {
-      const __mmask16 zp_bytes = static_cast<__mmask16>((1u << ((count + 1) / 2)) - 1);
-      const __m128i v = _mm_maskz_loadu_epi8(zp_bytes, p.zp_packed + col * p.zp_row_bytes + blk / 2);
-      zp = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-          _mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4))));
-    }
+    const __m512 zp = ZeroPoints16(p, col, blk, count);
     const __m512 neg_scaled_zp = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), scale_b), zp);
     part = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a_blksum + blk), neg_scaled_zp, part);
   }

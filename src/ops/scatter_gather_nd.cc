@@ -51,15 +51,15 @@ Claim ClaimScatter(const NodeView& v) {
   if (!ParseReduction(v.node()))
     return Claim::No("reduction '" + v.node().AttrString("reduction", "") + "' is not defined in opset " +
                      std::to_string(v.node().since_version));
+  const bool gpu = RuntimeDevice() == mx::Device(mx::Device::gpu);
   // MLX's GPU scatter has no 8-byte element types yet (it throws).
-  if (RuntimeDevice() == mx::Device(mx::Device::gpu) &&
-      IsOneOf(v.input_type(0), {ElemType::kInt64, ElemType::kUInt64, ElemType::kDouble}))
+  if (gpu && IsOneOf(v.input_type(0), {ElemType::kInt64, ElemType::kUInt64, ElemType::kDouble}))
     return Claim::No(TypeReason(v, 0, "MLX's GPU scatter lacks 8-byte types"));
   // ORT's max/min is out = out > u ? out : u (min: <): a NaN update wins and NaN data is replaced.
   // MLX's GPU scatter keeps NaN data and drops NaN updates (measured on the H200), and NaNs are
   // runtime data: not claimed for floats there.
   const Reduction red = *ParseReduction(v.node());
-  if (RuntimeDevice() == mx::Device(mx::Device::gpu) && (red == Reduction::kMax || red == Reduction::kMin) &&
+  if (gpu && (red == Reduction::kMax || red == Reduction::kMin) &&
       IsOneOf(v.input_type(0), {ElemType::kFloat, ElemType::kFloat16, ElemType::kBFloat16}))
     return Claim::No("reduction '" + v.node().AttrString("reduction", "") +
                      "' on floats: MLX's GPU scatter does not follow ORT's NaN rule");
