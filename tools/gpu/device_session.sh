@@ -201,7 +201,8 @@ run_step() {
 }
 
 finish() {
-  [ -d "$W/ptx" ] && tar -czf "$OUT/ptx.tar.gz" -C "$W" ptx && log "ptx cache $(du -sh "$OUT/ptx.tar.gz" | cut -f1)"
+  # The kernel cache (80 MB and more) is over what one call brings back: only on request.
+  [ -n "${KEEP_PTX:-}" ] && [ -d "$W/ptx" ] && tar -czf "$OUT/ptx.tar.gz" -C "$W" ptx && log "ptx cache $(du -sh "$OUT/ptx.tar.gz" | cut -f1)"
   cp "$W"/make.log "$W"/bg.log "$OUT/reports/" 2>/dev/null
   [ -d "$OUT/reports" ] && tar -czf "$OUT/gpu-reports.tar.gz" -C "$OUT" reports run.log && rm -rf "$OUT/reports"
 }

@@ -4,7 +4,9 @@
 # device call (test_indexing and test_pool took over 420 s each with a cold CUDA kernel cache).
 # Logs go to $OUT/reports/split_K.log; $OUT/reports/split_summary.txt gathers every process's
 # last line and its FAILED/ERROR lines. SPLIT_TIMEOUT bounds each process (default 400 s; SIGINT,
-# so that pytest still reports the failures it has seen).
+# so that pytest still reports the failures it has seen). Each process has its own MLX CUDA kernel
+# cache ($MLX_PTX_CACHE_DIR/split_K): with one shared directory, 16 processes writing the same
+# module files gave "There is no kernel named ..." (sixth session).
 set -uo pipefail
 JOBS="$1" && shift
 R="$OUT/reports" && mkdir -p "$R"
@@ -15,7 +17,8 @@ echo "$(wc -l <"$IDS") tests in $JOBS processes" | tee "$R/split_summary.txt"
 for k in $(seq 0 $((JOBS - 1))); do
   awk -v k="$k" -v n="$JOBS" '(NR - 1) % n == k' "$IDS" >"$IDS.$k"
   [ -s "$IDS.$k" ] || continue
-  ( timeout -s INT -k 20 "${SPLIT_TIMEOUT:-400}" $PY -c 'import sys, pytest; sys.exit(pytest.main(sys.argv[2:] + open(sys.argv[1]).read().splitlines()))' \
+  ( export MLX_PTX_CACHE_DIR="${MLX_PTX_CACHE_DIR:-/tmp/mlx-ptx}/split_$k" && mkdir -p "$MLX_PTX_CACHE_DIR"
+    timeout -s INT -k 20 "${SPLIT_TIMEOUT:-400}" $PY -c 'import sys, pytest; sys.exit(pytest.main(sys.argv[2:] + open(sys.argv[1]).read().splitlines()))' \
       "$IDS.$k" -q -p no:cacheprovider -rfE --tb=short \
       >"$R/split_$k.log" 2>&1; echo "split $k: rc=$? $(tail -1 "$R/split_$k.log")" ) &
 done | tee -a "$R/split_summary.txt"
