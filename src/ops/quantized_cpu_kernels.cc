@@ -104,7 +104,9 @@ MLX_EP_AVX512 void Avx512Columns(const Problem& p, int n, int m0) {
     zp_float[j] = p.zp_float ? p.zp_float + col * s.k_blocks : nullptr;
   }
   const float* x0 = p.x + static_cast<size_t>(m0) * p.padded_k;
+  const NextColumns next(p, n, NC, s.k_blocks);
   for (int blk = 0; blk < s.k_blocks; ++blk) {
+    next.Prefetch(blk);
     __m512 table[NC], sub[NC], mul[NC], add[NC];
     for (int j = 0; j < NC; ++j) {
       const float sc = scale[j][blk];
@@ -171,7 +173,9 @@ MLX_EP_AVX512 void Avx512Int4NoZeroPoints(const Problem& p, int n, int m0) {
     scale[j] = p.scales + col * s.k_blocks;
   }
   const float* x0 = p.x + static_cast<size_t>(m0) * p.padded_k;
+  const NextColumns next(p, n, NC, s.k_blocks);
   for (int blk = 0; blk < s.k_blocks; ++blk) {
+    next.Prefetch(blk);
     __m512 acc[R][NC];
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < NC; ++j) acc[r][j] = _mm512_setzero_ps();
