@@ -121,7 +121,10 @@ wait_for() {  # wait_for FILE FAILFILE SECONDS
 }
 
 ready_to_run() {
-  wait_for "$W/build.ok" "$W/build.failed" 300 || { log "build not ready"; tail -30 "$W/build.log" "$W/bg.log"; return 1; }
+  # Without the first parts nothing builds (a refused park call loses its part): say so at once
+  # instead of waiting out the build's time.
+  [ -e "$W/bg.started" ] || { log "set-up not started: parts here: $(cd "$W" && ls part_* 2>/dev/null | tr '\n' ' ')"; return 1; }
+  wait_for "$W/build.ok" "$W/build.failed" 300 || { log "build not ready"; tail -n 30 "$W/build.log" "$W/bg.log"; return 1; }
   sync_source && configure_and_build || { log "rebuild failed"; grep -A3 error "$W/build.log" | head -30; return 1; }
   export ONNXRUNTIME_EP_MLX_LIBRARY="$W/build/libonnxruntime_ep_mlx.so" PYTHONPATH="$ROOT/python"
   export MLX_PTX_CACHE_DIR="$W/ptx" ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="${DEVICE_MEMORY:-1}"
