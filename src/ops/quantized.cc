@@ -214,19 +214,22 @@ mx::array TranslateOnCpu(const OpContext& c, const NBits& a, const mx::array& A,
                                 : static_cast<size_t>(a.N * a.k_blocks);
     if (z.size() != expected)
       c.Fail("zero_points has " + std::to_string(z.size()) + " values, expected " + std::to_string(expected));
-    zp = z.dtype() == mx::uint8 ? mx::flatten(z, s) : mx::astype(mx::flatten(z, s), mx::float32, s);
+    zp = z.dtype() == mx::uint8 ? z : mx::astype(mx::flatten(z, s), mx::float32, s);  // the kernels index flat
   }
   std::optional<mx::array> bias;
   if (c.has_input(5)) bias = mx::astype(c.input(5), mx::float32, s);
-  const mx::array x = mx::astype(mx::reshape(A, {rows, shape.K}, s), mx::float32, s);
+  // The primitive takes A in its own shape ([..., K] -> [..., N]): no Reshape around it.
+  const mx::array x = mx::astype(A, mx::float32, s);
   mx::array y = [&] {
     if (rows <= nbits_cpu::kKernelMaxRows || shape.int8_a || nbits_cpu::PanelGemmAvailable())
       return nbits_cpu::MatMulNBits(x, c.input(1), scales, zp, bias, shape, s);
     const mx::array w = nbits_cpu::Dequantize(c.input(1), scales, zp, shape, s);
-    mx::array xw = mx::matmul(x, mx::transpose(mx::slice(w, {0, 0}, {shape.N, shape.K}, s), s), s);
+    mx::array xw = mx::matmul(mx::reshape(x, {rows, shape.K}, s),
+                              mx::transpose(mx::slice(w, {0, 0}, {shape.N, shape.K}, s), s), s);
     return bias ? mx::add(xw, *bias, s) : xw;
   }();
-  return mx::reshape(mx::astype(y, A.dtype(), s), out_shape, s);
+  y = mx::astype(y, A.dtype(), s);
+  return y.shape() == out_shape ? y : mx::reshape(y, out_shape, s);
 }
 
 std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {

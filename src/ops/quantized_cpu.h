@@ -94,8 +94,9 @@ mx::array Dequantize(const mx::array& b, const mx::array& scales, const std::opt
                      const NBitsShape& shape, mx::Stream s);
 
 /** y = x @ dequantize(B)^T (+ bias) in float32 as one primitive on CPU stream `s`:
- *  x [M, K] float32, b uint8 (N * k_blocks * blob values), scales float32 [N, k_blocks], zero
- *  points uint8 packed [N, ceil(k_blocks * bits / 8)] or float32 [N, k_blocks], bias float32 [N]. */
+ *  x [..., K] float32 (y [..., N]), b uint8 (N * k_blocks * blob values, any shape: read flat),
+ *  scales float32 [N, k_blocks], zero points uint8 packed [N, ceil(k_blocks * bits / 8)] or
+ *  float32 [N, k_blocks], bias float32 [N]. */
 mx::array MatMulNBits(const mx::array& x, const mx::array& b, const mx::array& scales,
                       const std::optional<mx::array>& zero_points, const std::optional<mx::array>& bias,
                       const NBitsShape& shape, mx::Stream s);
