@@ -106,8 +106,10 @@ class NextColumns {
   NextColumns(const Problem& p, int n, int columns, int parts) {
     const int next = n + columns, count = std::max(0, std::min(columns, p.shape.N - next));
     const size_t row_bytes = static_cast<size_t>(p.shape.k_blocks) * p.shape.block_size * p.shape.bits / 8;
-    weights_ = reinterpret_cast<const char*>(p.b + static_cast<size_t>(next) * row_bytes);
-    scales_ = reinterpret_cast<const char*>(p.scales + static_cast<size_t>(next) * p.shape.k_blocks);
+    if (count > 0) {  // else no lines, and no pointer past the arrays
+      weights_ = reinterpret_cast<const char*>(p.b + static_cast<size_t>(next) * row_bytes);
+      scales_ = reinterpret_cast<const char*>(p.scales + static_cast<size_t>(next) * p.shape.k_blocks);
+    }
     weight_lines_ = (row_bytes * count + 63) / 64;
     scale_lines_ = (sizeof(float) * p.shape.k_blocks * count + 63) / 64;
     weight_share_ = (weight_lines_ + parts - 1) / parts;
@@ -128,8 +130,8 @@ class NextColumns {
     for (size_t line = begin; line < end; ++line) asm volatile("prefetcht0 %0" : : "m"(base[line * 64]));
   }
 
-  const char* weights_;
-  const char* scales_;
+  const char* weights_ = nullptr;
+  const char* scales_ = nullptr;
   size_t weight_lines_, scale_lines_, weight_share_, scale_share_;
 };
 
