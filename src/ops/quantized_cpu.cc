@@ -293,8 +293,8 @@ namespace {
 /** `a` as the kernels read it, row-contiguous (they index flat, whatever the shape): `a` itself
  *  when it is an evaluated constant that already is (an initializer), else mx::contiguous. A node
  *  on a constant is still a node that every run of the compiled function evaluates: Flatten and
- *  Contiguous of B, scales and zero points were ~450 of the ~2,570 primitives of a Qwen2-0.5B
- *  int4 decode step. */
+ *  Contiguous of B and scales were 242 of the 2,566 primitives of a Qwen2-0.5B int4 decode step,
+ *  the Reshapes around the primitive (RowsByN) 218 more. */
 mx::array RowContiguous(const mx::array& a, mx::Stream s) {
   if (!a.has_primitive() && a.is_available() && a.flags().row_contiguous) return a;
   return mx::contiguous(a, false, s);
