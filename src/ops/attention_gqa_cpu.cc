@@ -265,7 +265,7 @@ mx::array Attend(const OpContext& c, const Inputs& in, int present_len) {
   p.softcap = n.AttrFloat("softcap", 0.f);
   p.smooth_softmax = n.AttrInt("smooth_softmax", 0) == 1;
   p.portable = EnvString(env::kGqaCpuKernel) == "portable";
-  auto flat = [&](const mx::array& a) { return mx::contiguous(a, false, s); };
+  auto flat = [&](const mx::array& a) { return RowContiguous(a, s); };
   std::vector<mx::array> inputs = {flat(q), flat(in.k), flat(in.v),
                                    flat(mx::reshape(in.seqlens_k, {q.shape(0)}, s)),
                                    flat(mx::reshape(in.total, {}, s))};

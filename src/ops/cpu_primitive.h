@@ -10,10 +10,21 @@
 #include "mlx/allocator.h"
 #include "mlx/array.h"
 #include "mlx/backend/cpu/encoder.h"
+#include "mlx/ops.h"
 
 namespace mlx_ep {
 
 namespace mx = mlx::core;
+
+/** An input for DispatchCpuKernel, whose loops index it flat: `a` itself when it is an evaluated
+ *  constant that is row-contiguous already (an initializer), else mx::contiguous. A node on a
+ *  constant is still a node that every run of a compiled function evaluates: MatMulNBits' Flatten
+ *  and Contiguous of B and scales were 242 of the 2,566 primitives of a Qwen2-0.5B int4 decode
+ *  step. */
+inline mx::array RowContiguous(const mx::array& a, mx::Stream s) {
+  if (!a.has_primitive() && a.is_available() && a.flags().row_contiguous) return a;
+  return mx::contiguous(a, false, s);
+}
 
 /** Allocates `out` and runs `compute(inputs, out)` on `stream`'s CPU command encoder, as MLX's own
  *  CPU primitives do: the encoder holds the arrays until the task has run; the task gets weak

@@ -214,7 +214,7 @@ mx::array TranslateOnCpu(const OpContext& c, const NBits& a, const mx::array& A,
                                 : static_cast<size_t>(a.N * a.k_blocks);
     if (z.size() != expected)
       c.Fail("zero_points has " + std::to_string(z.size()) + " values, expected " + std::to_string(expected));
-    zp = z.dtype() == mx::uint8 ? z : mx::astype(mx::flatten(z, s), mx::float32, s);  // the kernels index flat
+    zp = z.dtype() == mx::uint8 ? z : mx::astype(z, mx::float32, s);  // the kernels index flat
   }
   std::optional<mx::array> bias;
   if (c.has_input(5)) bias = mx::astype(c.input(5), mx::float32, s);

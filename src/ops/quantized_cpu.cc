@@ -290,16 +290,6 @@ class MatMulNBitsCpu : public mx::UnaryPrimitive {
 
 namespace {
 
-/** `a` as the kernels read it, row-contiguous (they index flat, whatever the shape): `a` itself
- *  when it is an evaluated constant that already is (an initializer), else mx::contiguous. A node
- *  on a constant is still a node that every run of the compiled function evaluates: Flatten and
- *  Contiguous of B and scales were 242 of the 2,566 primitives of a Qwen2-0.5B int4 decode step,
- *  the Reshapes around the primitive (RowsByN) 218 more. */
-mx::array RowContiguous(const mx::array& a, mx::Stream s) {
-  if (!a.has_primitive() && a.is_available() && a.flags().row_contiguous) return a;
-  return mx::contiguous(a, false, s);
-}
-
 /** The primitive's inputs after [x]: B, scales, zero points; flags in `has`. */
 std::vector<mx::array> WeightInputs(const mx::array& b, const mx::array& scales,
                                     const std::optional<mx::array>& zero_points, Inputs& has, mx::Stream s) {
@@ -318,12 +308,13 @@ mx::array MatMulNBits(const mx::array& x, const mx::array& b, const mx::array& s
                       const std::optional<mx::array>& zero_points, const std::optional<mx::array>& bias,
                       const NBitsShape& shape, mx::Stream s) {
   Inputs has;
-  std::vector<mx::array> inputs = {mx::contiguous(x, false, s)};
+  std::vector<mx::array> inputs = {RowContiguous(x, s)};
   for (mx::array& a : WeightInputs(b, scales, zero_points, has, s)) inputs.push_back(std::move(a));
   if (bias) {
     has.bias = true;
     inputs.push_back(RowContiguous(*bias, s));
   }
+  // No Reshape around the primitive either (RowsByN): 218 more of those 2,566 primitives.
   return mx::array(RowsByN(x, shape.N), mx::float32, std::make_shared<MatMulNBitsCpu>(s, shape, has),
                    std::move(inputs));
 }
