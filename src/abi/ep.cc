@@ -29,6 +29,15 @@ size_t MaxCompiled() {
   return static_cast<size_t>(std::stoul(v));
 }
 
+// ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS: the smallest bucket (>= 2) a first prompt is padded to; unset,
+// 0 or anything else: no padding.
+int64_t PromptBuckets() {
+  const std::string v = EnvString(env::kPromptBuckets);
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos || v.size() > 9) return 0;
+  const int64_t n = std::stoll(v);
+  return n >= 2 ? n : 0;
+}
+
 // Why `holder`'s only node cannot take its bodies whole, or "" when it can. A value that must
 // fold (a loop condition's carried counter) is unknown from here: ORT has not built the
 // holder's graph yet, so neither its producer nor whether it is a constant can be read. It
@@ -162,6 +171,7 @@ void MlxEp::CompilePartitions(const OrtGraph** graphs, const OrtNode** fused_nod
                               OrtNodeComputeInfo** node_compute_infos) {
   const bool compile = !EnvFlag(env::kNoCompile);
   const size_t max_compiled = MaxCompiled();
+  const int64_t prompt_buckets = PromptBuckets();
   std::vector<std::unique_ptr<MlxNodeComputeInfo>> infos;
   for (size_t i = 0; i < count; ++i) {
     Ort::ConstNode fused{fused_nodes[i]};
@@ -182,6 +192,7 @@ void MlxEp::CompilePartitions(const OrtGraph** graphs, const OrtNode** fused_nod
     }
     auto runner = std::make_shared<PartitionRunner>(std::move(plan), compile, max_compiled);
     runner->set_logger(&logger_);
+    runner->set_prompt_buckets(prompt_buckets);
     report_->AddRunner(runner);
     infos.push_back(std::make_unique<MlxNodeComputeInfo>(runner));
   }

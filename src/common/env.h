@@ -36,6 +36,8 @@ constexpr const char* kNoCompile = "ONNXRUNTIME_EP_MLX_NO_COMPILE";    // run tr
 constexpr const char* kReportPath = "ONNXRUNTIME_EP_MLX_REPORT";       // write the claim report JSON here
 constexpr const char* kDevice = "ONNXRUNTIME_EP_MLX_DEVICE";           // "cpu" or "gpu" (default: gpu if any)
 constexpr const char* kDeclineOps = "ONNXRUNTIME_EP_MLX_DECLINE_OPS";  // comma-separated op types left to ORT
+constexpr const char* kPromptBuckets =
+    "ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS";  // smallest bucket a first prompt is padded to (0: off)
 constexpr const char* kMaxCompiled =
     "ONNXRUNTIME_EP_MLX_MAX_COMPILED";  // compiled functions kept per partition
 constexpr const char* kDeviceMemory =

@@ -102,7 +102,10 @@ std::string SessionReport::ToJson() const {
                      {"bytes_in_wrapped", s.bytes_in_wrapped},
                      {"bytes_out_host_copied", s.bytes_out_host_copied},
                      {"bytes_out_adopted", s.bytes_out_adopted},
-                     {"bytes_out_in_place", s.bytes_out_in_place}});
+                     {"bytes_out_in_place", s.bytes_out_in_place},
+                     {"bucketed_runs", s.bucketed_runs},
+                     {"bucket_refusals", s.bucket_refusals},
+                     {"bucket_refusal", s.bucket_refusal}});
   }
   const TransferStats t = GetTransferStats();  // process-wide: every session's boundary copies
   j["runtime"] = {{"partitions", parts},
@@ -132,7 +135,10 @@ std::string SessionReport::Summary() const {
        << " runs, compile cache " << s.cache_hits << " hits / " << s.cache_misses << " misses, " << s.traces
        << " traces (" << s.trace_us / 1000 << " ms), " << s.folded_nodes << " nodes folded; bytes in " << s.bytes_in_host_copied
        << " copied / " << s.bytes_in_wrapped << " wrapped, out " << s.bytes_out_host_copied << " copied / "
-       << s.bytes_out_adopted << " adopted / " << s.bytes_out_in_place << " in place\n";
+       << s.bytes_out_adopted << " adopted / " << s.bytes_out_in_place << " in place";
+    if (s.bucketed_runs || s.bucket_refusals)
+      os << "; prompt buckets: " << s.bucketed_runs << " runs padded, " << s.bucket_refusals << " refused";
+    os << "\n";
   }
   return os.str();
 }

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "partition/partition.h"
 #include "runtime/plan_trace.h"
+#include "runtime/rows.h"
 
 namespace mlx_ep {
 namespace trace_internal {
@@ -144,7 +145,18 @@ void PlanTrace::Run(const PlanNode& pn) {
     Count(pn, name, ByteSize(outs[k]));
     values_.insert_or_assign(name, outs[k]);
   }
+  if (info_ && info_->rows && !parent_) ObserveRows(pn, outs);
   Release(ran_++, pn);
+}
+
+void PlanTrace::ObserveRows(const PlanNode& pn, const std::vector<mx::array>& outs) {
+  std::vector<std::optional<mx::array>> in;
+  std::vector<std::shared_ptr<const Tensor>> host;
+  for (const std::string& name : pn.node.inputs) {
+    in.push_back(Array(name));
+    host.push_back(Host(name));
+  }
+  info_->rows->Observe(pn, in, host, outs);
 }
 
 std::vector<mx::array> PlanTrace::Outputs() {

@@ -17,6 +17,7 @@
 namespace mlx_ep {
 
 struct Plan;
+class RowTracker;  // runtime/rows.h
 
 /** One node of the plan with its translation and the inputs it reads on the host. */
 struct PlanNode {
@@ -75,6 +76,8 @@ struct TraceInfo {
   std::vector<bool> check_is_assumption;
   /** Outputs that are inputs updated in place, see TracePlan. */
   std::vector<InPlaceOutput> in_place;
+  /** Set by the caller: follows the top-level nodes (a trace with padded prompt rows). */
+  RowTracker* rows = nullptr;
 };
 
 // Dynamic dims (docs/dynamic_shapes.md): one compiled function for every value of some input

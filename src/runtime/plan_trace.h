@@ -59,6 +59,8 @@ class PlanTrace {
   std::vector<mx::array> Outputs();
 
  private:
+  // Hands the node with its inputs' arrays and host values and its outputs to info_->rows.
+  void ObserveRows(const PlanNode& pn, const std::vector<mx::array>& outs);
   // Trace with dynamic dims: the dynamic inputs (placeholders), their shapes as data, and the
   // prologue's values.
   void BindDynamic();

@@ -98,8 +98,9 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
                                               std::vector<std::string>* check_messages,
                                               std::vector<bool>* check_is_assumption,
                                               const DynamicTrace* dynamic,
-                                              std::vector<InPlaceOutput>* in_place) {
+                                              std::vector<InPlaceOutput>* in_place, RowTracker* rows) {
   TraceInfo info;
+  info.rows = rows;
   std::vector<mx::array> outputs = TracePlan(plan_, inputs, host, mx::default_stream(device), &info, dynamic);
   ScalarLeavesAsData(outputs, mx::default_stream(device));  // one kernel for every prompt length
   if (check_messages) *check_messages = std::move(info.check_messages);
@@ -243,7 +244,7 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
     auto traced = [this, host_ptrs, device, messages, updates](const std::vector<mx::array>& in) {
       return Trace(in, host_ptrs, device, messages.get(), nullptr, nullptr, updates.get());
     };
-    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}, updates});
+    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}, updates, {}});
     const auto start = std::chrono::steady_clock::now();
     std::vector<mx::array> outputs = entry->fn(arrays);  // traces on the first call: fills both
     CountTraceTime(start);
@@ -297,6 +298,9 @@ std::vector<mx::array> PartitionRunner::EvaluateChecked(const std::vector<InputT
                                                         std::vector<void*>& given,
                                                         std::vector<bool>& aliased) {
   const size_t n = plan_.output_names.size();
+  if (min_bucket_ > 0 && compile_)
+    if (std::optional<Bucket> b = ChooseBucket(inputs))
+      if (auto outputs = EvaluateBucketed(*b, inputs, arrays, sink, used, given, aliased)) return *outputs;
   for (;;) {
     used = Evaluated{};
     std::vector<mx::array> outputs = Evaluate(inputs, arrays, used);

@@ -22,6 +22,10 @@
 struct OrtLogger;  // ORT's C type (common/log.h)
 
 namespace mlx_ep {
+class RowTracker;  // runtime/rows.h
+}
+
+namespace mlx_ep {
 
 /** One input as ORT hands it over: host memory valid for the duration of Run. */
 struct InputTensor {
@@ -56,6 +60,11 @@ struct RunnerStats {
   /** Rows written into an output buffer that is the input it updates (a shared KV cache): the
    *  rest of that output is not copied (docs/kv_cache.md). */
   uint64_t bytes_out_in_place = 0;
+  /** Runs whose token axis was padded to a bucket (ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS), and padded
+   *  traces the row-locality proof refused (those lengths trace per length). */
+  uint64_t bucketed_runs = 0;
+  uint64_t bucket_refusals = 0;
+  std::string bucket_refusal;  ///< why the first refused padding was not exact
 };
 
 /** Compiled functions kept per partition and MLX worker by default (least recently used dropped
@@ -70,6 +79,9 @@ class PartitionRunner {
    *  `max_compiled` compiled functions are kept per MLX worker (0: no bound;
    *  ONNXRUNTIME_EP_MLX_MAX_COMPILED), so at most MlxWorkerCount() * max_compiled in all. */
   PartitionRunner(Plan plan, bool compile, size_t max_compiled = kDefaultMaxCompiled);
+  /** Pads the prompt's token axis to buckets of at least `min_bucket` rows (powers of two) where
+   *  that is exact (runner_buckets.cc); 0: never (the default). Set before the first run. */
+  void set_prompt_buckets(int64_t min_bucket) { min_bucket_ = min_bucket; }
   /** Releases each worker's compiled functions on that worker. */
   ~PartitionRunner();
 
@@ -122,6 +134,18 @@ class PartitionRunner {
     std::shared_ptr<const DynamicEntry> dynamic;
     /** fn's outputs that are inputs updated in place (filled by its first trace). */
     std::shared_ptr<std::vector<InPlaceOutput>> in_place;
+    /** A function of padded inputs: per output, the axis to cut to the prompt's rows (-1: whole),
+     *  or empty with `refusal` set (filled by its first trace). */
+    struct RowAxes {
+      std::vector<int> axes;
+      std::string refusal;
+    };
+    std::shared_ptr<RowAxes> rows;
+  };
+  /** A run's padding: the prompt's length, its bucket, and per input the padded axis or -1. */
+  struct Bucket {
+    int64_t length = 0, padded = 0;
+    std::vector<int> axes;
   };
   /** What Evaluate used, for Execute's checks. */
   struct Evaluated {
@@ -141,7 +165,7 @@ class PartitionRunner {
                                mx::Device device, std::vector<std::string>* check_messages = nullptr,
                                std::vector<bool>* check_is_assumption = nullptr,
                                const DynamicTrace* dynamic = nullptr,
-                               std::vector<InPlaceOutput>* in_place = nullptr);
+                               std::vector<InPlaceOutput>* in_place = nullptr, RowTracker* rows = nullptr);
   /** One MLX worker's compiled functions and what it learnt about varying dims. MLX keeps
    *  compile caches per thread, so a compiled function is only called, and released, on the
    *  worker that made it; nothing else touches this, and it needs no lock. */
@@ -152,6 +176,7 @@ class PartitionRunner {
     std::vector<std::vector<int64_t>> first_shapes;   // per input: its shape in the first run
     std::vector<std::vector<bool>> varying;           // per input, per axis: seen with another size
     std::set<std::pair<size_t, size_t>> static_dims;  // (input, axis) that cannot be dynamic
+    std::set<SignatureKey> unbucketable;              // padded signatures whose padding is not exact
   };
 
   /** The calling worker's compiled function for `key`, or nullptr (a miss); counts the hit or
@@ -173,6 +198,20 @@ class PartitionRunner {
   std::optional<std::vector<mx::array>> EvaluateDynamic(const std::vector<InputTensor>& inputs,
                                                         const std::vector<mx::array>& arrays,
                                                         Evaluated& used);
+  /** The run's bucket: the input dims that have varied between runs all hold one length >= 2
+   *  here (a first prompt: input_ids and attention_mask), or nullopt. */
+  std::optional<Bucket> ChooseBucket(const std::vector<InputTensor>& inputs);
+  /** The compiled function of the padded inputs, traced (with the row-locality proof) on a miss;
+   *  null when its padding is not exact. */
+  CacheEntry* BucketedEntry(const Bucket& b, const SignatureKey& key, const std::vector<InputTensor>& padded_inputs,
+                            const std::vector<mx::array>& padded, std::vector<mx::array>& outputs);
+  /** The run through its bucket: evaluated outputs cut to the prompt's rows (the in-place rows
+   *  too), as EvaluateChecked gives them; nullopt to run it unpadded (a refused proof, a failed
+   *  check, an in-place output ORT did not alias). */
+  std::optional<std::vector<mx::array>> EvaluateBucketed(const Bucket& b, const std::vector<InputTensor>& inputs,
+                                                         const std::vector<mx::array>& arrays,
+                                                         const OutputSink& sink, Evaluated& used,
+                                                         std::vector<void*>& given, std::vector<bool>& aliased);
   /** Traces a function with dynamic `dims` for these inputs (throws DynamicShapeUnsupported). */
   CacheEntry MakeDynamicEntry(const std::vector<std::pair<size_t, size_t>>& dims,
                               const std::vector<InputTensor>& inputs, const std::vector<mx::array>& arrays);
@@ -219,6 +258,7 @@ class PartitionRunner {
   bool compile_;
   mutable std::mutex mu_;
   size_t max_compiled_;
+  int64_t min_bucket_ = 0;
   std::vector<WorkerCache> caches_;  // one per MLX worker, indexed by CurrentMlxWorker()
   RunnerStats stats_;
   /** By output: ORT once gave the input's own buffer for this in-place output (with device memory

@@ -79,7 +79,7 @@ PartitionRunner::CacheEntry PartitionRunner::MakeDynamicEntry(
     unpack(in, full, t);
     return Trace(full, host_ptrs, d->device, messages.get(), assumptions.get(), &t, updates.get());
   };
-  return CacheEntry{mx::compile(traced), std::move(host), {}, messages, assumptions, d, updates};
+  return CacheEntry{mx::compile(traced), std::move(host), {}, messages, assumptions, d, updates, {}};
 }
 
 std::vector<mx::array> PartitionRunner::CallDynamic(CacheEntry& entry, const std::vector<mx::array>& arrays) {

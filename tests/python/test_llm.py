@@ -436,6 +436,38 @@ def test_genai_prompt_lengths_share_one_decode_function(models):
     assert part["traces"] == len(lengths) + 1, part
 
 
+@pytest.mark.parametrize("name", pending(["genai_fp32_shared", "genai_int4_b32_shared", "genai_int4_b32_acc4_shared"]))
+def test_genai_prompt_buckets_bound_the_traces(models, name, monkeypatch):
+    """The 10 prompt lengths again with ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS=16: once input_ids and
+    the mask have varied, a first prompt pads both to 16, 32 or 64 rows (tests/python/
+    test_prompt_buckets.py has the rules). 6 traces instead of 11: the first prompt (nothing has
+    varied yet), the decode function, the first decode step's mask padded alone (refused at
+    GroupQueryAttention: the query does not hold the prompt) and the three buckets. Tokens are the
+    CPU EP's; logits are the unbucketed EP run's, and the CPU EP's too but at accuracy_level 4:
+    there an input to the int8 quantization of A that differs from ORT's in its last bit can round
+    to the next integer (the prompt of 5 here: 0.024 in one row of logits, with and without
+    buckets; every node before lm_head within 1.2e-6). The KV rows written in place are the
+    unpadded run's bytes: only the prompt's rows, the buffer's rows after them untouched."""
+    steps, lengths = 4, [1, 2, 3, 5, 8, 11, 16, 23, 31, 40]
+    rng = np.random.default_rng(3)
+    prompts = [[int(t) for t in rng.integers(0, models[1].vocab - 1, n)] for n in lengths]
+    ref, _ = genai_generate_many(models[0][name], prompts, steps, on_mlx=False, max_length=64)
+    unpadded, plain = genai_generate_many(models[0][name], prompts, steps, on_mlx=True, max_length=64)
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS", "16")
+    got, report = genai_generate_many(models[0][name], prompts, steps, on_mlx=True, max_length=64)
+    assert [t for t, _ in got] == [t for t, _ in ref]
+    peers = [unpadded] if (VARIANTS[name][2] or {}).get("accuracy_level") == 4 else [unpadded, ref]
+    for peer in peers:
+        for n, (g, r) in zip(lengths, zip(got, peer)):
+            for step, (a, b) in enumerate(zip(g[1], r[1])):
+                assert_close_to_scale(a, b, TOL["fp32"], what=f"{name}: prompt of {n}, step {step}")
+    (part,) = report["runtime"]["partitions"]
+    assert (part["traces"], part["bucketed_runs"], part["bucket_refusals"]) == (6, len(lengths) - 1, 1), part
+    assert "GroupQueryAttention" in part["bucket_refusal"], part
+    (unpadded,) = plain["runtime"]["partitions"]
+    assert part["bytes_out_in_place"] == unpadded["bytes_out_in_place"], (part, unpadded)
+
+
 def test_shared_buffer_mask_longer_than_past_is_retraced(models):
     """A plain-ORT loop on the genai model with a past buffer of 8 rows and masks of 5, 6, 7, then
     9 columns: the first length traces for its shape, the next once with the length dynamic
