@@ -133,7 +133,9 @@ Outcome Gather(const RowNode& v) {
   if (data == Kind::kShape && indices == Kind::kSame) return GatherShape(v);
   const int g = Normalize(v.node().AttrInt("axis", 0), v.Rank(0));
   if (data == Kind::kSame && indices == Kind::kRows) {
-    // An embedding lookup: padding indices are 0, a valid row of any non-empty table.
+    // An embedding lookup: padding indices are 0, a valid row of any non-empty table (MLX's
+    // gather does not check bounds, so any other padding could read outside it).
+    if (!v.st[1].zero_rows) return Fail("gathers at indices whose padding is not zero");
     if (v.in[0]->shape(g) == 0) return Fail("gathers from an empty table");
     return All(v, Rows(g + v.st[1].axis));
   }
@@ -143,6 +145,27 @@ Outcome Gather(const RowNode& v) {
     return All(v, Rows(a < g ? a : a - 1 + v.Rank(1), v.st[0].zero_rows));
   }
   return Fail("gathers with indices that depend on the prompt");
+}
+
+/** A Reshape target gives output axis `b` the input's token axis `a` in both traces: there the
+ *  target holds -1, 0 (a copy of axis a) or the padded length from a shape (kShape), never a
+ *  number that only happens to equal it; no other 0 copies axis a. */
+bool ReshapeKeepsTokens(const RowNode& v, int a, int b) {
+  const RowState& target = v.st.at(1);
+  if (target.kind == Kind::kShape) {
+    if (target.positions != std::vector<int64_t>{b}) return false;
+  } else if (target.kind != Kind::kSame) {
+    return false;
+  }
+  if (!v.host.at(1)) return false;
+  const std::vector<int64_t> t = v.host[1]->ToInt64();
+  const bool allow_zero = v.node().AttrInt("allowzero", 0) != 0;
+  for (int j = 0; j < static_cast<int>(t.size()); ++j) {
+    const bool copies_tokens = t[j] == 0 && !allow_zero && j == a;
+    if (j == b && target.kind == Kind::kSame && t[j] != -1 && !copies_tokens) return false;
+    if (j != b && copies_tokens) return false;
+  }
+  return b < static_cast<int>(t.size());
 }
 
 /** Reshape, Flatten, Squeeze, Unsqueeze: the token axis must stay one axis with the same outer
@@ -165,11 +188,10 @@ Outcome Regroup(const RowNode& v) {
     prefix *= out.shape(d);
   }
   if (b < 0) return Fail("merges or splits the token axis");
-  if (v.Present(1) && v.KindOf(1) != Kind::kSame) {
-    const RowState& target = v.st[1];
-    if (target.kind != Kind::kShape || target.positions != std::vector<int64_t>{b})
-      return Fail("its target depends on the padded length elsewhere than the token axis");
-  }
+  if (v.node().op_type == "Reshape" && !ReshapeKeepsTokens(v, a, b))
+    return Fail("its target does not follow the prompt's length on the token axis");
+  if (v.node().op_type != "Reshape" && v.Present(1) && v.KindOf(1) != Kind::kSame)
+    return Fail("its axes depend on the prompt");
   return All(v, Rows(b, v.st[0].zero_rows));
 }
 
@@ -297,7 +319,7 @@ std::optional<std::vector<int64_t>> SlicedIndices(const RowNode& v, int64_t n) {
     step = (*steps)[0];
   }
   auto norm = [&](int64_t x, int64_t lo, int64_t hi) { return std::clamp(x < 0 ? x + n : x, lo, hi); };
-  const int64_t b = step > 0 ? norm((*starts)[0], 0, n) : norm((*starts)[0], -1, n - 1);
+  const int64_t b = step > 0 ? norm((*starts)[0], 0, n) : norm((*starts)[0], 0, n - 1);
   const int64_t e = step > 0 ? norm((*ends)[0], 0, n) : norm((*ends)[0], -1, n - 1);
   std::vector<int64_t> picked;
   for (int64_t j = b; step > 0 ? j < e : j > e; j += step) picked.push_back(j);
@@ -309,7 +331,8 @@ Outcome Slice(const RowNode& v) {
     if (v.Present(i) && v.KindOf(i) != Kind::kSame) return Fail("slices at positions from the padded length");
   if (v.KindOf(0) == Kind::kShape && v.Rank(0) == 1) {
     auto picked = SlicedIndices(v, v.in[0]->shape(0));
-    if (!picked) return Fail("slices a shape at positions not known while tracing");
+    if (!picked || static_cast<int64_t>(picked->size()) != v.outs.at(0).shape(0))
+      return Fail("slices a shape at positions not known while tracing");
     std::vector<int64_t> positions;
     const std::vector<int64_t>& p = v.st[0].positions;
     for (size_t j = 0; j < picked->size(); ++j)
@@ -324,7 +347,9 @@ Outcome Slice(const RowNode& v) {
     if (!given) return Fail("slices axes not known while tracing");
     axes = *given;
   } else {
-    for (int d = 0; d < rank; ++d) axes.push_back(d);  // as many as starts; the token axis among them
+    auto starts = v.SameInts(1);
+    if (!starts) return Fail("slices at starts not known while tracing");
+    for (size_t d = 0; d < starts->size(); ++d) axes.push_back(static_cast<int64_t>(d));  // ONNX's default
   }
   for (int64_t d : axes)
     if (Normalize(d, rank) == a) return Fail("slices the token axis");

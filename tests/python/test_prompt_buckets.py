@@ -119,3 +119,15 @@ def test_a_padded_trace_that_fails_runs_unpadded(monkeypatch):
     assert part["bucketed_runs"] == 0 and part["bucket_refusals"] == 1, part
     assert "trace failed" in part["bucket_refusal"], part
     assert part["traces"] == len(lengths), part
+
+
+def test_a_target_that_only_equals_the_bucket_is_refused(monkeypatch):
+    """Reshape [1, S, 6] to the constant [1, 8, -1]: padded to 8 rows the target's 8 sits on the
+    token axis, but unpadded it splits the rows differently (S = 4: [1, 8, 3]), so the padding is
+    refused; every run is the CPU EP's."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS", "8")
+    model = token_model([helper.make_node("Reshape", ["h", "target"], ["y"])])
+    model.graph.initializer.append(init("target", [1, 8, -1], np.int64))
+    part = check(model, feeds_of([8, 4, 12]))
+    assert part["bucketed_runs"] == 0 and part["bucket_refusals"] == 2, part
+    assert "(Reshape) its target" in part["bucket_refusal"], part
