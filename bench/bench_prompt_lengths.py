@@ -8,7 +8,10 @@ Models: the genai-layout int4 decoder of tests/models/llm/build_llm_models.py at
 shape (prefill through a shared KV buffer, as onnxruntime-genai runs it; --vocab shrinks the
 vocabulary) and torch's dynamo export of GPT-2 (tests/models/torch, tiny, batch 2).
 
-    .venv/bin/python bench/bench_prompt_lengths.py [--lengths 17,23,...] [--vocab 4096]
+    .venv/bin/python bench/bench_prompt_lengths.py [--lengths 17,23,...] [--vocab 4096] [--cuda]
+
+The genai rows run twice more with genai's own mask ([1, total], a first prompt), without and with
+ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS (--buckets): one compiled prefill per power of two.
 """
 import argparse
 import glob
@@ -33,8 +36,8 @@ def kernels():
     return len(glob.glob(os.path.join(tmp, "mlx", "*", "cpu", "*.so")))
 
 
-def genai_runner(sess, cfg):
-    dec = Decoder(sess, cfg, np.float32, True)
+def genai_runner(sess, cfg, growing_mask=False):
+    dec = Decoder(sess, cfg, np.float32, True, growing_mask=growing_mask)
 
     def run(n):
         dec.start()
@@ -66,21 +69,29 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lengths", default="17,23,29,37,45,53,61,71,83,97")
     ap.add_argument("--vocab", type=int, default=4096)
+    ap.add_argument("--buckets", type=int, default=16, help="ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS of the last genai rows")
+    ap.add_argument("--cuda", action="store_true", help="ORT's CUDA EP as a third peer (onnxruntime-gpu)")
     ap.add_argument("--json")
     args = ap.parse_args()
     lengths = [int(x) for x in args.lengths.split(",")]
     dirs, cfg = llm.build(os.path.join(ROOT, "build", "models", "llm"), "qwen2-0.5b",
                           names=["genai_int4_b32_shared"], vocab=args.vocab)
     # The tiny GPT-2 export has 64 positions: its lengths are the given ones below 64.
-    models = {"genai_int4_b32_shared (Qwen2-0.5B shape)": (os.path.join(dirs["genai_int4_b32_shared"], "model.onnx"),
-                                                           lambda s: genai_runner(s, cfg), lengths),
+    genai = os.path.join(dirs["genai_int4_b32_shared"], "model.onnx")
+    models = {"genai_int4_b32_shared (Qwen2-0.5B shape)": (genai, lambda s: genai_runner(s, cfg), lengths),
+              # genai's own mask ([1, total]: a first prompt), without and with prompt buckets
+              "genai_int4_b32_shared, genai's mask": (genai, lambda s: genai_runner(s, cfg, True), lengths),
+              f"genai_int4_b32_shared, genai's mask, buckets >= {args.buckets}":
+                  (genai, lambda s: genai_runner(s, cfg, True), lengths),
               "gpt2_dynamo (tiny, batch 2)": (os.path.join(ROOT, "tests", "models", "torch", "gpt2_dynamo.onnx"),
                                               torch_runner, [n for n in lengths if n < 63])}
     rows = []
     print("| model | peer | first run at a new length, ms | second run, ms | new-length overhead, ms | kernels built |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for model, (path, runner, model_lengths) in models.items():
-        for peer, sess in zip(("ORT CPU", "MLX EP"), sessions(path, 0, False)):
+        if "buckets" in model:
+            os.environ["ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS"] = str(args.buckets)  # read by the session
+        for peer, sess in zip(("ORT CPU", "MLX EP", "ORT CUDA"), sessions(path, 0, args.cuda)):
             run = runner(sess)
             run(model_lengths[0] + 1)  # warm-up at a length not measured (the first kernels, the weights)
             k = kernels()
@@ -92,6 +103,7 @@ def main():
             rows.append(row)
             print(f"| {model} | {peer} | {row['first_ms']:.1f} | {row['again_ms']:.1f} | {over:.1f} | {built} |",
                   flush=True)
+        os.environ.pop("ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS", None)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"lengths": {m: v[2] for m, v in models.items()}, "rows": rows}, f, indent=1)

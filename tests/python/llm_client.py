@@ -79,8 +79,9 @@ class Decoder:
     allocated in ep_memory(sess), as an LLM runtime binds its caches: the EP's device memory where
     it lends some, else host memory."""
 
-    def __init__(self, sess, cfg, dtype, shared, position_ids=False):
+    def __init__(self, sess, cfg, dtype, shared, position_ids=False, growing_mask=False):
         self.sess, self.cfg, self.shared, self.position_ids = sess, cfg, shared, position_ids
+        self.growing_mask = growing_mask  # shared: a [1, total] mask, as onnxruntime-genai feeds one
         self.kv_memory = ep_memory(sess)
         self.dtype = np.dtype(dtype)
 
@@ -107,7 +108,7 @@ class Decoder:
         if self.position_ids:
             feeds["position_ids"] = np.arange(self.length, total, dtype=np.int64)[None]
         if self.shared:
-            mask = np.zeros((1, self.cfg.max_len), np.int64)
+            mask = np.zeros((1, total if self.growing_mask else self.cfg.max_len), np.int64)
             mask[:, :total] = 1
             feeds["attention_mask"] = mask
             binding = self.sess.io_binding()

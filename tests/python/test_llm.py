@@ -436,7 +436,13 @@ def test_genai_prompt_lengths_share_one_decode_function(models):
     assert part["traces"] == len(lengths) + 1, part
 
 
-@pytest.mark.parametrize("name", pending(["genai_fp32_shared", "genai_int4_b32_shared", "genai_int4_b32_acc4_shared"]))
+BUCKET_LENGTHS = [1, 2, 3, 5, 8, 11, 16, 23, 31, 40]
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(DEVICE_MEMORY, strict=True,
+                                                                          reason=GENAI_HOST_CACHES + " (no buckets then)"))
+                                  for n in pending(["genai_fp32_shared", "genai_int4_b32_shared",
+                                                    "genai_int4_b32_acc4_shared"])])
 def test_genai_prompt_buckets_bound_the_traces(models, name, monkeypatch):
     """The 10 prompt lengths again with ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS=16: once input_ids and
     the mask have varied, a first prompt pads both to 16, 32 or 64 rows (tests/python/
@@ -448,7 +454,7 @@ def test_genai_prompt_buckets_bound_the_traces(models, name, monkeypatch):
     to the next integer (the prompt of 5 here: 0.024 in one row of logits, with and without
     buckets; every node before lm_head within 1.2e-6). The KV rows written in place are the
     unpadded run's bytes: only the prompt's rows, the buffer's rows after them untouched."""
-    steps, lengths = 4, [1, 2, 3, 5, 8, 11, 16, 23, 31, 40]
+    steps, lengths = 4, BUCKET_LENGTHS
     rng = np.random.default_rng(3)
     prompts = [[int(t) for t in rng.integers(0, models[1].vocab - 1, n)] for n in lengths]
     ref, _ = genai_generate_many(models[0][name], prompts, steps, on_mlx=False, max_length=64)
@@ -466,6 +472,31 @@ def test_genai_prompt_buckets_bound_the_traces(models, name, monkeypatch):
     assert "GroupQueryAttention" in part["bucket_refusal"], part
     (unpadded,) = plain["runtime"]["partitions"]
     assert part["bytes_out_in_place"] == unpadded["bytes_out_in_place"], (part, unpadded)
+
+
+@pytest.mark.parametrize("name", pending(["genai_fp32_shared", "genai_int4_b32_shared"]))
+def test_prompt_buckets_through_a_decode_loop(models, name, monkeypatch):
+    """The plain-ORT loop with genai's mask ([1, total]) and the caches bound as past and present
+    (in the EP's device memory where it lends some: a GPU), ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS=16:
+    the 10 prompt lengths, 2 greedy steps each, take 6 traces as through genai, and every logit is
+    the CPU EP's."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS", "16")
+    rng = np.random.default_rng(3)
+    prompts = [[int(t) for t in rng.integers(0, models[1].vocab - 1, n)] for n in BUCKET_LENGTHS]
+    form, dtype, _, _ = VARIANTS[name]
+    cpu = Decoder(cpu_session(path(models, name)), models[1], llm.NP_DTYPES[dtype], True, growing_mask=True)
+    rs = ReportedSession(path(models, name))
+    dec = Decoder(rs.sess, models[1], llm.NP_DTYPES[dtype], True, growing_mask=True)
+    for n, prompt in zip(BUCKET_LENGTHS, prompts):
+        ref_prefill, ref_tokens, ref_steps = cpu.greedy(prompt, 2)
+        prefill, tokens, steps = dec.greedy(prompt, 2, forced=ref_tokens)
+        assert tokens == ref_tokens, n
+        for what, a, b in [("prefill", prefill, ref_prefill)] + [(f"step {k}", x, y) for k, (x, y) in
+                                                                  enumerate(zip(steps, ref_steps))]:
+            assert_close_to_scale(a, b, TOL["fp32"], what=f"{name}: prompt of {n}, {what}")
+    del dec
+    (part,) = rs.close()["runtime"]["partitions"]
+    assert (part["traces"], part["bucketed_runs"], part["bucket_refusals"]) == (6, len(BUCKET_LENGTHS) - 1, 1), part
 
 
 def test_shared_buffer_mask_longer_than_past_is_retraced(models):

@@ -176,6 +176,10 @@ run_step() {
       ( ort_gpu_env && timeout "${BERT_TIMEOUT:-300}" $PY "$ROOT/bench/bench_bert_gpu.py" --json "$R/bench_bert_gpu.json" 2>&1 \
         | tee "$R/bench_bert_gpu.log" );;
     pytest) pytest_files ${PYTEST_FILES:?};;
+    prompts)  # what a new prompt length costs, with and without prompt buckets (ORT CPU and CUDA EPs too)
+      wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
+      ( ort_gpu_env && timeout "${PROMPTS_TIMEOUT:-240}" $PY "$ROOT/bench/bench_prompt_lengths.py" --cuda \
+          --json "$R/bench_prompt_lengths.json" 2>&1 | tee "$R/bench_prompt_lengths.log" );;
     split)  # SPLIT_TESTS (files or node ids) spread over SPLIT_JOBS processes (pytest_split.sh)
       wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
       ( ort_gpu_env && SPLIT_TIMEOUT="${SPLIT_TIMEOUT:-$(( ${CALL_BUDGET:-560} - SECONDS - 30 ))}" \
