@@ -66,22 +66,24 @@ PartitionRunner::CacheEntry* PartitionRunner::BucketedEntry(const Bucket& b, con
   auto host = HostValues(padded_inputs);
   std::vector<const Tensor*> host_ptrs(host.size(), nullptr);
   for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
-  const mx::Device device = ChooseDevice(padded, host_ptrs);
   auto messages = std::make_shared<std::vector<std::string>>();
   auto updates = std::make_shared<std::vector<InPlaceOutput>>();
   auto rows = std::make_shared<CacheEntry::RowAxes>();
-  auto traced = [this, host_ptrs, device, messages, updates, rows, axes = b.axes](const std::vector<mx::array>& in) {
-    RowTracker tracker(plan_, axes);
-    std::vector<mx::array> outs = Trace(in, host_ptrs, device, messages.get(), nullptr, nullptr, updates.get(), &tracker);
-    if (std::optional<std::vector<int>> cut = tracker.Finish(*updates))
-      rows->axes = std::move(*cut);
-    else
-      rows->refusal = tracker.refusal();
-    return outs;
-  };
-  CacheEntry* entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}, updates, rows});
+  CacheEntry* entry = nullptr;
   const auto start = std::chrono::steady_clock::now();
   try {
+    const mx::Device device = ChooseDevice(padded, host_ptrs);  // traces on GPUs
+    auto traced = [this, host_ptrs, device, messages, updates, rows, axes = b.axes](const std::vector<mx::array>& in) {
+      RowTracker tracker(plan_, axes);
+      std::vector<mx::array> outs =
+          Trace(in, host_ptrs, device, messages.get(), nullptr, nullptr, updates.get(), &tracker);
+      if (std::optional<std::vector<int>> cut = tracker.Finish(*updates))
+        rows->axes = std::move(*cut);
+      else
+        rows->refusal = tracker.refusal();
+      return outs;
+    };
+    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}, updates, rows});
     outputs = entry->fn(padded);  // traces: fills messages, updates and rows
   } catch (const std::exception& e) {
     // A translation that cannot take the padded shapes (a Reshape to a constant target, say):
@@ -90,7 +92,7 @@ PartitionRunner::CacheEntry* PartitionRunner::BucketedEntry(const Bucket& b, con
     rows->refusal = std::string("its trace failed: ") + e.what();
   }
   CountTraceTime(start);
-  if (!rows->axes.empty() || plan_.output_names.empty()) return entry;
+  if (entry && (!rows->axes.empty() || plan_.output_names.empty())) return entry;
   const bool verbose = EnvFlag(env::kVerbose);
   if (verbose || OrtWouldLog(LogSeverity::kVerbose, logger_))
     LogLine("partition " + plan_.name + ": a prompt of " + std::to_string(b.length) + " padded to " +

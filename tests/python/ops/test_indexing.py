@@ -40,7 +40,9 @@ def unique_positions(dims, count, seed=0):
 def float_max_min_scatter(model):
     """True for a ScatterElements/ScatterND max or min on floating data: declined on GPUs, where
     MLX's scatter keeps NaN data and drops NaN updates (ClaimScatter's reason)."""
-    node = next(n for n in model.graph.node if n.op_type in ("ScatterElements", "ScatterND"))
+    node = next((n for n in model.graph.node if n.op_type in ("ScatterElements", "ScatterND")), None)
+    if node is None:  # a legacy Scatter or a gather: no reduction
+        return False
     reduction = next((a.s.decode() for a in node.attribute if a.name == "reduction"), "none")
     data_type = model.graph.input[0].type.tensor_type.elem_type
     floats = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE)
