@@ -27,7 +27,8 @@ void SessionReport::AddGraph(const Graph& graph, const Partitioning& p, const st
       ++e.earlier_partitions;  // already ours: not a declined node
       continue;
     }
-    if (!p.decisions[i].claimed) e.declined.push_back({n.Label(), n.op_type, n.domain, p.decisions[i].reason});
+    if (!p.decisions[i].claimed)
+      e.declined.push_back({n.Label(), n.op_type, n.domain, p.decisions[i].reason});
   }
   for (const Boundary& b : p.boundaries)
     e.boundaries.push_back(
@@ -120,22 +121,22 @@ std::string SessionReport::ToJson() const {
 std::string SessionReport::Summary() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::ostringstream os;
-  for (const auto& g : graphs_)
-  {
+  for (const auto& g : graphs_) {
     os << "claimed " << g.nodes_claimed << "/" << g.nodes_total << " nodes in " << g.clusters.size()
        << " partition(s)";
     if (g.passes > 1)
-      os << " in pass " << g.passes << ", after " << g.earlier_partitions << " partition(s) of earlier passes, which declined "
-         << g.declined_earlier.size() << " node(s)";
+      os << " in pass " << g.passes << ", after " << g.earlier_partitions
+         << " partition(s) of earlier passes, which declined " << g.declined_earlier.size() << " node(s)";
     os << "\n";
   }
   for (const auto& r : runners_) {
     RunnerStats s = r->stats();
     os << "partition " << r->plan().name << ": " << r->plan().nodes.size() << " nodes, " << s.runs
        << " runs, compile cache " << s.cache_hits << " hits / " << s.cache_misses << " misses, " << s.traces
-       << " traces (" << s.trace_us / 1000 << " ms), " << s.folded_nodes << " nodes folded; bytes in " << s.bytes_in_host_copied
-       << " copied / " << s.bytes_in_wrapped << " wrapped, out " << s.bytes_out_host_copied << " copied / "
-       << s.bytes_out_adopted << " adopted / " << s.bytes_out_in_place << " in place";
+       << " traces (" << s.trace_us / 1000 << " ms), " << s.folded_nodes << " nodes folded; bytes in "
+       << s.bytes_in_host_copied << " copied / " << s.bytes_in_wrapped << " wrapped, out "
+       << s.bytes_out_host_copied << " copied / " << s.bytes_out_adopted << " adopted / "
+       << s.bytes_out_in_place << " in place";
     if (s.bucketed_runs || s.bucket_refusals)
       os << "; prompt buckets: " << s.bucketed_runs << " runs padded, " << s.bucket_refusals << " refused";
     os << "\n";

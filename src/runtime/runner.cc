@@ -113,7 +113,8 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
 }
 
 void PartitionRunner::CountTraceTime(std::chrono::steady_clock::time_point start) {
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.trace_us += static_cast<uint64_t>(us.count());
 }

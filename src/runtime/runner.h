@@ -50,7 +50,7 @@ struct RunnerStats {
   /** Time of the first calls of new compiled functions: the trace and mx::compile's graph passes
    *  (not the evaluation, which MLX runs later), microseconds summed over traces. */
   uint64_t trace_us = 0;
-  uint64_t evictions = 0;     ///< compiled functions dropped by the cache bound
+  uint64_t evictions = 0;  ///< compiled functions dropped by the cache bound
   // Bytes moved per run, summed (docs/gpu_memory.md): "host copied" is a copy by the host
   // (memcpy), "wrapped" an input read in place, "adopted" an output handed over in place.
   uint64_t bytes_in_host_copied = 0;
@@ -203,15 +203,15 @@ class PartitionRunner {
   std::optional<Bucket> ChooseBucket(const std::vector<InputTensor>& inputs);
   /** The compiled function of the padded inputs, traced (with the row-locality proof) on a miss;
    *  null when its padding is not exact. */
-  CacheEntry* BucketedEntry(const Bucket& b, const SignatureKey& key, const std::vector<InputTensor>& padded_inputs,
+  CacheEntry* BucketedEntry(const Bucket& b, const SignatureKey& key,
+                            const std::vector<InputTensor>& padded_inputs,
                             const std::vector<mx::array>& padded, std::vector<mx::array>& outputs);
   /** The run through its bucket: evaluated outputs cut to the prompt's rows (the in-place rows
    *  too), as EvaluateChecked gives them; nullopt to run it unpadded (a refused proof, a failed
    *  check, an in-place output ORT did not alias). */
-  std::optional<std::vector<mx::array>> EvaluateBucketed(const Bucket& b, const std::vector<InputTensor>& inputs,
-                                                         const std::vector<mx::array>& arrays,
-                                                         const OutputSink& sink, Evaluated& used,
-                                                         std::vector<void*>& given, std::vector<bool>& aliased);
+  std::optional<std::vector<mx::array>> EvaluateBucketed(
+      const Bucket& b, const std::vector<InputTensor>& inputs, const std::vector<mx::array>& arrays,
+      const OutputSink& sink, Evaluated& used, std::vector<void*>& given, std::vector<bool>& aliased);
   /** Traces a function with dynamic `dims` for these inputs (throws DynamicShapeUnsupported). */
   CacheEntry MakeDynamicEntry(const std::vector<std::pair<size_t, size_t>>& dims,
                               const std::vector<InputTensor>& inputs, const std::vector<mx::array>& arrays);

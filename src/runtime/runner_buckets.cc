@@ -73,7 +73,8 @@ PartitionRunner::CacheEntry* PartitionRunner::BucketedEntry(const Bucket& b, con
   const auto start = std::chrono::steady_clock::now();
   try {
     const mx::Device device = ChooseDevice(padded, host_ptrs);  // traces on GPUs
-    auto traced = [this, host_ptrs, device, messages, updates, rows, axes = b.axes](const std::vector<mx::array>& in) {
+    auto traced = [this, host_ptrs, device, messages, updates, rows,
+                   axes = b.axes](const std::vector<mx::array>& in) {
       RowTracker tracker(plan_, axes);
       std::vector<mx::array> outs =
           Trace(in, host_ptrs, device, messages.get(), nullptr, nullptr, updates.get(), &tracker);
@@ -83,7 +84,8 @@ PartitionRunner::CacheEntry* PartitionRunner::BucketedEntry(const Bucket& b, con
         rows->refusal = tracker.refusal();
       return outs;
     };
-    entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}, updates, rows});
+    entry =
+        &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}, updates, rows});
     outputs = entry->fn(padded);  // traces: fills messages, updates and rows
   } catch (const std::exception& e) {
     // A translation that cannot take the padded shapes (a Reshape to a constant target, say):
