@@ -39,7 +39,9 @@ def token_model(tail):
     ]
     inits = [init("embed", rng.standard_normal((VOCAB, HIDDEN))), init("gamma", rng.random(HIDDEN) + 0.5),
              init("beta", rng.standard_normal(HIDDEN)), init("w", rng.standard_normal((HIDDEN, OUT))),
-             init("axis1", [1], np.int64), init("axis_tokens", [1], np.int64)]
+             init("axis1", [1], np.int64), init("axis_tokens", [1], np.int64), init("zero", 0, np.int64),
+             init("axis0", [0], np.int64), init("one1", [1], np.int64), init("two1", [2], np.int64),
+             init("heads", [2, 3], np.int64)]
     graph = helper.make_graph(
         nodes, "tokens",
         [helper.make_tensor_value_info("ids", I64, [1, "s"]), helper.make_tensor_value_info("mask", I64, [1, "s"])],
@@ -50,6 +52,22 @@ def token_model(tail):
 
 
 ROW_LOCAL = [helper.make_node("Identity", ["h"], ["y"])]
+# torch's exporters build Reshape targets from Shape: h [1, S, 6] -> [1, S, 2, 3] with the batch
+# from Gather(Shape), the length from Slice(Shape) and the rest constant; then heads first and
+# back (Transpose), and a softmax over the last axis.
+_n = helper.make_node
+TORCH_STYLE = [
+    _n("Shape", ["h"], ["shape"]),
+    _n("Gather", ["shape", "zero"], ["batch"], axis=0),
+    _n("Unsqueeze", ["batch", "axis0"], ["batch1"]),
+    _n("Slice", ["shape", "one1", "two1"], ["length1"]),
+    _n("Concat", ["batch1", "length1", "heads"], ["target"], axis=0),
+    _n("Reshape", ["h", "target"], ["split"]),
+    _n("Transpose", ["split"], ["heads_first"], perm=[0, 2, 1, 3]),
+    _n("Softmax", ["heads_first"], ["soft"], axis=-1),
+    _n("Transpose", ["soft"], ["back"], perm=[0, 2, 1, 3]),
+    _n("Flatten", ["back"], ["y"], axis=2),
+]
 # Each reads across the token axis: padding would change the first S rows, so it is refused.
 NOT_ROW_LOCAL = {
     "Softmax": [helper.make_node("Softmax", ["h"], ["y"], axis=1)],
@@ -86,6 +104,17 @@ def test_row_local_prompts_share_a_function_per_bucket(monkeypatch):
     part = check(token_model(ROW_LOCAL), feeds_of(lengths))
     assert part["bucketed_runs"] == len(lengths) - 1, part
     assert (part["traces"], part["bucket_refusals"]) == (4, 0), part
+
+
+def test_reshape_targets_from_shapes_keep_the_rows(monkeypatch):
+    """A torch-style Reshape whose target is built from the input's shape (Shape, Gather, Slice,
+    Unsqueeze, Concat) keeps the token axis whole: the padded length reaches the target on that
+    axis only, so the prompts are bucketed, and match the CPU EP."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS", "8")
+    lengths = [3, 5, 7, 9, 12]
+    part = check(token_model(TORCH_STYLE), feeds_of(lengths))
+    assert part["bucketed_runs"] == len(lengths) - 1, part
+    assert (part["traces"], part["bucket_refusals"]) == (3, 0), part
 
 
 def test_buckets_are_off_by_default(monkeypatch):
