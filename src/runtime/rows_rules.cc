@@ -84,21 +84,25 @@ Outcome ShapeOf(const RowNode& v) {
 }
 
 /** Gather of a shape vector's elements (kShape data, known indices). */
+/** The elements `picked` (indices into a kShape vector of `n`, negative from the end) take from
+ *  `shape`: the positions among them that hold the padded length. */
+std::vector<int64_t> PickedPositions(const RowState& shape, const std::vector<int64_t>& picked, int64_t n) {
+  const std::vector<int64_t>& p = shape.positions;
+  std::vector<int64_t> positions;
+  for (size_t j = 0; j < picked.size(); ++j)
+    if (std::count(p.begin(), p.end(), picked[j] < 0 ? picked[j] + n : picked[j]))
+      positions.push_back(static_cast<int64_t>(j));
+  return positions;
+}
+
 Outcome GatherShape(const RowNode& v) {
   const auto idx = v.SameInts(1);
   if (!idx || v.Rank(1) > 1) return Fail("gathers from a shape at indices not known while tracing");
-  const int64_t n = v.in[0]->shape(0);
-  const std::vector<int64_t>& p = v.st[0].positions;
-  auto holds_length = [&](int64_t j) { return std::count(p.begin(), p.end(), j < 0 ? j + n : j) > 0; };
-  if (v.Rank(1) == 0) {
-    RowState s;
-    if (holds_length(idx->at(0))) s.kind = Kind::kLength;
-    return All(v, s);
-  }
-  std::vector<int64_t> positions;
-  for (size_t j = 0; j < idx->size(); ++j)
-    if (holds_length((*idx)[j])) positions.push_back(static_cast<int64_t>(j));
-  return All(v, ShapeWith(positions));
+  const std::vector<int64_t> positions = PickedPositions(v.st[0], *idx, v.in[0]->shape(0));
+  if (v.Rank(1) == 1) return All(v, ShapeWith(positions));
+  RowState s;
+  if (!positions.empty()) s.kind = Kind::kLength;
+  return All(v, s);
 }
 
 Outcome Gather(const RowNode& v) {
@@ -307,11 +311,7 @@ Outcome Slice(const RowNode& v) {
     auto picked = SlicedIndices(v, v.in[0]->shape(0));
     if (!picked || static_cast<int64_t>(picked->size()) != v.outs.at(0).shape(0))
       return Fail("slices a shape at positions not known while tracing");
-    std::vector<int64_t> positions;
-    const std::vector<int64_t>& p = v.st[0].positions;
-    for (size_t j = 0; j < picked->size(); ++j)
-      if (std::count(p.begin(), p.end(), (*picked)[j])) positions.push_back(static_cast<int64_t>(j));
-    return All(v, ShapeWith(positions));
+    return All(v, ShapeWith(PickedPositions(v.st[0], *picked, v.in[0]->shape(0))));
   }
   if (v.KindOf(0) != Kind::kRows) return Fail("slices a value computed from the padded length");
   const int rank = v.Rank(0), a = v.st[0].axis;
