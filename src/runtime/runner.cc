@@ -219,14 +219,9 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
                                                  const std::vector<mx::array>& arrays, Evaluated& used) {
   std::shared_ptr<std::vector<std::string>>& check_messages = used.check_messages;
   std::shared_ptr<std::vector<InPlaceOutput>>& in_place = used.in_place;
-  auto pointers = [](const std::vector<std::shared_ptr<const Tensor>>& host) {
-    std::vector<const Tensor*> ptrs(host.size(), nullptr);
-    for (size_t i = 0; i < host.size(); ++i) ptrs[i] = host[i].get();
-    return ptrs;
-  };
   if (!compile_) {
     const auto host = HostValues(inputs);
-    const auto host_ptrs = pointers(host);
+    const auto host_ptrs = HostPointers(host);
     check_messages = std::make_shared<std::vector<std::string>>();
     in_place = std::make_shared<std::vector<InPlaceOutput>>();
     return Trace(arrays, host_ptrs, ChooseDevice(arrays, host_ptrs), check_messages.get(), nullptr, nullptr,
@@ -238,7 +233,7 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
   CacheEntry* entry = Find(key);
   if (!entry) {
     auto host = HostValues(inputs);
-    const auto host_ptrs = pointers(host);
+    const auto host_ptrs = HostPointers(host);
     const mx::Device device = ChooseDevice(arrays, host_ptrs);
     auto messages = std::make_shared<std::vector<std::string>>();
     auto updates = std::make_shared<std::vector<InPlaceOutput>>();

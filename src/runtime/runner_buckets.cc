@@ -64,8 +64,7 @@ PartitionRunner::CacheEntry* PartitionRunner::BucketedEntry(const Bucket& b, con
     return entry;
   }
   auto host = HostValues(padded_inputs);
-  std::vector<const Tensor*> host_ptrs(host.size(), nullptr);
-  for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
+  const std::vector<const Tensor*> host_ptrs = HostPointers(host);
   auto messages = std::make_shared<std::vector<std::string>>();
   auto updates = std::make_shared<std::vector<InPlaceOutput>>();
   auto rows = std::make_shared<CacheEntry::RowAxes>();

@@ -46,8 +46,7 @@ PartitionRunner::CacheEntry PartitionRunner::MakeDynamicEntry(
   d->device = RuntimeDevice();
   d->prologue = FindPrologue(plan_, d->axes, arrays, mx::default_stream(d->device));
   auto host = HostValues(inputs);
-  std::vector<const Tensor*> host_ptrs(host.size(), nullptr);
-  for (size_t i = 0; i < host.size(); ++i) host_ptrs[i] = host[i].get();
+  const std::vector<const Tensor*> host_ptrs = HostPointers(host);
   auto messages = std::make_shared<std::vector<std::string>>();
   auto assumptions = std::make_shared<std::vector<bool>>();
   auto updates = std::make_shared<std::vector<InPlaceOutput>>();
