@@ -51,6 +51,8 @@ constexpr const char* kAttentionVjpDenseLimit =
 constexpr const char* kAttentionVjpKernel =
     "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL";  // "1": CUDA kernels for the tiled AttentionVJP; "force":
                                                 // try it on any device
+constexpr const char* kGraphCensus =
+    "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS";  // log the MLX primitives a run evaluates, by name
 constexpr const char* kGqaCpuKernel =
     "ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL";  // "0": GroupQueryAttention composes MLX ops on the CPU too;
                                         // "portable": the kernel's portable loops (tests)

@@ -106,7 +106,11 @@ std::string SessionReport::ToJson() const {
                      {"bytes_out_in_place", s.bytes_out_in_place},
                      {"bucketed_runs", s.bucketed_runs},
                      {"bucket_refusals", s.bucket_refusals},
-                     {"bucket_refusal", s.bucket_refusal}});
+                     {"bucket_refusal", s.bucket_refusal},
+                     {"steady_runs", s.steady_runs},
+                     {"graph_ms", static_cast<double>(s.graph_us) / 1000.0},
+                     {"eval_ms", static_cast<double>(s.eval_us) / 1000.0},
+                     {"write_ms", static_cast<double>(s.write_us) / 1000.0}});
   }
   const TransferStats t = GetTransferStats();  // process-wide: every session's boundary copies
   j["runtime"] = {{"partitions", parts},
@@ -139,6 +143,9 @@ std::string SessionReport::Summary() const {
        << s.bytes_out_in_place << " in place";
     if (s.bucketed_runs || s.bucket_refusals)
       os << "; prompt buckets: " << s.bucketed_runs << " runs padded, " << s.bucket_refusals << " refused";
+    if (s.steady_runs)
+      os << "; per run without a trace " << s.graph_us / s.steady_runs << " us graph / "
+         << s.eval_us / s.steady_runs << " us eval / " << s.write_us / s.steady_runs << " us write";
     os << "\n";
   }
   return os.str();

@@ -8,6 +8,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "runtime/census.h"
 #include "runtime/device.h"
 #include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
@@ -16,6 +17,16 @@
 
 namespace mlx_ep {
 namespace {
+
+// Traces on this thread, so that a run can tell whether it traced (RunnerStats' phases count
+// runs that did not: a trace's run also pays MLX's JIT compiles).
+thread_local uint64_t traces_on_this_thread = 0;
+
+uint64_t MicrosSince(std::chrono::steady_clock::time_point start) {
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+  return static_cast<uint64_t>(us.count());
+}
 
 // Binds one input as an MLX array, without a copy where MLX can read ORT's memory: on the CPU
 // device ORT's host memory, on a GPU the MLX memory the EP lent ORT (runtime/memory.h). MLX
@@ -106,6 +117,7 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
   if (check_messages) *check_messages = std::move(info.check_messages);
   if (check_is_assumption) *check_is_assumption = std::move(info.check_is_assumption);
   if (in_place) *in_place = std::move(info.in_place);
+  ++traces_on_this_thread;
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.traces;
   stats_.folded_nodes += info.folded;
@@ -113,10 +125,9 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
 }
 
 void PartitionRunner::CountTraceTime(std::chrono::steady_clock::time_point start) {
-  const auto us =
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+  const uint64_t us = MicrosSince(start);
   std::lock_guard<std::mutex> lock(mu_);
-  stats_.trace_us += static_cast<uint64_t>(us.count());
+  stats_.trace_us += us;
 }
 
 size_t PartitionRunner::SignatureHash::operator()(const SignatureKey& key) const noexcept {
@@ -299,7 +310,9 @@ std::vector<mx::array> PartitionRunner::EvaluateChecked(const std::vector<InputT
       if (auto outputs = EvaluateBucketed(*b, inputs, arrays, sink, used, given, aliased)) return *outputs;
   for (;;) {
     used = Evaluated{};
+    const auto start = std::chrono::steady_clock::now();
     std::vector<mx::array> outputs = Evaluate(inputs, arrays, used);
+    used.graph_us = MicrosSince(start);
     // The runtime checks' verdict (TracePlan: the output after the partition's outputs) first:
     // a failed assumption of a dynamic function retraces before ORT is asked for any output
     // buffer (ORT fixes an output's shape when it gives the buffer).
@@ -334,6 +347,16 @@ std::vector<mx::array> PartitionRunner::EvaluateChecked(const std::vector<InputT
   }
 }
 
+void PartitionRunner::LogCensus(const std::vector<mx::array>& outputs) {
+  const std::string census = FormatCensus(PrimitiveCensus(outputs));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (census == last_census_) return;
+    last_census_ = census;
+  }
+  LogLine("partition " + plan_.name + ": MLX primitives per run, " + census, LogSeverity::kInfo, logger_);
+}
+
 void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink) {
   std::vector<mx::array> arrays;
   arrays.reserve(inputs.size());
@@ -349,7 +372,11 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   Evaluated used;
   std::vector<void*> given(n, nullptr);
   std::vector<bool> aliased(n, false);
+  const uint64_t traces_before = traces_on_this_thread;
+  const auto start = std::chrono::steady_clock::now();
   std::vector<mx::array> outputs = EvaluateChecked(inputs, arrays, sink, used, given, aliased);
+  const uint64_t evaluated_us = MicrosSince(start);
+  const auto written = std::chrono::steady_clock::now();
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
   // output, and an output that aliases an input (Identity) still points at live memory.
   if (!WriteInPlace(outputs, *used.in_place, given, aliased)) {
@@ -368,6 +395,13 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
     return dst;
   };
   WriteOutputs(outputs, give, aliased);
+  const uint64_t write_us = MicrosSince(written);
+  if (traces_on_this_thread != traces_before) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.steady_runs;
+  stats_.graph_us += used.graph_us;
+  stats_.eval_us += evaluated_us - std::min(evaluated_us, used.graph_us);
+  stats_.write_us += write_us;
 }
 
 }  // namespace mlx_ep

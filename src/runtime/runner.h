@@ -65,6 +65,14 @@ struct RunnerStats {
   uint64_t bucketed_runs = 0;
   uint64_t bucket_refusals = 0;
   std::string bucket_refusal;  ///< why the first refused padding was not exact
+  // Where a run's time goes on the MLX worker, microseconds summed over the steady runs: those
+  // that did not trace (issue 7: per-run overhead). "graph": calling the (compiled) function, which builds
+  // the run's MLX graph on the host, traces included; "eval": mx::eval of it (on a GPU: encoding every
+  // primitive, then waiting for the kernels); "write": the outputs and in-place rows handed to ORT.
+  uint64_t steady_runs = 0;
+  uint64_t graph_us = 0;
+  uint64_t eval_us = 0;
+  uint64_t write_us = 0;
 };
 
 /** Compiled functions kept per partition and MLX worker by default (least recently used dropped
@@ -153,6 +161,7 @@ class PartitionRunner {
     std::shared_ptr<std::vector<bool>> check_is_assumption;
     std::optional<SignatureKey> dynamic_key;               ///< the key of the dynamic entry used
     std::shared_ptr<std::vector<InPlaceOutput>> in_place;  ///< fn's in-place outputs
+    uint64_t graph_us = 0;  ///< time Evaluate took (building the graph), for RunnerStats
   };
 
   /** The device a signature runs on: the runtime device, except that graphs holding an empty
@@ -251,6 +260,10 @@ class PartitionRunner {
                                          const std::vector<mx::array>& arrays, const OutputSink& sink,
                                          Evaluated& used, std::vector<void*>& given,
                                          std::vector<bool>& aliased);
+  /** Logs the primitives MLX evaluates for `outputs` (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS: those a
+   *  run evaluates, so not the whole buffers written in place), when
+   *  they differ from the last census logged. */
+  void LogCensus(const std::vector<mx::array>& outputs);
   /** The body of Run, on an MLX worker. */
   void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);
 
@@ -264,6 +277,7 @@ class PartitionRunner {
   /** By output: ORT once gave the input's own buffer for this in-place output (with device memory
    *  the buffer is asked for before evaluation only then, so that other outputs stay adoptable). */
   std::unique_ptr<std::atomic<bool>[]> alias_seen_;  // atomic: several MLX workers run one runner
+  std::string last_census_;  // the last census logged (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS), under mu_
 };
 
 }  // namespace mlx_ep

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "common/env.h"
 #include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
 #include "runtime/runner.h"
@@ -19,6 +20,7 @@ void PartitionRunner::EvalExceptAliased(const std::vector<mx::array>& outputs,
   if (has_checks) needed.push_back(outputs.at(n));
   for (const InPlaceOutput& e : in_place)
     if (aliased[e.output]) needed.insert(needed.end(), {outputs[e.rows], outputs[e.offsets]});
+  if (EnvFlag(env::kGraphCensus)) LogCensus(needed);
   mx::eval(needed);  // `needed` dies here: a second reference would keep outputs from being adopted
 }
 

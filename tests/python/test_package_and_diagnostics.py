@@ -168,6 +168,26 @@ def test_report_file(tmp_path):
     assert sorted(p["runs"] for p in data["runtime"]["partitions"]) == [2, 2]
 
 
+def test_graph_census_logs_each_partitions_primitives(tmp_path):
+    # Each partition logs its run's MLX primitives once (the census repeats only when it changes):
+    # here one Add each, and the Contiguous that makes an output row-contiguous for ORT.
+    proc = run_script(mixed_model(str(tmp_path / "m.onnx")), ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1")
+    lines = [line for line in proc.stderr.splitlines() if "MLX primitives per run" in line]
+    assert len(lines) == 2, proc.stderr
+    assert all(line.endswith("total 2: Add 1, Contiguous 1") for line in lines), lines
+    quiet = run_script(mixed_model(str(tmp_path / "m.onnx")))
+    assert "MLX primitives per run" not in quiet.stderr
+
+
+def test_report_splits_steady_runs_into_phases(tmp_path):
+    # Two runs per partition: the first traces, so one steady run whose phases are timed.
+    report = tmp_path / "report.json"
+    run_script(mixed_model(str(tmp_path / "m.onnx")), ONNXRUNTIME_EP_MLX_REPORT=str(report))
+    for part in json.loads(report.read_text())["runtime"]["partitions"]:
+        assert (part["runs"], part["traces"], part["steady_runs"]) == (2, 1, 1), part
+        assert part["eval_ms"] > 0 and part["graph_ms"] >= 0 and part["write_ms"] >= 0, part
+
+
 def test_report_cli(tmp_path):
     model = mixed_model(str(tmp_path / "m.onnx"))
     env = {**os.environ, "PYTHONPATH": os.path.join(ROOT, "python")}

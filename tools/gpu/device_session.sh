@@ -28,6 +28,9 @@ bundle() {  # here: the wheels of prepare_wheels.sh plus genai-cuda and the head
   [ -n "$(ls "$G"/genai/*.whl 2>/dev/null)" ] || python3 -m pip download --quiet --no-deps --only-binary=:all: \
     --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 -d "$G/genai" \
     "onnxruntime-genai-cuda==$(sed -n 's/^ONNXRUNTIME_GENAI_VERSION=//p' scripts/versions.env)"
+  # The ORT headers come from scripts/setup.sh (make build): without them the GPU build fails late.
+  [ -f "$ROOT/.deps/prefix/usr/include/onnxruntime/onnxruntime_ep_c_api.h" ] \
+    || { echo "bundle: no ORT headers in .deps/prefix: run scripts/setup.sh (make build) first" >&2; return 1; }
   tar -cf "$T/prefix.tar" -C "$ROOT/.deps" prefix
   cp "$G"/genai/*.whl "$G"/extra/*.whl "$T/"
   # Two tars back to back: a.tar (all but onnxruntime-gpu) and b.tar; `sizes` holds a.tar's bytes.
@@ -78,7 +81,8 @@ configure_and_build() {
   local SITE CUDNN_DIR
   SITE=$($PY -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
   CUDNN_DIR=$(dirname "$(dirname "$(find "$SITE/nvidia" -name cudnn.h | head -1)")")
-  [ -f "$W/build/CMakeCache.txt" ] || cmake -S "$W/src" -B "$W/build" -DMLX_ROOT="$SITE/mlx" \
+  # A configure that failed leaves a CMakeCache.txt but no Makefile: configure again then.
+  [ -f "$W/build/Makefile" ] || cmake -S "$W/src" -B "$W/build" -DMLX_ROOT="$SITE/mlx" \
     -DMLX_EP_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release -DCUDNN_INCLUDE_PATH="$CUDNN_DIR/include" \
     -DCUDNN_LIBRARY_PATH="$CUDNN_DIR/lib" -DORT_INCLUDE_DIR="$W/prefix/usr/include/onnxruntime" \
     -DJSON_INCLUDE_DIR="$W/prefix/usr/include" >"$W/cmake.log" 2>&1 || return 1
@@ -200,6 +204,15 @@ run_step() {
       timeout 200 $PY "$ROOT/tools/gpu/kernel_census.py" bert --out "$R" 2>&1 | tee "$R/census.log"
       [ -e "$W/make.ok" ] && timeout 150 $PY "$ROOT/tools/gpu/kernel_census.py" llm --model "$W/llm/fp16" --out "$R" \
         2>&1 | tee -a "$R/census.log";;
+    phases)  # where a run's time goes (graph / eval / write), MLX primitives per run, MLX CUDA settings A/B
+      wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; tail -40 "$W/make.log"; return 1; }
+      local m
+      for m in ${PHASES_MODELS:-fp16 int4}; do
+        timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm --model "$W/llm/$m" \
+          ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} --json "$R/phases_llm_$m.json" 2>&1 | tee -a "$R/phases.log"
+      done
+      [ -n "${PHASES_BERT-1}" ] && timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" bert \
+        ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} --json "$R/phases_bert.json" 2>&1 | tee -a "$R/phases.log";;
     threads)  # CPU thread scaling on this machine's cores (MLX's CPU device)
       ONNXRUNTIME_EP_MLX_DEVICE=cpu timeout 200 $PY "$ROOT/bench/bench_concurrency.py" --threads 1,2,4,8,16 \
         --mlx-threads 4,16 --json "$R/bench_concurrency_16.json" 2>&1 | tee "$R/bench_concurrency_16.log";;

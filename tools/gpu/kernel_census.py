@@ -88,7 +88,7 @@ def bert_run(tmp):
     return run
 
 
-def llm_run(model_dir):
+def llm_run(model_dir, past=1024):
     import numpy as np
     import onnxruntime as ort
 
@@ -101,12 +101,13 @@ def llm_run(model_dir):
     mlx_ep.append_to_session_options(so)
     sess = ort.InferenceSession(cfg.path, so)
     memory = mlx_ep.device_memory_info()
-    dec = BoundDecoder(sess, cfg, 1, np.float16,
+    dtype = np.float16 if "float16" in sess.get_inputs()[2].type else np.float32
+    dec = BoundDecoder(sess, cfg, 1, dtype,
                        lambda shape, dtype: ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, memory_info=memory),
                        mlx_ep.binding_device())
 
     def run():
-        dec.run(1024, 1)
+        dec.run(past, 1)
     run.keep = (sess, dec)
     return run
 

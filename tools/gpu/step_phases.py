@@ -1,0 +1,108 @@
+"""Where one run's time goes (issue 7, per-run overhead), and what MLX's CUDA settings change it.
+
+For each setting (environment variables MLX reads once, so each in a process of its own) this
+runs a model through the MLX EP with its inputs and outputs in the EP's device memory, and prints
+the median ms of `--iters` runs after warm-ups, the EP's phases per run that did not trace
+(RunnerStats: "graph" = calling the compiled function, which builds the run's MLX graph on the
+host; "eval" = mx::eval, which on a GPU encodes every primitive into CUDA graphs and waits for the
+kernels; "write" = handing outputs and in-place KV rows to ORT) and the MLX primitives a run
+evaluates (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS).
+
+    python3 tools/gpu/step_phases.py llm --model DIR [--past 1024] [--settings "default;MLX_USE_CUDA_GRAPHS=0"]
+    python3 tools/gpu/step_phases.py bert [--settings ...]
+
+A setting is "default" or space-separated NAME=VALUE pairs.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "python"), str(ROOT / "tools" / "gpu")]
+
+DEFAULT_SETTINGS = "default;MLX_USE_CUDA_GRAPHS=0;MLX_MAX_OPS_PER_BUFFER=4000 MLX_MAX_MB_PER_BUFFER=100000"
+
+
+def child(args):
+    """One setting: the runs, then the session's report (written when the session goes)."""
+    import gc
+
+    if args.what == "bert":
+        from kernel_census import bert_run
+        tmp = tempfile.mkdtemp()
+        run = bert_run(tmp)
+    else:
+        from kernel_census import llm_run
+        run = llm_run(args.model, args.past)
+    for _ in range(args.warmup):
+        run()
+    times = []
+    for _ in range(args.iters):
+        t0 = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - t0) * 1e3)
+    del run
+    gc.collect()
+    report = json.loads(Path(os.environ["ONNXRUNTIME_EP_MLX_REPORT"]).read_text())
+    parts = report["runtime"]["partitions"]
+    out = {"median_ms": statistics.median(times), "min_ms": min(times), "partitions": len(parts)}
+    for key in ("steady_runs", "graph_ms", "eval_ms", "write_ms", "runs", "traces"):
+        out[key] = sum(p.get(key, 0) for p in parts)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def parent(args):
+    rows = []
+    for setting in args.settings.split(";"):
+        env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1")
+        if setting.strip() != "default":
+            env.update(kv.split("=", 1) for kv in setting.split())
+        with tempfile.TemporaryDirectory() as tmp:
+            env["ONNXRUNTIME_EP_MLX_REPORT"] = os.path.join(tmp, "report.json")
+            cmd = [sys.executable, __file__, args.what, "--child", "--iters", str(args.iters), "--warmup",
+                   str(args.warmup), "--past", str(args.past)] + (["--model", args.model] if args.model else [])
+            t0 = time.perf_counter()
+            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+        result = next((json.loads(line[7:]) for line in p.stdout.splitlines() if line.startswith("RESULT ")), None)
+        census = [m.group(1) for m in re.finditer(r"MLX primitives per run, (total .*)", p.stderr)]
+        if result is None:
+            print(f"{setting}: failed (rc {p.returncode})\n{p.stderr[-3000:]}", flush=True)
+            continue
+        n = max(result["steady_runs"], 1)
+        row = dict(result, setting=setting, wall_s=time.perf_counter() - t0,
+                   graph_ms_per_run=result["graph_ms"] / n, eval_ms_per_run=result["eval_ms"] / n,
+                   write_ms_per_run=result["write_ms"] / n, census=census[-1] if census else "")
+        rows.append(row)
+        print(f"{args.what} [{setting}]: median {row['median_ms']:.2f} ms (min {row['min_ms']:.2f}); per run "
+              f"graph {row['graph_ms_per_run']:.2f} / eval {row['eval_ms_per_run']:.2f} / write "
+              f"{row['write_ms_per_run']:.2f} ms over {result['steady_runs']} runs; {result['partitions']} "
+              f"partition(s), {result['traces']} traces", flush=True)
+        print(f"  primitives: {row['census'][:1500]}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["bert", "llm"])
+    ap.add_argument("--model", help="genai model directory (llm)")
+    ap.add_argument("--past", type=int, default=1024)
+    ap.add_argument("--settings", default=DEFAULT_SETTINGS)
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--timeout", type=int, default=240)
+    ap.add_argument("--json")
+    ap.add_argument("--child", action="store_true")
+    args = ap.parse_args()
+    (child if args.child else parent)(args)
+
+
+if __name__ == "__main__":
+    main()
