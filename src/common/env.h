@@ -41,7 +41,12 @@ constexpr const char* kPromptBuckets =
 constexpr const char* kMaxCompiled =
     "ONNXRUNTIME_EP_MLX_MAX_COMPILED";  // compiled functions kept per partition
 constexpr const char* kDeviceMemory =
-    "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY";  // "0": no GPU allocator/data transfer (default on GPUs); "force": on CPU too
+    "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY";  // "0": no GPU allocator/data transfer (default on GPUs); "force": on
+                                         // CPU too
+constexpr const char* kDeviceWrites =
+    "ONNXRUNTIME_EP_MLX_DEVICE_WRITES";  // "1": outputs and in-place rows written by a CUDA kernel
+constexpr const char* kNoConstantFold =
+    "ONNXRUNTIME_EP_MLX_NO_CONSTANT_FOLD";  // "1": constant subgraphs stay in the compiled graph
 constexpr const char* kSpinMicros = "ONNXRUNTIME_EP_MLX_SPIN_US";  // hand-off spin bound (0: off)
 constexpr const char* kMlxThreads = "ONNXRUNTIME_EP_MLX_THREADS";  // MLX worker threads (default: CPUs, <= 4)
 constexpr const char* kBlasThreads =
@@ -55,7 +60,7 @@ constexpr const char* kGraphCensus =
     "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS";  // log the MLX primitives a run evaluates, by name
 constexpr const char* kGqaCpuKernel =
     "ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL";  // "0": GroupQueryAttention composes MLX ops on the CPU too;
-                                        // "portable": the kernel's portable loops (tests)
+                                          // "portable": the kernel's portable loops (tests)
 }  // namespace env
 
 }  // namespace mlx_ep

@@ -8,6 +8,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "runtime/device_writes.h"
 #include "runtime/memory.h"
 
 namespace mlx_ep {
@@ -98,11 +99,13 @@ std::string SessionReport::ToJson() const {
                      {"traces", s.traces},
                      {"trace_ms", static_cast<double>(s.trace_us) / 1000.0},
                      {"folded_nodes", s.folded_nodes},
+                     {"constant_primitives_folded", s.constant_primitives_folded},
                      {"evictions", s.evictions},
                      {"bytes_in_host_copied", s.bytes_in_host_copied},
                      {"bytes_in_wrapped", s.bytes_in_wrapped},
                      {"bytes_out_host_copied", s.bytes_out_host_copied},
                      {"bytes_out_adopted", s.bytes_out_adopted},
+                     {"bytes_out_device_copied", s.bytes_out_device_copied},
                      {"bytes_out_in_place", s.bytes_out_in_place},
                      {"bucketed_runs", s.bucketed_runs},
                      {"bucket_refusals", s.bucket_refusals},
@@ -115,6 +118,7 @@ std::string SessionReport::ToJson() const {
   const TransferStats t = GetTransferStats();  // process-wide: every session's boundary copies
   j["runtime"] = {{"partitions", parts},
                   {"device_memory", DeviceMemoryEnabled()},
+                  {"device_writes", DeviceWritesEnabled()},
                   {"transfer_bytes",
                    {{"host_to_device", t.host_to_device},
                     {"device_to_host", t.device_to_host},
@@ -137,9 +141,10 @@ std::string SessionReport::Summary() const {
     RunnerStats s = r->stats();
     os << "partition " << r->plan().name << ": " << r->plan().nodes.size() << " nodes, " << s.runs
        << " runs, compile cache " << s.cache_hits << " hits / " << s.cache_misses << " misses, " << s.traces
-       << " traces (" << s.trace_us / 1000 << " ms), " << s.folded_nodes << " nodes folded; bytes in "
-       << s.bytes_in_host_copied << " copied / " << s.bytes_in_wrapped << " wrapped, out "
-       << s.bytes_out_host_copied << " copied / " << s.bytes_out_adopted << " adopted / "
+       << " traces (" << s.trace_us / 1000 << " ms), " << s.folded_nodes << " nodes folded, "
+       << s.constant_primitives_folded << " constant primitives; bytes in " << s.bytes_in_host_copied
+       << " copied / " << s.bytes_in_wrapped << " wrapped, out " << s.bytes_out_host_copied << " copied / "
+       << s.bytes_out_adopted << " adopted / " << s.bytes_out_device_copied << " device-copied / "
        << s.bytes_out_in_place << " in place";
     if (s.bucketed_runs || s.bucket_refusals)
       os << "; prompt buckets: " << s.bucketed_runs << " runs padded, " << s.bucket_refusals << " refused";

@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "runtime/census.h"
 #include "runtime/device.h"
+#include "runtime/device_writes.h"
 #include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
 #include "runtime/runner_internal.h"
@@ -113,6 +114,8 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
   TraceInfo info;
   info.rows = rows;
   std::vector<mx::array> outputs = TracePlan(plan_, inputs, host, mx::default_stream(device), &info, dynamic);
+  // Constants first: a folded scalar is then a leaf that ScalarLeavesAsData hides too.
+  const size_t constant_primitives = EnvFlag(env::kNoConstantFold) ? 0 : folder_.Fold(outputs, inputs);
   ScalarLeavesAsData(outputs, mx::default_stream(device));  // one kernel for every prompt length
   if (check_messages) *check_messages = std::move(info.check_messages);
   if (check_is_assumption) *check_is_assumption = std::move(info.check_is_assumption);
@@ -121,6 +124,7 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.traces;
   stats_.folded_nodes += info.folded;
+  stats_.constant_primitives_folded += constant_primitives;
   return outputs;
 }
 
@@ -265,15 +269,20 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
 }
 
 void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink,
-                                   const std::vector<bool>& skip) {
-  uint64_t copied = 0, adopted = 0;
+                                   const std::vector<bool>& skip, std::vector<mx::array>* writes) {
+  uint64_t copied = 0, adopted = 0, device_copied = 0;
   for (size_t k = 0; k < plan_.output_names.size(); ++k) {  // not the runtime checks' verdict
     if (k < skip.size() && skip[k]) continue;
     const mx::array& a = outputs[k];
     const std::vector<int64_t> shape(a.shape().begin(), a.shape().end());
-    const char* refusal = DeviceMemoryEnabled() ? AdoptRefusal(a) : "";
+    // With device writes a kernel copies the output into ORT's buffer: adopting MLX's buffer
+    // instead would move it out of the CUDA memory pool (data(): a new managed allocation and a
+    // synchronous copy), which costs more than the copy.
+    const char* refusal = writes                  ? "written by a device kernel"
+                          : DeviceMemoryEnabled() ? AdoptRefusal(a)
+                                                  : "";
     const bool verbose = EnvFlag(env::kVerbose);
-    if (refusal && *refusal && (verbose || OrtWouldLog(LogSeverity::kVerbose, logger_)) &&
+    if (refusal && *refusal && !writes && (verbose || OrtWouldLog(LogSeverity::kVerbose, logger_)) &&
         !logged_refusal_.exchange(true))
       LogLine("partition " + plan_.name + ": output " + std::to_string(k) +
                   " is copied, not handed to ORT: " + refusal,
@@ -291,12 +300,25 @@ void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const 
       continue;
     }
     void* dst = sink(k, shape, a.nbytes());
-    if (a.nbytes()) std::memcpy(dst, a.data<uint8_t>(), a.nbytes());
-    copied += a.nbytes();
+    (WriteOutput(a, dst, writes) ? device_copied : copied) += a.nbytes();
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.bytes_out_host_copied += copied;
   stats_.bytes_out_adopted += adopted;
+  stats_.bytes_out_device_copied += device_copied;
+}
+
+bool PartitionRunner::WriteOutput(const mx::array& a, void* dst, std::vector<mx::array>* writes) {
+  if (!a.nbytes()) return false;
+  if (writes) {
+    std::optional<mx::array> target = WrapDeviceMemory(dst, a.shape(), a.dtype());
+    if (target && target->flags().row_contiguous) {
+      writes->push_back(WriteInto(*target, a, mx::default_stream(RuntimeDevice())));
+      return true;
+    }
+  }
+  std::memcpy(dst, a.data<uint8_t>(), a.nbytes());
+  return false;
 }
 
 std::vector<mx::array> PartitionRunner::EvaluateChecked(const std::vector<InputTensor>& inputs,
@@ -342,7 +364,7 @@ std::vector<mx::array> PartitionRunner::EvaluateChecked(const std::vector<InputT
     given.assign(n, nullptr);
     aliased.assign(n, false);
     ProbeInPlace(inputs, outputs, *used.in_place, sink, given, aliased);
-    EvalExceptAliased(outputs, *used.in_place, aliased, /*has_checks=*/false);
+    used.offsets_ok = EvalExceptAliased(outputs, *used.in_place, aliased, /*has_checks=*/false);
     return outputs;
   }
 }
@@ -379,7 +401,8 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   const auto written = std::chrono::steady_clock::now();
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
   // output, and an output that aliases an input (Identity) still points at live memory.
-  if (!WriteInPlace(outputs, *used.in_place, given, aliased)) {
+  std::vector<mx::array> writes;  // device writes: kernels evaluated once, after the outputs
+  if (!WriteInPlace(outputs, *used.in_place, given, aliased, used.offsets_ok, writes)) {
     // An offset out of range (an op's in-place rows past the buffer): nothing was written;
     // every output whole, from a second evaluation (only on such inputs).
     outputs = Evaluate(inputs, arrays, used);
@@ -394,7 +417,9 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
       if (e.output == k && dst && dst == inputs[e.input].data) alias_seen_[k] = true;
     return dst;
   };
-  WriteOutputs(outputs, give, aliased);
+  WriteOutputs(outputs, give, aliased, DeviceWritesEnabled() ? &writes : nullptr);
+  // Evaluated before ORT sees any output: the kernels have written when this returns.
+  if (!writes.empty()) mx::eval(writes);
   const uint64_t write_us = MicrosSince(written);
   if (traces_on_this_thread != traces_before) return;
   std::lock_guard<std::mutex> lock(mu_);

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "runtime/constant_fold.h"
 #include "runtime/plan.h"
 
 struct OrtLogger;  // ORT's C type (common/log.h)
@@ -47,6 +48,9 @@ struct RunnerStats {
   uint64_t cache_misses = 0;
   uint64_t traces = 0;        ///< traces of the plan into an MLX graph (one per new signature)
   uint64_t folded_nodes = 0;  ///< nodes evaluated on the host while tracing, summed over traces
+  /** MLX primitives of constant subgraphs evaluated at trace time, summed over traces
+   *  (runtime/constant_fold.h). */
+  uint64_t constant_primitives_folded = 0;
   /** Time of the first calls of new compiled functions: the trace and mx::compile's graph passes
    *  (not the evaluation, which MLX runs later), microseconds summed over traces. */
   uint64_t trace_us = 0;
@@ -57,6 +61,8 @@ struct RunnerStats {
   uint64_t bytes_in_wrapped = 0;
   uint64_t bytes_out_host_copied = 0;
   uint64_t bytes_out_adopted = 0;
+  /** Outputs copied by a device kernel into ORT's buffer in EP memory (runtime/device_writes.h). */
+  uint64_t bytes_out_device_copied = 0;
   /** Rows written into an output buffer that is the input it updates (a shared KV cache): the
    *  rest of that output is not copied (docs/kv_cache.md). */
   uint64_t bytes_out_in_place = 0;
@@ -162,6 +168,9 @@ class PartitionRunner {
     std::optional<SignatureKey> dynamic_key;               ///< the key of the dynamic entry used
     std::shared_ptr<std::vector<InPlaceOutput>> in_place;  ///< fn's in-place outputs
     uint64_t graph_us = 0;  ///< time Evaluate took (building the graph), for RunnerStats
+    /** With device writes: whether the aliased outputs' offsets are in range (int32 [1]),
+     *  evaluated with the outputs (EvalExceptAliased). */
+    std::optional<mx::array> offsets_ok;
   };
 
   /** The device a signature runs on: the runtime device, except that graphs holding an empty
@@ -239,7 +248,11 @@ class PartitionRunner {
   /** Writes the evaluated outputs into the buffers `sink` gives, except those marked `skip`;
    *  counts the bytes. */
   void WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink,
-                    const std::vector<bool>& skip = {});
+                    const std::vector<bool>& skip = {}, std::vector<mx::array>* writes = nullptr);
+  /** Writes output `a` into `dst`: with device writes (`writes` given) a device kernel appended
+   *  to `writes` (the caller evaluates them) where `dst` is EP memory; else a host copy. Returns
+   *  whether a kernel does it. */
+  bool WriteOutput(const mx::array& a, void* dst, std::vector<mx::array>* writes);
   /** For each in-place output whose buffer ORT can be asked for before evaluation: that buffer
    *  (`given`, by output) and whether it is its input's own (`aliased`, by output). */
   void ProbeInPlace(const std::vector<InputTensor>& inputs, const std::vector<mx::array>& outputs,
@@ -247,12 +260,22 @@ class PartitionRunner {
                     std::vector<void*>& given, std::vector<bool>& aliased);
   /** Evaluates the outputs (and the checks' verdict) except the `aliased` ones, and the rows and
    *  offsets of those. */
-  void EvalExceptAliased(const std::vector<mx::array>& outputs, const std::vector<InPlaceOutput>& in_place,
-                         const std::vector<bool>& aliased, bool has_checks);
+  /** With device writes, also the verdict on the aliased outputs' offsets (Evaluated::offsets_ok). */
+  std::optional<mx::array> EvalExceptAliased(const std::vector<mx::array>& outputs,
+                                             const std::vector<InPlaceOutput>& in_place,
+                                             const std::vector<bool>& aliased, bool has_checks);
   /** Writes the rows of each aliased in-place output into its buffer; counts the bytes. False,
-   *  writing nothing, when an offset is out of range (then the outputs are written whole). */
+   *  writing nothing, when an offset is out of range (then the outputs are written whole). With
+   *  device writes (`ok` given) the writes are kernels appended to `writes`, for the caller to
+   *  evaluate. */
   bool WriteInPlace(const std::vector<mx::array>& outputs, const std::vector<InPlaceOutput>& in_place,
-                    const std::vector<void*>& given, const std::vector<bool>& aliased);
+                    const std::vector<void*>& given, const std::vector<bool>& aliased,
+                    const std::optional<mx::array>& ok, std::vector<mx::array>& writes);
+  /** WriteInPlace's device kernels; false (nothing written) when an offset is out of range or a
+   *  buffer is not EP memory. */
+  bool WriteInPlaceOnDevice(const std::vector<mx::array>& outputs, const std::vector<InPlaceOutput>& in_place,
+                            const std::vector<void*>& given, const std::vector<bool>& aliased,
+                            const mx::array& ok, std::vector<mx::array>& writes);
   /** Evaluate, then the outputs (but those written in place: `aliased`, their buffers `given`)
    *  and the runtime checks; a failed assumption of a dynamic function retraces for the shapes.
    *  Throws the message of any other failed check. */
@@ -277,6 +300,7 @@ class PartitionRunner {
   /** By output: ORT once gave the input's own buffer for this in-place output (with device memory
    *  the buffer is asked for before evaluation only then, so that other outputs stay adoptable). */
   std::unique_ptr<std::atomic<bool>[]> alias_seen_;  // atomic: several MLX workers run one runner
+  ConstantFolder folder_;                            // the traces' constant subgraphs, evaluated once
   std::string last_census_;  // the last census logged (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS), under mu_
 };
 

@@ -3,6 +3,8 @@
 #include <cstring>
 
 #include "common/env.h"
+#include "runtime/device.h"
+#include "runtime/device_writes.h"
 #include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
 #include "runtime/runner.h"
@@ -10,9 +12,10 @@
 
 namespace mlx_ep {
 
-void PartitionRunner::EvalExceptAliased(const std::vector<mx::array>& outputs,
-                                        const std::vector<InPlaceOutput>& in_place,
-                                        const std::vector<bool>& aliased, bool has_checks) {
+std::optional<mx::array> PartitionRunner::EvalExceptAliased(const std::vector<mx::array>& outputs,
+                                                            const std::vector<InPlaceOutput>& in_place,
+                                                            const std::vector<bool>& aliased,
+                                                            bool has_checks) {
   const size_t n = plan_.output_names.size();
   std::vector<mx::array> needed;
   for (size_t k = 0; k < n; ++k)
@@ -20,8 +23,21 @@ void PartitionRunner::EvalExceptAliased(const std::vector<mx::array>& outputs,
   if (has_checks) needed.push_back(outputs.at(n));
   for (const InPlaceOutput& e : in_place)
     if (aliased[e.output]) needed.insert(needed.end(), {outputs[e.rows], outputs[e.offsets]});
+  // With device writes the offsets are checked on the device, in this evaluation: only the
+  // verdict is read on the host (WriteInPlace), not every offsets array.
+  std::optional<mx::array> ok;
+  if (DeviceWritesEnabled()) {
+    std::vector<std::pair<mx::array, int64_t>> offsets;
+    for (const InPlaceOutput& e : in_place)
+      if (aliased[e.output])
+        offsets.emplace_back(outputs[e.offsets],
+                             outputs[e.output].shape(e.axis) - outputs[e.rows].shape(e.axis));
+    if (!offsets.empty())
+      needed.push_back(*(ok = OffsetsInRange(offsets, mx::default_stream(RuntimeDevice()))));
+  }
   if (EnvFlag(env::kGraphCensus)) LogCensus(needed);
   mx::eval(needed);  // `needed` dies here: a second reference would keep outputs from being adopted
+  return ok;
 }
 
 void PartitionRunner::ProbeInPlace(const std::vector<InputTensor>& inputs,
@@ -45,7 +61,9 @@ void PartitionRunner::ProbeInPlace(const std::vector<InputTensor>& inputs,
 
 bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
                                    const std::vector<InPlaceOutput>& in_place,
-                                   const std::vector<void*>& given, const std::vector<bool>& aliased) {
+                                   const std::vector<void*>& given, const std::vector<bool>& aliased,
+                                   const std::optional<mx::array>& ok, std::vector<mx::array>& writes) {
+  if (ok && WriteInPlaceOnDevice(outputs, in_place, given, aliased, *ok, writes)) return true;
   for (const InPlaceOutput& e : in_place) {
     if (!aliased[e.output]) continue;
     const mx::array& offsets = outputs[e.offsets];
@@ -70,6 +88,30 @@ bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
       std::memcpy(dst + (o * len + static_cast<size_t>(off[o / per_entry])) * inner, src + o * seq * inner,
                   seq * inner);
     in_place_bytes += rows.nbytes();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.bytes_out_in_place += in_place_bytes;
+  return true;
+}
+
+bool PartitionRunner::WriteInPlaceOnDevice(const std::vector<mx::array>& outputs,
+                                           const std::vector<InPlaceOutput>& in_place,
+                                           const std::vector<void*>& given, const std::vector<bool>& aliased,
+                                           const mx::array& ok, std::vector<mx::array>& writes) {
+  std::vector<std::pair<const InPlaceOutput*, mx::array>> targets;
+  for (const InPlaceOutput& e : in_place) {
+    if (!aliased[e.output]) continue;
+    const mx::array& out = outputs[e.output];
+    std::optional<mx::array> dst = WrapDeviceMemory(given[e.output], out.shape(), out.dtype());
+    if (!dst || !dst->flags().row_contiguous) return false;  // not EP memory: the host writes
+    targets.emplace_back(&e, *dst);
+  }
+  if (ok.item<int32_t>() == 0) return false;  // evaluated with the outputs: one small read
+  const mx::Stream s = mx::default_stream(RuntimeDevice());
+  uint64_t in_place_bytes = 0;
+  for (const auto& [e, dst] : targets) {
+    writes.push_back(WriteRowsInto(dst, outputs[e->rows], outputs[e->offsets], e->axis, ok, s));
+    in_place_bytes += outputs[e->rows].nbytes();
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.bytes_out_in_place += in_place_bytes;

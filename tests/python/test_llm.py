@@ -206,7 +206,7 @@ def assert_in_place_in_device_memory(part, models, name, steps):
     prefill's caches."""
     assert part["runs"] == 1 + steps, part
     assert part["bytes_out_in_place"] == steps * _kv_row_bytes(models, name), part
-    out = part["bytes_out_host_copied"] + part["bytes_out_adopted"]
+    out = part["bytes_out_host_copied"] + part["bytes_out_adopted"] + part["bytes_out_device_copied"]
     assert out == (len(PROMPT) + steps) * _logits_bytes(models, name) + _caches_bytes(models, name), part
 
 
@@ -292,7 +292,7 @@ def test_shared_layout_with_its_own_present_buffer(models):
         length, tokens = total, [int(np.argmax(outs[1]["logits"][0, -1]))]
     part = rs.close()["runtime"]["partitions"][0]
     assert part["bytes_out_in_place"] == 0, part
-    out = part["bytes_out_host_copied"] + part["bytes_out_adopted"]
+    out = part["bytes_out_host_copied"] + part["bytes_out_adopted"] + part["bytes_out_device_copied"]
     assert out >= 3 * len(names) * int(np.prod(shape)) * 4, part
 
 

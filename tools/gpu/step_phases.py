@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "python"), str(ROOT / "tools" / "gpu")]
 
-DEFAULT_SETTINGS = "default;MLX_USE_CUDA_GRAPHS=0;MLX_MAX_OPS_PER_BUFFER=4000 MLX_MAX_MB_PER_BUFFER=100000"
+DEFAULT_SETTINGS = "default;ONNXRUNTIME_EP_MLX_DEVICE_WRITES=1;ONNXRUNTIME_EP_MLX_DEVICE_WRITES=1 ONNXRUNTIME_EP_MLX_NO_CONSTANT_FOLD=1"
 
 
 def child(args):

@@ -292,14 +292,18 @@ def test_present_bound_to_past_buffer_writes_rows_in_place(phase):
     with pytest.raises(Exception, match="total_sequence_length exceeds past_key's 10 rows"):
         _run_shared(sess, feeds)
     del sess
-    (part,) = reported.close()["runtime"]["partitions"]
+    runtime = reported.close()["runtime"]
+    (part,) = runtime["partitions"]
     row = 2 * 2 * d * 4  # batch x kv heads x head size x 4 bytes, per new token
     out_bytes = 2 * 4 * d * 4  # output [2, S, 4 x 8] per token
     whole = 2 * 2 * 2 * 10 * d * 4  # present_key and present_value whole
     outputs = sum(step[0] for step in steps) * out_bytes
-    if device_memory:  # the first run whole too; outputs are copied into ORT's buffers or adopted
+    if device_memory:  # the first run whole too; outputs copied into ORT's buffers or adopted
         assert part["bytes_out_in_place"] == 2 * sum(step[0] for step in steps[1:]) * row, part
-        assert part["bytes_out_host_copied"] + part["bytes_out_adopted"] == outputs + whole, part
+        written = part["bytes_out_host_copied"] + part["bytes_out_adopted"] + part["bytes_out_device_copied"]
+        assert written == outputs + whole, part
+        if runtime["device_writes"]:  # a CUDA GPU: all by device kernels
+            assert part["bytes_out_device_copied"] == written, part
         return
     assert part["bytes_out_in_place"] == 2 * sum(step[0] for step in steps) * row, part
     assert part["bytes_out_host_copied"] == outputs, part

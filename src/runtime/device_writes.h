@@ -1,0 +1,42 @@
+// A run's results written into ORT's buffers by a small MLX kernel on a CUDA GPU
+// (docs/gpu_memory.md, "Which bytes move per run").
+//
+// With device memory on, ORT's tensors of MLX partitions are MLX managed memory
+// (runtime/memory.h). Written from the host (memcpy), their pages migrate to the host and back to
+// the device for the next kernel; and a kernel's result read on the host (`data()`) first moves
+// out of the CUDA memory pool into newly allocated managed memory with a synchronous copy. On the
+// H200 that cost 5.5 ms of a 16.6 ms TinyLlama decode step (44 blocks of KV rows and the logits).
+// Copied by a kernel instead, nothing crosses to the host but one flag.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "mlx/array.h"
+#include "mlx/stream.h"
+
+namespace mlx_ep {
+
+namespace mx = mlx::core;
+
+/** True when outputs and in-place rows are written by device kernels: device memory on, the
+ *  runtime device a CUDA GPU, and ONNXRUNTIME_EP_MLX_DEVICE_WRITES=1 (opt-in for now). */
+bool DeviceWritesEnabled();
+
+/** int32 [1]: 1 when every offset of each array lies in [0, room] (its pair's room), else 0. */
+mx::array OffsetsInRange(const std::vector<std::pair<mx::array, int64_t>>& offsets_and_room, mx::Stream s);
+
+/** An array whose evaluation writes `rows` into `dst` along `axis` (>= 1), as
+ *  PartitionRunner::WriteInPlace does on the host: for each index o over the axes before `axis`,
+ *  o's rows go to dst's positions offsets[o / (product of dims 1 .. axis-1)] onwards. Nothing is
+ *  written unless `ok` (int32 [1], OffsetsInRange) is nonzero. `dst` is an array over ORT's buffer
+ *  (WrapDeviceMemory), row-contiguous; MLX sees it as an input, not the write, so evaluate this
+ *  after everything that reads `dst`. */
+mx::array WriteRowsInto(const mx::array& dst, const mx::array& rows, const mx::array& offsets, int axis,
+                        const mx::array& ok, mx::Stream s);
+
+/** An array whose evaluation copies all of `src` into `dst` (same size and dtype; `dst` as above). */
+mx::array WriteInto(const mx::array& dst, const mx::array& src, mx::Stream s);
+
+}  // namespace mlx_ep
