@@ -100,7 +100,9 @@ bool FoldRecord::operator==(const FoldRecord& other) const {
     const Node &a = nodes[i], &b = other.nodes[i];
     // Same name, then MLX's own test (mx::compile's common-subexpression pass uses it too).
     if (a.shape != b.shape || a.dtype != b.dtype || a.inputs != b.inputs) return false;
-    if (a.primitive->name() != b.primitive->name() || !(a.primitive->stream() == b.primitive->stream()) ||
+    // The device, not the stream: a value one MLX worker evaluated serves every worker's graphs
+    // (evaluated arrays are what workers may share), so the workers hold one copy, not one each.
+    if (a.primitive->name() != b.primitive->name() || a.primitive->device() != b.primitive->device() ||
         !a.primitive->is_equivalent(*b.primitive))
       return false;
   }
