@@ -21,7 +21,7 @@
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
 #include "runtime/device.h"
-#include "runtime/scalars.h"  // BehindReshapes
+#include "runtime/scalars.h"  // BehindContiguous
 
 namespace mlx_ep {
 namespace {
@@ -77,12 +77,12 @@ mx::array Variance(const mx::array& centered, const std::vector<int>& axes, int6
 /** a * b, rounded before whatever adds to it. On GPUs MLX fuses elementwise chains into one
  *  kernel whose compiler contracts a * b + c into a fused multiply-add, which rounds once where
  *  ORT rounds twice; where the terms cancel (FusedNormalize) that moves the result by the
- *  rounding of a * b (3e-5 against values near 1 for one value per instance). A Reshape
- *  between, which MLX does not fuse, ends the kernel at the product (no copy: a view). On MLX's
+ *  rounding of a * b (3e-5 against values near 1 for one value per instance). A Contiguous
+ *  between, which MLX does not fuse, ends the kernel at the product (no copy: it shares the buffer). On MLX's
  *  CPU device the product stays fused (its kernels round as ORT's do, measured). */
 mx::array RoundedProduct(const mx::array& a, const mx::array& b, mx::Stream s) {
   const mx::array product = mx::multiply(a, b, s);
-  return RuntimeDevice().type == mx::Device::cpu ? product : BehindReshapes(product, s);
+  return RuntimeDevice().type == mx::Device::cpu ? product : BehindContiguous(product, s);
 }
 
 /** ORT's fused normalization y = x * s' + (B - mean * s') with s' = (1 / sqrt(var + eps)) * scale,

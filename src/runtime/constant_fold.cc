@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_set>
 #include <utility>
 
@@ -17,6 +18,21 @@ constexpr size_t kMinLeafBytes = 4096;
 
 size_t Combine(size_t seed, size_t v) {
   return seed ^ (v + 0x9e3779b97f4a7c15ULL + (seed << 6) + (seed >> 2));
+}
+
+// Leaves up to this size are known by value: a translation makes its scalars anew in every trace
+// (MatMulNBits' default zero point 8.0f, say), the plan's initializers are the same arrays in all.
+constexpr size_t kByValueBytes = 64;
+
+bool ByValue(const mx::array& leaf) { return leaf.nbytes() <= kByValueBytes && leaf.data<void>() != nullptr; }
+
+std::string_view Bytes(const mx::array& leaf) {
+  return {static_cast<const char*>(leaf.data<void>()), leaf.nbytes()};
+}
+
+bool SameLeaf(const mx::array& a, const mx::array& b) {
+  if (a.id() == b.id()) return true;
+  return ByValue(a) && ByValue(b) && a.dtype() == b.dtype() && a.shape() == b.shape() && Bytes(a) == Bytes(b);
 }
 
 /** Whether each array behind the outputs depends on constants alone, by array id. */
@@ -71,7 +87,7 @@ FoldRecord Describe(const mx::array& root, size_t& hash, size_t& leaf_bytes) {
       leaf_of[x.id()] = static_cast<int64_t>(r.leaves.size());
       r.leaves.push_back(x);
       leaf_bytes += x.nbytes();
-      hash = Combine(hash, x.id());
+      hash = Combine(hash, ByValue(x) ? std::hash<std::string_view>{}(Bytes(x)) : x.id());
       continue;
     }
     if (!expanded) {
@@ -95,7 +111,7 @@ FoldRecord Describe(const mx::array& root, size_t& hash, size_t& leaf_bytes) {
 bool FoldRecord::operator==(const FoldRecord& other) const {
   if (nodes.size() != other.nodes.size() || leaves.size() != other.leaves.size()) return false;
   for (size_t i = 0; i < leaves.size(); ++i)
-    if (leaves[i].id() != other.leaves[i].id()) return false;
+    if (!SameLeaf(leaves[i], other.leaves[i])) return false;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node &a = nodes[i], &b = other.nodes[i];
     // Same name, then MLX's own test (mx::compile's common-subexpression pass uses it too).
@@ -117,7 +133,7 @@ size_t ConstantFolder::Fold(std::vector<mx::array>& outputs, const std::vector<m
   std::vector<mx::array> frontier;
   auto note = [&](mx::array& slot) {
     // One-element values stay: folded, each would be a leaf ScalarLeavesAsData hides behind
-    // two Reshapes, more primitives than the fused kernels that compute them now.
+    // a Contiguous, more primitives than the fused kernels that compute them now.
     if (constants.IsLeaf(slot) || !constants.IsConstant(slot)) return false;
     if (slot.size() <= 1) return true;  // constant, left as it is: not walked into
     auto [it, fresh] = uses.try_emplace(slot.id());

@@ -24,14 +24,14 @@ bool MlxFuses(const mx::Primitive& p) {
   // variants of one class each).
   static const std::unordered_set<std::string_view> kFused = {
       // unary
-      "Abs", "ArcCos", "ArcCosh", "ArcSin", "ArcSinh", "ArcTan", "ArcTanh", "AsType", "Ceil", "Cos", "Conjugate",
-      "Cosh", "Remainder", "Erf", "ErfInv", "Exp", "Floor", "Log", "Log2", "Log10", "Log1p", "LogicalNot",
-      "Negative", "Round", "Sigmoid", "Sign", "Sin", "Sinh", "Square", "Sqrt", "Rsqrt", "Tan", "Tanh", "Expm1",
-      "Real", "Imag", "BitwiseInvert",
+      "Abs", "ArcCos", "ArcCosh", "ArcSin", "ArcSinh", "ArcTan", "ArcTanh", "AsType", "Ceil", "Cos",
+      "Conjugate", "Cosh", "Remainder", "Erf", "ErfInv", "Exp", "Floor", "Log", "Log2", "Log10", "Log1p",
+      "LogicalNot", "Negative", "Round", "Sigmoid", "Sign", "Sin", "Sinh", "Square", "Sqrt", "Rsqrt", "Tan",
+      "Tanh", "Expm1", "Real", "Imag", "BitwiseInvert",
       // binary
       "Add", "Divide", "Equal", "NaNEqual", "Greater", "GreaterEqual", "Less", "LessEqual", "LogicalAnd",
-      "LogicalOr", "LogAddExp", "Maximum", "Minimum", "Multiply", "NotEqual", "Power", "Subtract", "BitwiseAnd",
-      "BitwiseOr", "BitwiseXor", "LeftShift", "RightShift", "ArcTan2",
+      "LogicalOr", "LogAddExp", "Maximum", "Minimum", "Multiply", "NotEqual", "Power", "Subtract",
+      "BitwiseAnd", "BitwiseOr", "BitwiseXor", "LeftShift", "RightShift", "ArcTan2",
       // ternary, broadcast
       "Select", "Broadcast"};
   return kFused.count(p.name()) > 0;
@@ -39,7 +39,8 @@ bool MlxFuses(const mx::Primitive& p) {
 
 /** A key for a leaf's value: its dtype, shape and bytes (one replacement per distinct value). */
 std::string ValueKey(mx::array& leaf) {
-  std::string key = std::to_string(static_cast<int>(leaf.dtype().val())) + ":" + std::to_string(leaf.ndim()) + ":";
+  std::string key =
+      std::to_string(static_cast<int>(leaf.dtype().val())) + ":" + std::to_string(leaf.ndim()) + ":";
   const auto* bytes = static_cast<const char*>(leaf.data<void>());
   key.append(bytes, leaf.nbytes());
   return key;
@@ -47,12 +48,7 @@ std::string ValueKey(mx::array& leaf) {
 
 }  // namespace
 
-mx::array BehindReshapes(const mx::array& a, mx::Stream stream) {
-  const int size = static_cast<int>(a.size());
-  // A shape other than a's: [size] unless a is 1-D, then [] for one value, else [1, size].
-  const mx::Shape other = a.ndim() != 1 ? mx::Shape{size} : size == 1 ? mx::Shape{} : mx::Shape{1, size};
-  return mx::reshape(mx::reshape(a, other, stream), a.shape(), stream);
-}
+mx::array BehindContiguous(const mx::array& a, mx::Stream stream) { return mx::contiguous(a, false, stream); }
 
 void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream) {
   std::unordered_set<std::uintptr_t> seen;
@@ -75,7 +71,7 @@ void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream
       if (in.size() != 1 || in.is_tracer() || !in.is_available() || in.data<void>() == nullptr) continue;
       std::string key = ValueKey(in);
       auto it = replaced.find(key);
-      if (it == replaced.end()) it = replaced.emplace(std::move(key), BehindReshapes(in, stream)).first;
+      if (it == replaced.end()) it = replaced.emplace(std::move(key), BehindContiguous(in, stream)).first;
       in = it->second;
     }
   }

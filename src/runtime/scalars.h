@@ -12,17 +12,18 @@ namespace mx = mlx::core;
 
 /** Rewrites the graph behind `outputs` so that no one-element leaf array (a scalar the trace
  *  created: a length, an index bound, a fold of Shape, 0.5f) is an input of an op mx::compile
- *  fuses (elementwise and Broadcast). MLX writes the value of every such leaf into the source of the fused kernel that
- *  reads it, so a scalar that follows a dim (a prompt's length) makes MLX generate and build new
+ *  fuses (elementwise and Broadcast). MLX writes the value of every such leaf into the source of the fused
+ * kernel that reads it, so a scalar that follows a dim (a prompt's length) makes MLX generate and build new
  *  kernels for every size of that dim: on its CPU backend one run of the host's C++ compiler per
  *  kernel (0.1-0.5 s each), on CUDA one NVRTC compile each. Each distinct value gets one
- *  replacement behind a Reshape (which MLX does not fuse), so the kernel reads it as an input
+ *  replacement behind a Contiguous (which MLX does not fuse), so the kernel reads it as an input
  *  and one kernel serves every value. Values and dtypes are unchanged. */
 void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream);
 
-/** `a` behind two Reshapes (a view, no copy): mx::compile does not fuse a Reshape, so a fused
- *  kernel ends at `a` (which it writes, rounded) or reads it as an input (mx::reshape to the same
- *  shape returns the array itself, hence two). */
-mx::array BehindReshapes(const mx::array& a, mx::Stream stream);
+/** `a` behind a Contiguous: mx::compile does not fuse one, so a fused kernel ends at `a` (which
+ *  it writes, rounded) or reads it as an input; on a row-contiguous `a` (a leaf) it shares the
+ *  buffer (no copy, no kernel). One primitive where two Reshapes were (a reshape to the same
+ *  shape returns the array itself); a StopGradient does not do: the kernel-reuse test fails. */
+mx::array BehindContiguous(const mx::array& a, mx::Stream stream);
 
 }  // namespace mlx_ep

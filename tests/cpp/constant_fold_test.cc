@@ -1,0 +1,51 @@
+// ConstantFolder (runtime/constant_fold.h) on hand-built MLX graphs: what it folds, what it leaves,
+// and that a later trace with its own scalars reuses the first trace's value.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "mlx/ops.h"
+#include "mlx/transforms.h"
+#include "runtime/constant_fold.h"
+
+namespace mlx_ep {
+namespace {
+
+/** A trace of x @ (transpose(weight) * 0.5): the scale a new leaf each time, as translations
+ *  make their scalars. */
+std::vector<mx::array> Trace(const mx::array& x, const mx::array& weight) {
+  const mx::array w = mx::multiply(mx::transpose(weight), mx::array(0.5f));
+  return {mx::matmul(x, w)};
+}
+
+TEST(ConstantFold, FoldsOnceAndALaterTraceReusesTheValue) {
+  const mx::array weight = mx::ones({64, 64});  // a plan constant: 16 KiB
+  const mx::array x = mx::ones({2, 64});
+  mx::eval({weight, x});
+  ConstantFolder folder;
+  std::vector<mx::array> first = Trace(x, weight);
+  EXPECT_EQ(folder.Fold(first, {x}), 3u);  // Transpose, the scalar's Broadcast, Multiply
+  const mx::array folded = first[0].inputs()[1];
+  EXPECT_TRUE(folded.is_available());
+  std::vector<mx::array> second = Trace(x, weight);
+  EXPECT_EQ(folder.Fold(second, {x}), 3u);
+  EXPECT_EQ(second[0].inputs()[1].id(), folded.id());  // the first trace's value, not a new one
+  mx::eval(second);
+  EXPECT_TRUE(mx::array_equal(second[0], mx::full({2, 64}, 32.f)).item<bool>());
+}
+
+TEST(ConstantFold, LeavesWhatDependsOnInputsOrIsSmallOrGrows) {
+  const mx::array big = mx::ones({64, 64}, mx::uint8);  // 4 KiB
+  const mx::array small = mx::ones({8, 8});             // 256 bytes
+  const mx::array x = mx::ones({64, 64}), y = mx::ones({8, 8});
+  mx::eval({big, small, x, y});
+  ConstantFolder folder;
+  std::vector<mx::array> outputs = {mx::add(y, mx::transpose(small)),           // under 4 KiB of constants
+                                    mx::add(x, mx::astype(big, mx::float32)),   // 4x the bytes it reads
+                                    mx::multiply(mx::exp(x), mx::array(2.f))};  // reads the input
+  EXPECT_EQ(folder.Fold(outputs, {x, y}), 0u);
+  for (const mx::array& out : outputs) EXPECT_FALSE(out.inputs()[1].is_available());
+}
+
+}  // namespace
+}  // namespace mlx_ep
