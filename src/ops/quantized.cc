@@ -27,6 +27,7 @@
 #include <bit>
 
 #include "ops/claim_util.h"
+#include "ops/fused_gpu_internal.h"
 #include "ops/quantized_cpu.h"
 #include "ops/quantized_internal.h"
 #include "ops/registry.h"
@@ -249,8 +250,12 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
   const int N = static_cast<int>(a.N), K = static_cast<int>(a.K);
   const mx::array scales =
       mx::astype(mx::reshape(c.input(2), {N, static_cast<int>(a.k_blocks)}, s), mx::float32, s);
-  if (s.device == mx::Device::cpu) return {TranslateOnCpu(c, a, A, scales, out_shape)};
-  if (c.node.AttrInt("accuracy_level", 0) == 4) c.Fail("accuracy_level=4 runs on MLX's CPU device only");
+  // ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS=force: the GPU translation on MLX's CPU device (tests of
+  // it, and of what ConstantFolder folds there), but accuracy_level 4, which only the CPU kernels do.
+  const bool level4 = c.node.AttrInt("accuracy_level", 0) == 4;
+  if (s.device == mx::Device::cpu && (!FusedGpuPathsOnCpu() || level4))
+    return {TranslateOnCpu(c, a, A, scales, out_shape)};
+  if (level4) c.Fail("accuracy_level=4 runs on MLX's CPU device only");
   const std::optional<mx::array> zp = ZeroPoints(c, a, s);
   mx::array x = mx::astype(mx::reshape(A, {static_cast<int>(rows), K}, s), mx::float32, s);
   mx::array y = [&] {

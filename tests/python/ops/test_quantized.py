@@ -382,3 +382,25 @@ def test_matmulnbits_narrower_cpu_kernels(isa):
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__, "-k", subset],
                        env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_matmulnbits_gpu_translation_on_the_cpu():
+    """The GPU translation (mx::quantized_matmul on B's bytes as uint32 words, float32 scales and
+    biases, which ConstantFolder evaluates once; dequantize + GEMM past its rows) run on MLX's CPU
+    device with ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS=force, in a fresh process (read once): the float32,
+    float16, float zero point, bias and many-row parity tests above hold for it too (accuracy_level
+    4 keeps the CPU kernels)."""
+    import subprocess
+    import sys
+    if mlx_device() != "cpu":
+        pytest.skip("on a GPU the parity tests above run this translation already")
+    env = dict(os.environ, ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS="force", ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1")
+    subset = "test_float32 or random_bytes or float_zero_points or test_float16 or panels or weights_as_graph"
+    # -s: the EP's census lines reach this process (they name the primitives each partition ran)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", __file__, "-k", subset],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
+    census = [line for line in r.stderr.splitlines() if "MLX primitives per run" in line]
+    assert any("QuantizedMatmul" in line for line in census), r.stderr[-2000:]
+    assert not any("NBitsCpu" in line for line in census), [line for line in census if "NBitsCpu" in line][:3]
