@@ -37,6 +37,18 @@ mx::array ApplyRotary(const mx::array& x, const mx::array& cos, const mx::array&
     stop[3] = to;
     return mx::slice(a, start, stop, s);
   };
+  if (!interleaved && rot == head_size) {
+    // x * [cos, cos] + [x2, x1] * [-sin, sin]: the products and sums of real and imag below, in
+    // one fused kernel per tensor (the casts inside it) where those take seven primitives; the
+    // doubled cos and signed sin are the same arrays for Q, K and every layer of a step, so
+    // mx::compile computes them once.
+    const mx::array cos2 = mx::concatenate({cos, cos}, 3, s);
+    const mx::array sin2 = mx::concatenate({mx::negative(sin, s), sin}, 3, s);
+    const mx::array swapped = mx::concatenate({cut(x, half, rot), cut(x, 0, half)}, 3, s);
+    const mx::array y = mx::add(mx::multiply(mx::astype(x, mx::float32, s), cos2, s),
+                                mx::multiply(mx::astype(swapped, mx::float32, s), sin2, s), s);
+    return mx::astype(y, x.dtype(), s);
+  }
   const mx::array rotated = mx::astype(cut(x, 0, rot), mx::float32, s);
   mx::array x1 = rotated, x2 = rotated;
   if (interleaved) {
