@@ -35,13 +35,15 @@ bool SameLeaf(const mx::array& a, const mx::array& b) {
   return ByValue(a) && ByValue(b) && a.dtype() == b.dtype() && a.shape() == b.shape() && Bytes(a) == Bytes(b);
 }
 
+/** A leaf of the graph still to evaluate: no primitive, or evaluated already. */
+bool IsLeaf(const mx::array& a) { return !a.has_primitive() || a.is_available(); }
+
 /** Whether each array behind the outputs depends on constants alone, by array id. */
 class ConstantMap {
  public:
   explicit ConstantMap(const std::vector<mx::array>& inputs) {
     for (const mx::array& a : inputs) inputs_.insert(a.id());
   }
-  bool IsLeaf(const mx::array& a) const { return !a.has_primitive() || a.is_available(); }
   bool IsConstant(const mx::array& a) {
     if (auto it = known_.find(a.id()); it != known_.end()) return it->second;
     // Iterative post order: graphs have thousands of nodes, chains hundreds deep.
@@ -83,7 +85,7 @@ FoldRecord Describe(const mx::array& root, size_t& hash, size_t& leaf_bytes) {
     auto [x, expanded] = stack.back();
     stack.pop_back();
     if (node_of.count(x.id()) || leaf_of.count(x.id())) continue;
-    if (!x.has_primitive() || x.is_available()) {
+    if (IsLeaf(x)) {
       leaf_of[x.id()] = static_cast<int64_t>(r.leaves.size());
       r.leaves.push_back(x);
       leaf_bytes += x.nbytes();
@@ -134,7 +136,7 @@ size_t ConstantFolder::Fold(std::vector<mx::array>& outputs, const std::vector<m
   auto note = [&](mx::array& slot) {
     // One-element values stay: folded, each would be a leaf ScalarLeavesAsData hides behind
     // a Contiguous, more primitives than the fused kernels that compute them now.
-    if (constants.IsLeaf(slot) || !constants.IsConstant(slot)) return false;
+    if (IsLeaf(slot) || !constants.IsConstant(slot)) return false;
     if (slot.size() <= 1) return true;  // constant, left as it is: not walked into
     auto [it, fresh] = uses.try_emplace(slot.id());
     if (fresh) frontier.push_back(slot);
@@ -148,7 +150,7 @@ size_t ConstantFolder::Fold(std::vector<mx::array>& outputs, const std::vector<m
   while (!stack.empty()) {
     mx::array a = std::move(stack.back());
     stack.pop_back();
-    if (constants.IsLeaf(a) || !seen.insert(a.id()).second) continue;
+    if (IsLeaf(a) || !seen.insert(a.id()).second) continue;
     for (mx::array& in : a.inputs())
       if (!note(in)) stack.push_back(in);
   }

@@ -89,15 +89,20 @@ mx::array OffsetsInRange(const std::vector<std::pair<mx::array, int64_t>>& offse
   return mx::reshape(mx::astype(*ok, mx::int32, s), {1}, s);
 }
 
+RowsLayout RowsLayoutOf(const mx::Shape& shape, int axis, int seq) {
+  RowsLayout l;
+  for (int d = 0; d < axis; ++d) l.outer *= shape[d];
+  for (int d = 1; d < axis; ++d) l.per_entry *= shape[d];
+  for (size_t d = axis + 1; d < shape.size(); ++d) l.inner *= shape[d];
+  l.len = shape[axis];
+  l.seq = seq;
+  return l;
+}
+
 mx::array WriteRowsInto(const mx::array& dst, const mx::array& rows, const mx::array& offsets, int axis,
                         const mx::array& ok, mx::Stream s) {
-  const mx::Shape& shape = dst.shape();
-  int64_t outer = 1, per_entry = 1, inner = 1;
-  for (int d = 0; d < axis; ++d) outer *= shape[d];
-  for (int d = 1; d < axis; ++d) per_entry *= shape[d];
-  for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
-  const int64_t len = shape[axis], seq = rows.shape(axis);
-  return Launch(dst, rows, offsets, ok, {outer, per_entry, len, seq, inner, len - seq}, s);
+  const RowsLayout l = RowsLayoutOf(dst.shape(), axis, rows.shape(axis));
+  return Launch(dst, rows, offsets, ok, {l.outer, l.per_entry, l.len, l.seq, l.inner, l.room()}, s);
 }
 
 mx::array WriteInto(const mx::array& dst, const mx::array& src, mx::Stream s) {

@@ -20,6 +20,16 @@ namespace mlx_ep {
 
 namespace mx = mlx::core;
 
+/** Where rows written along `axis` (>= 1) go in a buffer of `shape`, in elements: for each index
+ *  o over the axes before `axis`, `seq` rows of `inner` elements at position offsets[o /
+ *  per_entry] of the axis's `len`. The host's writes (PartitionRunner::WriteInPlace) and the
+ *  kernel's both follow it. */
+struct RowsLayout {
+  int64_t outer = 1, per_entry = 1, len = 0, seq = 0, inner = 1;
+  int64_t room() const { return len - seq; }  ///< the largest offset whose rows fit
+};
+RowsLayout RowsLayoutOf(const mx::Shape& shape, int axis, int seq);
+
 /** True when outputs and in-place rows are written by device kernels: device memory on, the
  *  runtime device a CUDA GPU, and ONNXRUNTIME_EP_MLX_DEVICE_WRITES=1 (opt-in for now). */
 bool DeviceWritesEnabled();
@@ -27,9 +37,8 @@ bool DeviceWritesEnabled();
 /** int32 [1]: 1 when every offset of each array lies in [0, room] (its pair's room), else 0. */
 mx::array OffsetsInRange(const std::vector<std::pair<mx::array, int64_t>>& offsets_and_room, mx::Stream s);
 
-/** An array whose evaluation writes `rows` into `dst` along `axis` (>= 1), as
- *  PartitionRunner::WriteInPlace does on the host: for each index o over the axes before `axis`,
- *  o's rows go to dst's positions offsets[o / (product of dims 1 .. axis-1)] onwards. Nothing is
+/** An array whose evaluation writes `rows` into `dst` along `axis` (>= 1) as RowsLayout says,
+ *  as PartitionRunner::WriteInPlace does on the host. Nothing is
  *  written unless `ok` (int32 [1], OffsetsInRange) is nonzero. `dst` is an array over ORT's buffer
  *  (WrapDeviceMemory), row-contiguous; MLX sees it as an input, not the write, so evaluate this
  *  after everything that reads `dst`. */

@@ -278,11 +278,9 @@ void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const 
     // With device writes a kernel copies the output into ORT's buffer: adopting MLX's buffer
     // instead would move it out of the CUDA memory pool (data(): a new managed allocation and a
     // synchronous copy), which costs more than the copy.
-    const char* refusal = writes                  ? "written by a device kernel"
-                          : DeviceMemoryEnabled() ? AdoptRefusal(a)
-                                                  : "";
+    const char* refusal = DeviceMemoryEnabled() && !writes ? AdoptRefusal(a) : "";
     const bool verbose = EnvFlag(env::kVerbose);
-    if (refusal && *refusal && !writes && (verbose || OrtWouldLog(LogSeverity::kVerbose, logger_)) &&
+    if (refusal && *refusal && (verbose || OrtWouldLog(LogSeverity::kVerbose, logger_)) &&
         !logged_refusal_.exchange(true))
       LogLine("partition " + plan_.name + ": output " + std::to_string(k) +
                   " is copied, not handed to ORT: " + refusal,

@@ -11,6 +11,14 @@
 #include "runtime/runner_internal.h"
 
 namespace mlx_ep {
+namespace {
+
+/** The layout of in-place output `e`'s rows in its buffer. */
+RowsLayout Layout(const std::vector<mx::array>& outputs, const InPlaceOutput& e) {
+  return RowsLayoutOf(outputs[e.output].shape(), e.axis, outputs[e.rows].shape(e.axis));
+}
+
+}  // namespace
 
 std::optional<mx::array> PartitionRunner::EvalExceptAliased(const std::vector<mx::array>& outputs,
                                                             const std::vector<InPlaceOutput>& in_place,
@@ -29,9 +37,7 @@ std::optional<mx::array> PartitionRunner::EvalExceptAliased(const std::vector<mx
   if (DeviceWritesEnabled()) {
     std::vector<std::pair<mx::array, int64_t>> offsets;
     for (const InPlaceOutput& e : in_place)
-      if (aliased[e.output])
-        offsets.emplace_back(outputs[e.offsets],
-                             outputs[e.output].shape(e.axis) - outputs[e.rows].shape(e.axis));
+      if (aliased[e.output]) offsets.emplace_back(outputs[e.offsets], Layout(outputs, e).room());
     if (!offsets.empty())
       needed.push_back(*(ok = OffsetsInRange(offsets, mx::default_stream(RuntimeDevice()))));
   }
@@ -67,7 +73,7 @@ bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
   for (const InPlaceOutput& e : in_place) {
     if (!aliased[e.output]) continue;
     const mx::array& offsets = outputs[e.offsets];
-    const int64_t room = outputs[e.output].shape(e.axis) - outputs[e.rows].shape(e.axis);
+    const int64_t room = Layout(outputs, e).room();
     const int32_t* off = offsets.data<int32_t>();
     if (!std::all_of(off, off + offsets.size(), [&](int32_t o) { return o >= 0 && o <= room; })) return false;
   }
@@ -75,12 +81,10 @@ bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
   for (const InPlaceOutput& e : in_place) {
     if (!aliased[e.output]) continue;
     const mx::array &rows = outputs[e.rows], &offsets = outputs[e.offsets];
-    const mx::Shape& shape = outputs[e.output].shape();
-    size_t outer = 1, per_entry = 1, inner = rows.itemsize();  // rows are row-contiguous
-    for (int d = 0; d < e.axis; ++d) outer *= static_cast<size_t>(shape[d]);
-    for (int d = 1; d < e.axis; ++d) per_entry *= static_cast<size_t>(shape[d]);
-    for (size_t d = e.axis + 1; d < shape.size(); ++d) inner *= static_cast<size_t>(shape[d]);
-    const size_t len = static_cast<size_t>(shape[e.axis]), seq = static_cast<size_t>(rows.shape(e.axis));
+    const RowsLayout l = Layout(outputs, e);
+    const size_t outer = static_cast<size_t>(l.outer), per_entry = static_cast<size_t>(l.per_entry);
+    const size_t inner = static_cast<size_t>(l.inner) * rows.itemsize();  // bytes: rows are row-contiguous
+    const size_t len = static_cast<size_t>(l.len), seq = static_cast<size_t>(l.seq);
     auto* dst = static_cast<uint8_t*>(given[e.output]);
     const uint8_t* src = rows.data<uint8_t>();
     const int32_t* off = offsets.data<int32_t>();
