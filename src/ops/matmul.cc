@@ -59,7 +59,7 @@ Claim ClaimMatMul(const NodeView& v) {
 std::vector<mx::array> TranslateMatMul(const OpContext& c) {
   const mx::Stream s = c.stream;
   return {NumpyMatmul(c, c.input(0), c.input(1), [&](const mx::array& a, const mx::array& b) {
-    return IsFloating(FromMlxDtype(a.dtype())) ? mx::matmul(a, b, s) : IntegerMatmul(a, b, s);
+    return IsFloating(FromMlxDtype(a.dtype())) ? FlatFreeMatmul(a, b, s) : IntegerMatmul(a, b, s);
   })};
 }
 
@@ -113,6 +113,16 @@ std::vector<mx::array> TranslateGemm(const OpContext& c) {
 }
 
 }  // namespace
+
+mx::array FlatFreeMatmul(const mx::array& a, const mx::array& b, mx::Stream s) {
+  if (a.ndim() <= 2 || b.ndim() != 2) return mx::matmul(a, b, s);
+  bool unit_batch = true;
+  for (size_t i = 0; i + 2 < a.ndim(); ++i) unit_batch = unit_batch && a.shape(static_cast<int>(i)) == 1;
+  if (!unit_batch && s.device == mx::Device::cpu) return mx::matmul(a, b, s);
+  mx::Shape shape(a.ndim() - 2, 1);
+  shape.insert(shape.end(), {b.shape(0), b.shape(1)});
+  return mx::matmul(a, mx::broadcast_to(b, shape, s), s);
+}
 
 mx::array NumpyMatmul(const OpContext& c, mx::array a, mx::array b, const MatmulProduct& product) {
   const mx::Stream s = c.stream;

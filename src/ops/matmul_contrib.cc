@@ -72,7 +72,7 @@ std::vector<mx::array> TranslateFusedMatMul(const OpContext& c) {
 
   const float alpha = n.AttrFloat("alpha", 1.f);
   return {NumpyMatmul(c, a, b, [&](const mx::array& x, const mx::array& y) {
-    if (alpha == 1.f) return mx::matmul(x, y, s);
+    if (alpha == 1.f) return FlatFreeMatmul(x, y, s);
     // Scaled in float32 before the one rounding (ORT's GEMM applies alpha to its float sums).
     const mx::array p = mx::matmul(mx::astype(x, mx::float32, s), mx::astype(y, mx::float32, s), s);
     return mx::astype(mx::multiply(p, mx::array(alpha, mx::float32), s), x.dtype(), s);

@@ -10,6 +10,14 @@ namespace mlx_ep {
 /** A product of a: [..., M, K] and b: [..., K, N] (ranks >= 2, batch dims broadcast). */
 using MatmulProduct = std::function<mx::array(const mx::array& a, const mx::array& b)>;
 
+/** mx::matmul(a, b), without the Flatten and Unflatten MLX puts around an N-D `a` times a 2-D `b`
+ *  where that is free: `b` is broadcast to a's rank instead (a view; on an initializer,
+ *  ConstantFolder evaluates it once, so a run has one primitive, the Matmul) when a's batch dims
+ *  are all 1 (a decode step's [1, 1, K]) or on a GPU, whose Matmul folds a broadcast `b`'s batch
+ *  into M itself (mlx/backend/cuda/matmul.cpp). On MLX's CPU device a batch of several stays
+ *  flattened: its Matmul would run one GEMM per batch entry. */
+mx::array FlatFreeMatmul(const mx::array& a, const mx::array& b, mx::Stream s);
+
 /** ONNX MatMul's (numpy's) shape rules around `product`: 1-D operands are promoted (a: [K] ->
  *  [1, K], b: [K] -> [K, 1]) and the added dim dropped again; an empty result or an empty inner
  *  dim gives zeros of a's dtype without calling `product`. Fails on rank 0 or unequal inner dims. */

@@ -28,6 +28,7 @@
 
 #include "ops/claim_util.h"
 #include "ops/fused_gpu_internal.h"
+#include "ops/matmul_internal.h"
 #include "ops/quantized_cpu.h"
 #include "ops/quantized_internal.h"
 #include "ops/registry.h"
@@ -257,18 +258,27 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
     return {TranslateOnCpu(c, a, A, scales, out_shape)};
   if (level4) c.Fail("accuracy_level=4 runs on MLX's CPU device only");
   const std::optional<mx::array> zp = ZeroPoints(c, a, s);
-  mx::array x = mx::astype(mx::reshape(A, {static_cast<int>(rows), K}, s), mx::float32, s);
+  // A with batch dims of 1 (a decode step's [1, 1, K]) in its own shape: MLX's products take it
+  // as the same [rows, K] GEMM, and a run has no Reshape pair around them (two primitives per
+  // MatMulNBits). Other batches stay [rows, K]: MLX's CUDA qmm picks its kernel by M and batch.
+  const bool unit_batch = A.ndim() >= 2 && rows == A.shape(-2);
+  mx::array x = mx::astype(unit_batch ? A : mx::reshape(A, {static_cast<int>(rows), K}, s), mx::float32, s);
   mx::array y = [&] {
     if (QuantizedMatmulFits(a, rows)) {
       const int padded = static_cast<int>(a.k_blocks * a.block_size);
-      if (padded != K) x = mx::pad(x, {{0, 0}, {0, padded - K}}, mx::array(0.f), "constant", s);
+      if (padded != K) {
+        std::vector<std::pair<int, int>> widths(x.ndim(), {0, 0});
+        widths.back() = {0, padded - K};
+        x = mx::pad(x, widths, mx::array(0.f), "constant", s);
+      }
       return QuantizedMatmul(c, a, x, scales, zp, s);
     }
     const mx::array w = mx::slice(DequantizedB(c, a, scales, zp, s), {0, 0}, {N, K}, s);
-    return mx::matmul(x, mx::transpose(w, s), s);
+    return FlatFreeMatmul(x, mx::transpose(w, s), s);
   }();
   if (c.has_input(5)) y = mx::add(y, mx::astype(c.input(5), mx::float32, s), s);
-  return {mx::reshape(mx::astype(y, A.dtype(), s), out_shape, s)};
+  y = mx::astype(y, A.dtype(), s);
+  return {y.shape() == out_shape ? y : mx::reshape(y, out_shape, s)};
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 #include "runtime/census.h"
 
 #include <algorithm>
+#include <sstream>
 #include <unordered_set>
 #include <utility>
 
+#include <mlx/graph_utils.h>
 #include <mlx/primitives.h>
 
 namespace mlx_ep {
@@ -20,6 +22,12 @@ std::map<std::string, int> PrimitiveCensus(const std::vector<mx::array>& outputs
     for (const mx::array& in : a.inputs()) stack.push_back(in);
   }
   return census;
+}
+
+std::string PrintedGraph(const std::vector<mx::array>& outputs) {
+  std::ostringstream os;
+  mx::print_graph(os, outputs);
+  return os.str();
 }
 
 std::string FormatCensus(const std::map<std::string, int>& census) {

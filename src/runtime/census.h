@@ -17,6 +17,10 @@ namespace mx = mlx::core;
  *  multi-output primitive counts once; evaluated arrays and inputs are not walked past). */
 std::map<std::string, int> PrimitiveCensus(const std::vector<mx::array>& outputs);
 
+/** The graph behind `outputs` as MLX's print_graph writes it (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS=graph):
+ *  one line per primitive with its inputs, outputs, shapes and dtypes, to see where they come from. */
+std::string PrintedGraph(const std::vector<mx::array>& outputs);
+
 /** "total N: Name count, ..." with the largest counts first. */
 std::string FormatCensus(const std::map<std::string, int>& census);
 

@@ -2,6 +2,7 @@
 #include "runtime/device_writes.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
@@ -60,9 +61,8 @@ mx::array Launch(const mx::array& dst, const mx::array& src, const mx::array& of
 bool DeviceWritesEnabled() {
   static const bool enabled = [] {
     if (!DeviceMemoryEnabled() || RuntimeDevice() != mx::Device(mx::Device::gpu)) return false;
-    // Opt-in until the GPU parity run has checked it (docs/gpu_memory.md, "Device writes").
-    const std::string v = EnvString(env::kDeviceWrites);
-    if (v != "1" && v != "true" && v != "on" && v != "ON") return false;
+    // On by default; =0 restores the host's copies (docs/gpu_memory.md, "Device writes").
+    if (std::getenv(env::kDeviceWrites) && !EnvFlag(env::kDeviceWrites)) return false;
     try {
       return mx::cu::is_available();
     } catch (...) {

@@ -375,6 +375,9 @@ void PartitionRunner::LogCensus(const std::vector<mx::array>& outputs) {
     last_census_ = census;
   }
   LogLine("partition " + plan_.name + ": MLX primitives per run, " + census, LogSeverity::kInfo, logger_);
+  if (EnvString(env::kGraphCensus) == "graph")
+    LogLine("partition " + plan_.name + ": MLX graph of a run\n" + PrintedGraph(outputs), LogSeverity::kInfo,
+            logger_);
 }
 
 void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink) {

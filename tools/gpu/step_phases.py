@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "python"), str(ROOT / "tools" / "gpu")]
 
-DEFAULT_SETTINGS = "default;ONNXRUNTIME_EP_MLX_DEVICE_WRITES=1;ONNXRUNTIME_EP_MLX_DEVICE_WRITES=1 ONNXRUNTIME_EP_MLX_NO_CONSTANT_FOLD=1"
+DEFAULT_SETTINGS = "default;ONNXRUNTIME_EP_MLX_DEVICE_WRITES=0;ONNXRUNTIME_EP_MLX_NO_CONSTANT_FOLD=1"
 
 
 def child(args):
@@ -72,6 +72,10 @@ def parent(args):
             p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
         result = next((json.loads(line[7:]) for line in p.stdout.splitlines() if line.startswith("RESULT ")), None)
         census = [m.group(1) for m in re.finditer(r"MLX primitives per run, (total .*)", p.stderr)]
+        graph = p.stderr.rfind("MLX graph of a run")
+        if args.json and graph >= 0:  # ONNXRUNTIME_EP_MLX_GRAPH_CENSUS=graph: the last graph logged
+            text = p.stderr[graph:].split("\n[", 1)[0]
+            Path(args.json).with_suffix(f".graph{len(rows)}.txt").write_text(setting + "\n" + text)
         if result is None:
             print(f"{setting}: failed (rc {p.returncode})\n{p.stderr[-3000:]}", flush=True)
             continue
