@@ -119,7 +119,8 @@ mx::array FlatFreeMatmul(const mx::array& a, const mx::array& b, mx::Stream s) {
   bool unit_batch = true;
   for (size_t i = 0; i + 2 < a.ndim(); ++i) unit_batch = unit_batch && a.shape(static_cast<int>(i)) == 1;
   if (!unit_batch && s.device == mx::Device::cpu) return mx::matmul(a, b, s);
-  mx::Shape shape(a.ndim() - 2, 1);
+  // To a's batch dims in one Broadcast: MLX's matmul would add a second one to [1, ..., K, N].
+  mx::Shape shape(a.shape().begin(), a.shape().end() - 2);
   shape.insert(shape.end(), {b.shape(0), b.shape(1)});
   return mx::matmul(a, mx::broadcast_to(b, shape, s), s);
 }

@@ -11,11 +11,12 @@ namespace mlx_ep {
 using MatmulProduct = std::function<mx::array(const mx::array& a, const mx::array& b)>;
 
 /** mx::matmul(a, b), without the Flatten and Unflatten MLX puts around an N-D `a` times a 2-D `b`
- *  where that is free: `b` is broadcast to a's rank instead (a view; on an initializer,
- *  ConstantFolder evaluates it once, so a run has one primitive, the Matmul) when a's batch dims
- *  are all 1 (a decode step's [1, 1, K]) or on a GPU, whose Matmul folds a broadcast `b`'s batch
- *  into M itself (mlx/backend/cuda/matmul.cpp). On MLX's CPU device a batch of several stays
- *  flattened: its Matmul would run one GEMM per batch entry. */
+ *  where that is free: `b` is broadcast to a's batch dims instead (a view) when they are all 1 (a
+ *  decode step's [1, 1, K]: on an initializer ConstantFolder evaluates the broadcast once, so a run
+ *  has one primitive, the Matmul) or on a GPU, whose Matmul folds a broadcast `b`'s batch into M
+ *  itself (mlx/backend/cuda/matmul.cpp; one Broadcast a run where Flatten and Unflatten were two).
+ *  On MLX's CPU device a batch of several stays flattened: its Matmul would run one GEMM per
+ *  batch entry. */
 mx::array FlatFreeMatmul(const mx::array& a, const mx::array& b, mx::Stream s);
 
 /** ONNX MatMul's (numpy's) shape rules around `product`: 1-D operands are promoted (a: [K] ->

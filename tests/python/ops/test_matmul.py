@@ -7,7 +7,7 @@ at 1e-5 rel) or small integer-valued data (exact in any order)."""
 import numpy as np
 import pytest
 
-from harness import NO_KERNEL, BF16, check_parity, make_model, random_array, run_cpu, run_mlx
+from harness import NO_KERNEL, BF16, check_parity, make_model, mlx_device, random_array, run_cpu, run_mlx
 from harness_bf16 import check_bf16
 
 
@@ -33,6 +33,8 @@ MATMUL_SHAPES = [
     ((3, 4), (4,)),          # 1-D b
     ((4,), (4,)),            # both 1-D: a scalar
     ((2, 3, 4), (4, 5)),     # batch x matrix
+    ((1, 1, 4), (4, 5)),     # batch dims of 1 (a decode step): b broadcast, not a flattened
+    ((1, 1, 3, 4), (4, 5)),
     ((3, 4), (2, 4, 5)),
     ((2, 1, 3, 4), (5, 4, 6)),  # batch broadcasting
     ((2, 3, 4), (4,)),
@@ -212,3 +214,45 @@ def test_gemm_opset6_declined():
     model = gemm_model(np.float32, (2, 3), (3, 2), (2, 2), opset=6, broadcast=1)
     with pytest.raises(Exception, match=NO_KERNEL):
         run_mlx(model, {"a": a, "b": b, "c": c})
+
+
+def test_matmul_on_a_unit_batch_is_one_primitive_a_run():
+    """A decode step's [1, 1, K] @ W (an initializer): no Flatten/Unflatten around the Matmul (W
+    broadcast to [1, K, N] once, by ConstantFolder); a batch of 3 keeps them on MLX's CPU device."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import sys, numpy as np
+        from onnx import TensorProto, helper, numpy_helper
+        from harness import run_mlx, run_cpu, assert_close
+        batch = int(sys.argv[1])
+        w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32), "W")
+        g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "m",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 1, 48])], [w])
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+        m.ir_version = 8
+        x = np.random.default_rng(1).standard_normal((batch, 1, 64)).astype(np.float32)
+        outs, on_mlx, total = run_mlx(m, {"x": x}, runs=2)
+        assert on_mlx == total == 1, (on_mlx, total)
+        assert_close(outs[0], run_cpu(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    """)
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1",
+               PYTHONPATH=os.pathsep.join([os.path.dirname(here), os.path.join(os.path.dirname(os.path.dirname(
+                   os.path.dirname(here))), "python"), os.environ.get("PYTHONPATH", "")]))
+    census = {}
+    for batch in (1, 3):
+        r = subprocess.run([sys.executable, "-c", code, str(batch)], env=env, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        lines = [line for line in r.stderr.splitlines() if "MLX primitives per run" in line]
+        assert lines, r.stderr[-2000:]
+        census[batch] = lines[-1].split("total ")[1]
+    # (a Contiguous of the bound input is there in both)
+    assert "Matmul 1" in census[1] and not any(p in census[1] for p in ("Flatten", "Broadcast")), census
+    if mlx_device() == "cpu":
+        assert "Flatten 1" in census[3] and "Unflatten 1" in census[3], census
+        assert int(census[3].split(":")[0]) == int(census[1].split(":")[0]) + 2, census
