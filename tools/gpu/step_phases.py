@@ -62,8 +62,8 @@ def parent(args):
     rows = []
     for setting in args.settings.split(";"):
         env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1")
-        if setting.strip() != "default":
-            env.update(kv.split("=", 1) for kv in setting.split())
+        # "default" (alone or beside NAME=VALUE pairs) adds nothing
+        env.update(kv.split("=", 1) for kv in setting.split() if kv != "default")
         with tempfile.TemporaryDirectory() as tmp:
             env["ONNXRUNTIME_EP_MLX_REPORT"] = os.path.join(tmp, "report.json")
             cmd = [sys.executable, __file__, args.what, "--child", "--iters", str(args.iters), "--warmup",
