@@ -285,7 +285,8 @@ class PartitionRunner {
                                          std::vector<bool>& aliased);
   /** Logs the primitives MLX evaluates for `outputs` (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS: those a
    *  run evaluates, so not the whole buffers written in place), when
-   *  they differ from the last census logged. */
+   *  they differ from the last census logged. Counted on a partition's first 8 runs and every
+   *  32nd after: the walk itself would be part of every timed run's eval. */
   void LogCensus(const std::vector<mx::array>& outputs);
   /** The body of Run, on an MLX worker. */
   void Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink);
@@ -302,6 +303,7 @@ class PartitionRunner {
   std::unique_ptr<std::atomic<bool>[]> alias_seen_;  // atomic: several MLX workers run one runner
   ConstantFolder folder_;                            // the traces' constant subgraphs, evaluated once
   std::string last_census_;  // the last census logged (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS), under mu_
+  std::atomic<uint64_t> census_calls_{0};
 };
 
 }  // namespace mlx_ep
