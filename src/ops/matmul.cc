@@ -7,6 +7,8 @@
 //    [M, N]; C is optional from 11. beta == 0 ignores C entirely (like ORT, NaN/Inf in C
 //    don't leak). With K == 0, ORT returns C broadcast without applying beta; so do we. Gemm 1-6 (`broadcast`
 //    attribute) is declined: ORT's CPU EP has no kernel.
+#include <algorithm>
+
 #include "ops/claim_util.h"
 #include "ops/matmul_internal.h"
 #include "ops/registry.h"
@@ -114,11 +116,14 @@ std::vector<mx::array> TranslateGemm(const OpContext& c) {
 
 }  // namespace
 
+bool HasUnitBatch(const mx::array& a) {
+  return std::all_of(a.shape().begin(), a.shape().end() - std::min<size_t>(2, a.ndim()),
+                     [](int d) { return d == 1; });
+}
+
 mx::array FlatFreeMatmul(const mx::array& a, const mx::array& b, mx::Stream s) {
   if (a.ndim() <= 2 || b.ndim() != 2) return mx::matmul(a, b, s);
-  bool unit_batch = true;
-  for (size_t i = 0; i + 2 < a.ndim(); ++i) unit_batch = unit_batch && a.shape(static_cast<int>(i)) == 1;
-  if (!unit_batch && s.device == mx::Device::cpu) return mx::matmul(a, b, s);
+  if (!HasUnitBatch(a) && s.device == mx::Device::cpu) return mx::matmul(a, b, s);
   // To a's batch dims in one Broadcast: MLX's matmul would add a second one to [1, ..., K, N].
   mx::Shape shape(a.shape().begin(), a.shape().end() - 2);
   shape.insert(shape.end(), {b.shape(0), b.shape(1)});

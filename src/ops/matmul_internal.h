@@ -19,6 +19,10 @@ using MatmulProduct = std::function<mx::array(const mx::array& a, const mx::arra
  *  batch entry. */
 mx::array FlatFreeMatmul(const mx::array& a, const mx::array& b, mx::Stream s);
 
+/** True when every dim of `a` before its last two is 1 (none for a 2-D `a`): its product is the
+ *  one [M, K] GEMM, whatever its rank. */
+bool HasUnitBatch(const mx::array& a);
+
 /** ONNX MatMul's (numpy's) shape rules around `product`: 1-D operands are promoted (a: [K] ->
  *  [1, K], b: [K] -> [K, 1]) and the added dim dropped again; an empty result or an empty inner
  *  dim gives zeros of a's dtype without calling `product`. Fails on rank 0 or unequal inner dims. */

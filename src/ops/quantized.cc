@@ -231,7 +231,7 @@ mx::array TranslateOnCpu(const OpContext& c, const NBits& a, const mx::array& A,
     return bias ? mx::add(xw, *bias, s) : xw;
   }();
   y = mx::astype(y, A.dtype(), s);
-  return y.shape() == out_shape ? y : mx::reshape(y, out_shape, s);
+  return mx::reshape(y, out_shape, s);  // the array itself when the shape is out_shape already
 }
 
 std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
@@ -261,7 +261,7 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
   // A with batch dims of 1 (a decode step's [1, 1, K]) in its own shape: MLX's products take it
   // as the same [rows, K] GEMM, and a run has no Reshape pair around them (two primitives per
   // MatMulNBits). Other batches stay [rows, K]: MLX's CUDA qmm picks its kernel by M and batch.
-  const bool unit_batch = A.ndim() >= 2 && rows == A.shape(-2);
+  const bool unit_batch = A.ndim() >= 2 && HasUnitBatch(A);
   mx::array x = mx::astype(unit_batch ? A : mx::reshape(A, {static_cast<int>(rows), K}, s), mx::float32, s);
   mx::array y = [&] {
     if (QuantizedMatmulFits(a, rows)) {
@@ -277,8 +277,7 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
     return FlatFreeMatmul(x, mx::transpose(w, s), s);
   }();
   if (c.has_input(5)) y = mx::add(y, mx::astype(c.input(5), mx::float32, s), s);
-  y = mx::astype(y, A.dtype(), s);
-  return {y.shape() == out_shape ? y : mx::reshape(y, out_shape, s)};
+  return {mx::reshape(mx::astype(y, A.dtype(), s), out_shape, s)};
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ struct RowsLayout {
 RowsLayout RowsLayoutOf(const mx::Shape& shape, int axis, int seq);
 
 /** True when outputs and in-place rows are written by device kernels: device memory on, the
- *  runtime device a CUDA GPU, and ONNXRUNTIME_EP_MLX_DEVICE_WRITES=1 (opt-in for now). */
+ *  runtime device a CUDA GPU, and ONNXRUNTIME_EP_MLX_DEVICE_WRITES not turned off ("0"). */
 bool DeviceWritesEnabled();
 
 /** int32 [1]: 1 when every offset of each array lies in [0, room] (its pair's room), else 0. */

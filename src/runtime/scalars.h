@@ -12,12 +12,12 @@ namespace mx = mlx::core;
 
 /** Rewrites the graph behind `outputs` so that no one-element leaf array (a scalar the trace
  *  created: a length, an index bound, a fold of Shape, 0.5f) is an input of an op mx::compile
- *  fuses (elementwise and Broadcast). MLX writes the value of every such leaf into the source of the fused
- * kernel that reads it, so a scalar that follows a dim (a prompt's length) makes MLX generate and build new
- *  kernels for every size of that dim: on its CPU backend one run of the host's C++ compiler per
- *  kernel (0.1-0.5 s each), on CUDA one NVRTC compile each. Each distinct value gets one
- *  replacement behind a Contiguous (which MLX does not fuse), so the kernel reads it as an input
- *  and one kernel serves every value. Values and dtypes are unchanged. */
+ *  fuses (elementwise and Broadcast). MLX writes the value of every such leaf into the source of
+ *  the fused kernel that reads it, so a scalar that follows a dim (a prompt's length) makes MLX
+ *  generate and build new kernels for every size of that dim: on its CPU backend one run of the
+ *  host's C++ compiler per kernel (0.1-0.5 s each), on CUDA one NVRTC compile each. Each distinct
+ *  value gets one replacement behind a Contiguous (which MLX does not fuse), so the kernel reads
+ *  it as an input and one kernel serves every value. Values and dtypes are unchanged. */
 void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream);
 
 /** `a` behind a Contiguous: mx::compile does not fuse one, so a fused kernel ends at `a` (which
