@@ -38,16 +38,19 @@ mx::array ApplyRotary(const mx::array& x, const mx::array& cos, const mx::array&
     return mx::slice(a, start, stop, s);
   };
   if (!interleaved && rot == head_size) {
-    // x * [cos, cos] + [x2, x1] * [-sin, sin]: the products and sums of real and imag below, in
-    // one fused kernel per tensor (the casts inside it) where those take seven primitives; the
-    // doubled cos and signed sin are the same arrays for Q, K and every layer of a step, so
-    // mx::compile computes them once.
-    const mx::array cos2 = mx::concatenate({cos, cos}, 3, s);
-    const mx::array sin2 = mx::concatenate({mx::negative(sin, s), sin}, 3, s);
-    const mx::array swapped = mx::concatenate({cut(x, half, rot), cut(x, 0, half)}, 3, s);
-    const mx::array y = mx::add(mx::multiply(mx::astype(x, mx::float32, s), cos2, s),
-                                mx::multiply(mx::astype(swapped, mx::float32, s), sin2, s), s);
-    return mx::astype(y, x.dtype(), s);
+    // Viewed as [..., 2, half], y = x1 * [cos; sin] + x2 * [-sin; cos]: one fused kernel per
+    // tensor (the casts and the two-row selects inside it; a select, not a stack, so no copy
+    // kernel) where a Concatenate of the swapped halves came first. The fused kernel's output is
+    // contiguous, so the reshape back is free.
+    // (Everything elementwise after the views, so that it is all inside the fused kernel.)
+    const mx::array first_row(std::initializer_list<bool>{true, false}, {2, 1});
+    const mx::array cos_row = mx::expand_dims(cos, 3, s), sin_row = mx::expand_dims(sin, 3, s);
+    const mx::array x1 = mx::astype(mx::expand_dims(cut(x, 0, half), 3, s), mx::float32, s);
+    const mx::array x2 = mx::astype(mx::expand_dims(cut(x, half, rot), 3, s), mx::float32, s);
+    const mx::array y =
+        mx::add(mx::multiply(x1, mx::where(first_row, cos_row, sin_row, s), s),
+                mx::multiply(x2, mx::where(first_row, mx::negative(sin_row, s), cos_row, s), s), s);
+    return mx::reshape(mx::astype(y, x.dtype(), s), x.shape(), s);
   }
   const mx::array rotated = mx::astype(cut(x, 0, rot), mx::float32, s);
   mx::array x1 = rotated, x2 = rotated;
