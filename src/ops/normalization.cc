@@ -27,6 +27,7 @@
 #include "ops/fused_gpu_internal.h"
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
+#include "ops/row_norm_cuda.h"
 #include "ops/shape_internal.h"
 #include "ops/unary_internal.h"
 
@@ -129,6 +130,7 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
 mx::array FusedLayerNorm(const mx::array& x2d, const mx::array& w, const std::optional<mx::array>& b,
                          float eps, mx::Stream s) {
   const mx::Dtype dt = x2d.dtype();
+  if (auto k = RowNormKernel({x2d, std::nullopt, w, b, std::nullopt, eps, false}, dt, false, dt, s)) return k->first;
   auto f32 = [&](const mx::array& a) { return mx::astype(a, mx::float32, s); };
   std::optional<mx::array> bf;
   if (b) bf = f32(*b);
@@ -260,8 +262,12 @@ std::optional<mx::array> FusedRmsNorm(const mx::array& x, const mx::array& scale
   for (int d : tail) n *= d;
   mx::Shape flat(x.shape().begin(), x.shape().begin() + axis);
   flat.push_back(n);
-  const mx::array y = mx::fast::rms_norm(mx::astype(mx::reshape(x, flat, s), mx::float32, s),
-                                         mx::astype(mx::reshape(scale, {n}, s), mx::float32, s), eps, s);
+  const mx::array xf = mx::reshape(x, flat, s), w = mx::reshape(scale, {n}, s);
+  if (auto k = RowNormKernel({xf, std::nullopt, w, std::nullopt, std::nullopt, eps, true}, x.dtype(), false,
+                             x.dtype(), s))
+    return mx::reshape(k->first, x.shape(), s);
+  const mx::array y =
+      mx::fast::rms_norm(mx::astype(xf, mx::float32, s), mx::astype(w, mx::float32, s), eps, s);
   return mx::reshape(mx::astype(y, x.dtype(), s), x.shape(), s);
 }
 

@@ -367,3 +367,17 @@ def ids(v):
     if isinstance(v, (list, str, int)):
         return str(v)
     return np.dtype(v).name
+
+
+def census_of_tests(test_file, cases, env=None, timeout=300):
+    """The EP's "MLX primitives per run" lines (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS=1, read once per
+    process, hence a fresh one) of the tests `cases` (node ids in `test_file`), which must pass."""
+    import subprocess
+    import sys
+    run_env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", **(env or {}))
+    # -s: the EP's census lines reach this process's stderr
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider"] +
+                       [f"{test_file}::{case}" for case in cases], env=run_env, capture_output=True, text=True,
+                       timeout=timeout)
+    assert r.returncode == 0 and f"{len(cases)} passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    return [line for line in r.stderr.splitlines() if "MLX primitives per run" in line]

@@ -6,8 +6,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from harness import (BF16, assert_declined, assert_mlx_error, check_parity, ids, onnx_type, random_array,
-                     run_cpu)
+from harness import (BF16, assert_declined, assert_mlx_error, census_of_tests, check_parity, ids, mlx_device,
+                     onnx_type, random_array, run_cpu)
 from harness_bf16 import check_bf16
 
 MS = "com.microsoft"
@@ -110,6 +110,23 @@ def test_skip_low_precision(op, shapes, dtype):
     """float16/bfloat16 compute in float32: the sum output is rounded once, the statistics stay float32."""
     parity(*skip_case(op, *shapes, outputs=ALL_OUTPUTS[op], dtype=dtype), dtype)
     parity(*skip_case(op, *shapes, dtype=dtype), dtype)
+
+
+def test_skip_norm_is_one_kernel_on_a_gpu():
+    """On a GPU the Skip* forms (sum output too), SimplifiedLayerNormalization and LayerNormalization
+    run as one row normalization kernel (src/ops/row_norm_cuda.cc): no MLX RMSNorm / LayerNorm, no
+    casts around them. MLX's CPU device has no custom kernels: the composed forms run there."""
+    if mlx_device() == "cpu":
+        pytest.skip("the row normalization kernel is CUDA's")
+    cases = ["test_skip_low_precision[SkipSimplifiedLayerNormalization-2x5x64-float16]",
+             "test_skip_low_precision[SkipLayerNormalization-3x33-bfloat16]",
+             "test_skip_simplified_optional_inputs_outputs[nobias-y-_-_-sum]",
+             "test_norm_shapes[SimplifiedLayerNormalization-2x3x8-axis-1-scale8]"]
+    census = census_of_tests(__file__, cases)
+    kernel_runs = [line for line in census if "CustomKernel" in line]
+    assert len(kernel_runs) >= len(cases), census
+    for line in kernel_runs:
+        assert not any(p in line for p in ("RMSNorm", "LayerNorm", "AsType")), line
 
 
 def as_constants(model, feeds, names):

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from onnx.reference.ops.op_rotary_embedding import rotary_embedding
 
-from harness import BF16, check_parity, ids, node_model, random_array, run_cpu
+from harness import BF16, census_of_tests, check_parity, ids, node_model, random_array, run_cpu
 from harness_bf16 import check_bf16
 
 
@@ -100,17 +100,9 @@ def test_bfloat16(interleaved):
 def test_full_rotation_is_one_fused_kernel():
     """Full-width, non-interleaved rotation (every Llama-style model's): the casts, the two-row
     cos/sin selects and the products in one compiled kernel, no Concatenate (no copy of the
-    swapped halves), on fresh-process census lines (the variable is read once)."""
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1")
-    # -s: the EP's census lines reach this process
+    swapped halves)."""
     cases = ["test_float16[0]", "test_float32[1x4x7x16-0-16-0-True]", "test_float32[2x5x24-3-0-0-False]"]
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider"] +
-                       [f"{__file__}::{case}" for case in cases], env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
-    census = [line for line in r.stderr.splitlines() if "MLX primitives per run" in line and "Compiled" in line]
-    assert "3 passed" in r.stdout and len(census) >= 3, r.stdout[-2000:] + r.stderr[-2000:]
+    census = [line for line in census_of_tests(__file__, cases) if "Compiled" in line]
+    assert len(census) >= 3, census
     for line in census:
         assert "Concatenate" not in line and line.count("Compiled") - line.count("CompiledBroadcastMaximum") == 1, line
