@@ -29,6 +29,7 @@
 #include "ops/registry.h"
 #include "ops/row_norm_cuda.h"
 #include "ops/shape_internal.h"
+#include "ops/softmax_cuda.h"
 #include "ops/unary_internal.h"
 
 namespace mlx_ep {
@@ -100,8 +101,12 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
     red = {static_cast<int>(flat.size()) - 1};
   }
   const mx::Dtype dt = x.dtype();
-  if (!kLog && dt == mx::float16 && c.node.since_version >= 13)
+  if (!kLog && dt == mx::float16 && c.node.since_version >= 13) {
+    // One kernel on a GPU (softmax_cuda.h) when the axis is the last one.
+    if (UseFusedGpuPaths() && red.back() == static_cast<int>(in.ndim()) - 1)
+      if (auto y = SoftmaxBodyKernel(in, s)) return {mx::reshape(*y, x.shape(), s)};
     return {SoftmaxFunctionBody(in, red, x.shape(), s)};
+  }
   mx::array y = [&]() -> mx::array {
     // Composed rather than mx::softmax: its CPU kernel sums exp() in one float32 chain, off by
     // ~4e-5 rel for vocabulary-sized rows, where ORT stays at ~1e-6.

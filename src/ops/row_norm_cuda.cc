@@ -17,12 +17,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <map>
-#include <mutex>
 #include <string>
 
-#include "common/log.h"
-#include "mlx/backend/cuda/cuda.h"
+#include "ops/fused_gpu_internal.h"
 
 namespace mlx_ep {
 namespace {
@@ -113,48 +110,36 @@ std::pair<mx::array, mx::array> Launch(const RowNormInputs& in, mx::Dtype y_type
   return {mx::reshape(outs[0], in.x.shape(), s), want_sum ? mx::reshape(outs[1], in.x.shape(), s) : outs[1]};
 }
 
-/** The kernel against composed MLX ops on a small problem with every input and both forms, once
- *  per process and device type: "" when it builds and agrees, else why not. The JIT compile
- *  happens here, where a failure only turns the kernel off, not inside a partition's run. */
-std::string SelfCheckError(mx::Stream s) {
-  static std::mutex mu;
-  static std::map<mx::Device::DeviceType, std::string> errors;
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = errors.find(s.device.type); it != errors.end()) return it->second;
-  std::string& error = errors[s.device.type];
-  try {
-    const int n = 300;  // more columns than threads: the strided loops wrap
-    const mx::array columns = mx::arange(static_cast<double>(n), mx::float32, s);
-    const mx::array x = mx::sin(mx::reshape(mx::arange(3.0 * n, mx::float32, s), {3, n}, s), s);
-    const mx::array gamma = mx::add(mx::multiply(mx::sin(columns, s), mx::array(0.5f), s), mx::array(1.f), s);
-    const mx::array cosines = mx::cos(columns, s);
-    const std::optional<mx::array> skip = mx::reshape(cosines, {1, n}, s), beta = cosines,
-                                   bias = mx::multiply(cosines, cosines, s);
-    float worst = 0.f;
-    for (bool simplified : {false, true}) {
-      auto [y, sum] = Launch({x, skip, gamma, beta, bias, 1e-5f, simplified}, mx::float32, true, mx::float32, s);
-      const mx::array sum_ref = mx::add(mx::add(x, *skip, s), *bias, s);
-      const mx::array mean = simplified ? mx::array(0.f) : mx::mean(sum_ref, -1, true, s);
-      const mx::array centered = mx::subtract(sum_ref, mean, s);
-      const mx::array var = mx::mean(mx::multiply(centered, centered, s), -1, true, s);
-      const mx::array y_ref = mx::add(
-          mx::multiply(mx::divide(centered, mx::sqrt(mx::add(var, mx::array(1e-5f), s), s), s), gamma, s), *beta, s);
-      for (const auto& [got, want] : {std::pair{y, y_ref}, std::pair{sum, sum_ref}})
-        worst = std::max(worst, mx::max(mx::abs(mx::subtract(got, want, s), s), s).item<float>());
-    }
-    if (!(worst < 1e-4f)) error = "the row normalization kernel differs by " + std::to_string(worst) + " on its check";
-  } catch (const std::exception& e) {
-    error = std::string("the row normalization kernel failed to build: ") + e.what();
+/** The kernel against composed MLX ops on a small problem with every input and both forms: ""
+ *  when it builds and agrees, else why not (see CheckedOnce). */
+std::string SelfCheck(mx::Stream s) {
+  const int n = 300;  // more columns than threads: the strided loops wrap
+  const mx::array columns = mx::arange(static_cast<double>(n), mx::float32, s);
+  const mx::array x = mx::sin(mx::reshape(mx::arange(3.0 * n, mx::float32, s), {3, n}, s), s);
+  const mx::array gamma = mx::add(mx::multiply(mx::sin(columns, s), mx::array(0.5f), s), mx::array(1.f), s);
+  const mx::array cosines = mx::cos(columns, s);
+  const std::optional<mx::array> skip = mx::reshape(cosines, {1, n}, s), beta = cosines,
+                                 bias = mx::multiply(cosines, cosines, s);
+  float worst = 0.f;
+  for (bool simplified : {false, true}) {
+    auto [y, sum] = Launch({x, skip, gamma, beta, bias, 1e-5f, simplified}, mx::float32, true, mx::float32, s);
+    const mx::array sum_ref = mx::add(mx::add(x, *skip, s), *bias, s);
+    const mx::array mean = simplified ? mx::array(0.f) : mx::mean(sum_ref, -1, true, s);
+    const mx::array centered = mx::subtract(sum_ref, mean, s);
+    const mx::array var = mx::mean(mx::multiply(centered, centered, s), -1, true, s);
+    const mx::array y_ref = mx::add(
+        mx::multiply(mx::divide(centered, mx::sqrt(mx::add(var, mx::array(1e-5f), s), s), s), gamma, s), *beta, s);
+    for (const auto& [got, want] : {std::pair{y, y_ref}, std::pair{sum, sum_ref}})
+      worst = std::max(worst, mx::max(mx::abs(mx::subtract(got, want, s), s), s).item<float>());
   }
-  if (!error.empty()) LogLine(error + "; MLX's fused normalizations run instead", LogSeverity::kWarning);
-  return error;
+  return worst < 1e-4f ? "" : "the row normalization kernel differs by " + std::to_string(worst) + " on its check";
 }
 
 }  // namespace
 
 std::optional<std::pair<mx::array, mx::array>> RowNormKernel(const RowNormInputs& in, mx::Dtype y_type,
                                                              bool want_sum, mx::Dtype sum_type, mx::Stream s) {
-  if (s.device != mx::Device::gpu || in.x.ndim() == 0 || in.x.size() == 0) return std::nullopt;
+  if (in.x.ndim() == 0 || in.x.size() == 0) return std::nullopt;
   const size_t n = in.x.shape(-1);
   auto holds_n = [&](const std::optional<mx::array>& v) { return !v || v->size() == n; };
   if (!holds_n(in.gamma) || !holds_n(in.beta) || !holds_n(in.bias)) return std::nullopt;
@@ -162,12 +147,8 @@ std::optional<std::pair<mx::array, mx::array>> RowNormKernel(const RowNormInputs
                   (in.x.size() / n) % (in.skip->size() / n) != 0))
     return std::nullopt;
   if (in.x.size() / n > static_cast<size_t>(std::numeric_limits<int>::max() / kThreads)) return std::nullopt;
-  try {
-    if (!mx::cu::is_available()) return std::nullopt;
-  } catch (...) {
+  if (!CudaKernelsRun(s) || !CheckedOnce("the row normalization kernel", [s] { return SelfCheck(s); }).empty())
     return std::nullopt;
-  }
-  if (!SelfCheckError(s).empty()) return std::nullopt;
   return Launch(in, y_type, want_sum, sum_type, s);
 }
 
