@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
 #include "common/log.h"
 #include "mlx/backend/cuda/cuda.h"
 #include "ops/fused_gpu_internal.h"
@@ -48,7 +49,9 @@ bool FusedGpuPathsOnCpu() { return UseFusedGpuPaths() && OnCpu(); }
 bool FusedGpuPathsFloat32() { return Mode() == FusedMode::kForce32; }
 
 bool CudaKernelsRun(mx::Stream s) {
-  if (s.device != mx::Device::gpu) return false;
+  // Read at every call, as Mode(): "0" is the A/B switch against MLX's own operations.
+  const char* own = std::getenv(env::kOwnKernels);
+  if (s.device != mx::Device::gpu || (own && std::string(own) == "0")) return false;
   try {
     return mx::cu::is_available();
   } catch (...) {

@@ -32,7 +32,8 @@ bool FusedGpuPathsOnCpu();
 bool FusedGpuPathsFloat32();
 
 /** True when `s` runs on the GPU of a CUDA build of MLX, where the EP's own kernels
- *  (mx::fast::cuda_kernel: row_norm_cuda.cc, softmax_cuda.cc, attention_vjp_cuda.cc) can run. */
+ *  (mx::fast::cuda_kernel: row_norm_cuda.cc, softmax_cuda.cc, attention_vjp_cuda.cc) can run,
+ *  unless ONNXRUNTIME_EP_MLX_OWN_KERNELS=0 turns them off (MLX's own operations run instead). */
 bool CudaKernelsRun(mx::Stream s);
 
 /** `check()` (an error message, "" when all is well) run once per process for `name`: a custom

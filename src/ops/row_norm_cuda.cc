@@ -19,6 +19,7 @@
 #include <limits>
 #include <string>
 
+#include "mlx/primitives.h"  // Primitive::name()
 #include "ops/fused_gpu_internal.h"
 
 namespace mlx_ep {
@@ -44,7 +45,8 @@ __device__ inline float block_sum(float v, float* partials) {
 }  // namespace mlx_ep_norm
 )";
 
-/** Inputs x, skip, gamma, beta, bias, params; outputs y, sum; template arguments OutT, SumT. */
+/** Inputs x, skip, gamma, beta, bias, params; outputs y, sum; template arguments OutT, SumT and
+ *  XT, SkipT (the types x and skip have in the node, which the arrays read may be wider than). */
 constexpr const char* kSource = R"(
   __shared__ float partials[32];
   const int row = blockIdx.x;
@@ -55,9 +57,9 @@ constexpr const char* kSource = R"(
   const float eps = __int_as_float(params[4]);
   const long long base = static_cast<long long>(row) * n;
   const long long skip_base = static_cast<long long>(row % skip_shape[0]) * n;
-  auto value = [&](int i) {
-    float v = static_cast<float>(x[base + i]);
-    if (has_skip) v += static_cast<float>(skip[skip_base + i]);
+  auto value = [&](int i) {  // x and skip rounded to their ONNX types first (see Unconverted)
+    float v = static_cast<float>(static_cast<XT>(x[base + i]));
+    if (has_skip) v += static_cast<float>(static_cast<SkipT>(skip[skip_base + i]));
     if (has_bias) v += static_cast<float>(bias[i]);
     return v;
   };
@@ -89,6 +91,20 @@ const mx::fast::CustomKernelFunction& Kernel() {
   return kernel;
 }
 
+/** The array an AsType between float types made `a` from (with `a`'s type), else `a`: the kernel
+ *  rounds what it reads to that type itself (the same rounding as the cast), so a float32 result
+ *  cast to float16 just before (MatMulNBits' quantized GEMM, whose output cast a composed sum
+ *  would have fused) costs no kernel of its own. */
+std::pair<mx::array, mx::Dtype> Unconverted(const mx::array& a) {
+  // By name: libmlx exports no typeinfo for its primitives. One side float32, so that the
+  // kernel's cast is one the CUDA types have (float16 <-> bfloat16 is not).
+  const auto is_half = [](mx::Dtype t) { return t == mx::float16 || t == mx::bfloat16; };
+  if (!a.has_primitive() || std::string(a.primitive().name()) != "AsType" || a.inputs().size() != 1) return {a, a.dtype()};
+  const mx::Dtype from = a.inputs()[0].dtype(), to = a.dtype();
+  if ((from == mx::float32 && is_half(to)) || (is_half(from) && to == mx::float32)) return {a.inputs()[0], to};
+  return {a, a.dtype()};
+}
+
 std::pair<mx::array, mx::array> Launch(const RowNormInputs& in, mx::Dtype y_type, bool want_sum,
                                        mx::Dtype sum_type, mx::Stream s) {
   const int n = in.x.shape(-1), rows = static_cast<int>(in.x.size() / n);
@@ -98,15 +114,18 @@ std::pair<mx::array, mx::array> Launch(const RowNormInputs& in, mx::Dtype y_type
                                       in.beta.has_value(), eps_bits, want_sum};
   const mx::array params(flags.begin(), {static_cast<int>(flags.size())}, mx::int32);
   auto vector = [&](const mx::array& v) { return mx::reshape(v, {n}, s); };
+  const auto [x_read, x_type] = Unconverted(in.x);
+  const mx::array x = mx::reshape(x_read, {rows, n}, s);
   // Absent inputs are stand-ins the flags keep the kernel from reading.
-  const mx::array x = mx::reshape(in.x, {rows, n}, s);
-  const mx::array skip = in.skip ? mx::reshape(*in.skip, {-1, n}, s) : x;
+  const auto [skip_read, skip_type] = in.skip ? Unconverted(*in.skip) : std::pair{x, x_type};
+  const mx::array skip = mx::reshape(skip_read, {-1, n}, s);
   const mx::array gamma = vector(in.gamma);
   const mx::array beta = in.beta ? vector(*in.beta) : gamma, bias = in.bias ? vector(*in.bias) : gamma;
+  const std::vector<std::pair<std::string, mx::fast::TemplateArg>> types = {
+      {"OutT", y_type}, {"SumT", sum_type}, {"XT", x_type}, {"SkipT", skip_type}};
   std::vector<mx::array> outs =
       Kernel()({x, skip, gamma, beta, bias, params}, {x.shape(), want_sum ? x.shape() : mx::Shape{1}},
-               {y_type, sum_type}, {rows * kThreads, 1, 1}, {kThreads, 1, 1}, {{"OutT", y_type}, {"SumT", sum_type}},
-               std::nullopt, false, s);
+               {y_type, sum_type}, {rows * kThreads, 1, 1}, {kThreads, 1, 1}, types, std::nullopt, false, s);
   return {mx::reshape(outs[0], in.x.shape(), s), want_sum ? mx::reshape(outs[1], in.x.shape(), s) : outs[1]};
 }
 
