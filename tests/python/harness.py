@@ -371,7 +371,8 @@ def ids(v):
 
 def census_of_tests(test_file, cases, env=None, timeout=300):
     """The EP's "MLX primitives per run" lines (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS=1, read once per
-    process, hence a fresh one) of the tests `cases` (node ids in `test_file`), which must pass."""
+    process, hence a fresh one) of the tests `cases` (node ids in `test_file`), which must pass,
+    and the process's other stderr lines (the EP's warnings: why a kernel turned itself off)."""
     import subprocess
     import sys
     run_env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", **(env or {}))
@@ -380,4 +381,6 @@ def census_of_tests(test_file, cases, env=None, timeout=300):
                        [f"{test_file}::{case}" for case in cases], env=run_env, capture_output=True, text=True,
                        timeout=timeout)
     assert r.returncode == 0 and f"{len(cases)} passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
-    return [line for line in r.stderr.splitlines() if "MLX primitives per run" in line]
+    lines = r.stderr.splitlines()
+    census = [line for line in lines if "MLX primitives per run" in line]
+    return census, [line for line in lines if "MLX primitives per run" not in line]
