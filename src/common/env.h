@@ -61,8 +61,6 @@ constexpr const char* kGraphCensus =
 constexpr const char* kGqaCpuKernel =
     "ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL";  // "0": GroupQueryAttention composes MLX ops on the CPU too;
                                           // "portable": the kernel's portable loops (tests)
-constexpr const char* kOwnKernels =
-    "ONNXRUNTIME_EP_MLX_OWN_KERNELS";  // "0": none of the EP's CUDA kernels (row norms, float16 softmax)
 }  // namespace env
 
 }  // namespace mlx_ep

@@ -24,8 +24,8 @@
 #include <map>
 #include <mutex>
 
+#include "mlx/backend/cuda/cuda.h"
 #include "ops/attention_vjp_internal.h"
-#include "ops/fused_gpu_internal.h"
 
 namespace mlx_ep::attention_vjp {
 namespace {
@@ -245,7 +245,14 @@ bool KernelPullbackFits(const HeadTensors& t) {
   return WarpThreads(query_rows) && WarpThreads(key_rows) && t.q.shape(3) <= 256;
 }
 
-bool CudaKernelsAvailable(mx::Stream s) { return CudaKernelsRun(s); }
+bool CudaKernelsAvailable(mx::Stream s) {
+  if (s.device != mx::Device::gpu) return false;
+  try {
+    return mx::cu::is_available();
+  } catch (...) {
+    return false;
+  }
+}
 
 std::vector<mx::array> KernelPullback(const Contract& c, const HeadTensors& t, mx::Stream s) {
   const mx::array bias = BiasOf(c, t, s);

@@ -7,9 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "common/env.h"
-#include "common/log.h"
-#include "mlx/backend/cuda/cuda.h"
 #include "ops/fused_gpu_internal.h"
 
 namespace mlx_ep {
@@ -47,32 +44,6 @@ bool UseFusedGpuPaths() {
 bool FusedGpuPathsOnCpu() { return UseFusedGpuPaths() && OnCpu(); }
 
 bool FusedGpuPathsFloat32() { return Mode() == FusedMode::kForce32; }
-
-bool CudaKernelsRun(mx::Stream s) {
-  // Read at every call, as Mode(): "0" is the A/B switch against MLX's own operations.
-  const char* own = std::getenv(env::kOwnKernels);
-  if (s.device != mx::Device::gpu || (own && std::string(own) == "0")) return false;
-  try {
-    return mx::cu::is_available();
-  } catch (...) {
-    return false;
-  }
-}
-
-const std::string& CheckedOnce(const std::string& name, const std::function<std::string()>& check) {
-  static std::mutex mu;
-  static auto* results = new std::map<std::string, std::string>();  // never destroyed, as below
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = results->find(name); it != results->end()) return it->second;
-  std::string error;
-  try {
-    error = check();
-  } catch (const std::exception& e) {
-    error = name + " failed to build: " + e.what();
-  }
-  if (!error.empty()) LogLine(error + "; MLX's own operations run instead", LogSeverity::kWarning);
-  return results->emplace(name, std::move(error)).first->second;
-}
 
 mx::array SharedArange(int n) {
   static std::mutex mu;

@@ -12,9 +12,6 @@
 //    fallback does not hide the masks' exactness behind its rounding (tests only).
 #pragma once
 
-#include <functional>
-#include <string>
-
 #include "ops/op.h"
 
 namespace mlx_ep {
@@ -30,16 +27,6 @@ bool FusedGpuPathsOnCpu();
 
 /** True for "force32" (see the top). */
 bool FusedGpuPathsFloat32();
-
-/** True when `s` runs on the GPU of a CUDA build of MLX, where the EP's own kernels
- *  (mx::fast::cuda_kernel: row_norm_cuda.cc, softmax_cuda.cc, attention_vjp_cuda.cc) can run,
- *  unless ONNXRUNTIME_EP_MLX_OWN_KERNELS=0 turns them off (MLX's own operations run instead). */
-bool CudaKernelsRun(mx::Stream s);
-
-/** `check()` (an error message, "" when all is well) run once per process for `name`: a custom
- *  kernel's JIT build and a comparison against composed MLX ops, so that a kernel that fails
- *  turns itself off (logged once as a warning) instead of failing a partition's run. */
-const std::string& CheckedOnce(const std::string& name, const std::function<std::string()>& check);
 
 /** arange(n) as int32, one array per n for the process. MLX's compile merges equal operations
  *  only when their inputs are the same arrays (compile_simplify's CSE walks the users of each

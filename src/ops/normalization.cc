@@ -27,9 +27,7 @@
 #include "ops/fused_gpu_internal.h"
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
-#include "ops/row_norm_cuda.h"
 #include "ops/shape_internal.h"
-#include "ops/softmax_cuda.h"
 #include "ops/unary_internal.h"
 
 namespace mlx_ep {
@@ -101,12 +99,8 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
     red = {static_cast<int>(flat.size()) - 1};
   }
   const mx::Dtype dt = x.dtype();
-  if (!kLog && dt == mx::float16 && c.node.since_version >= 13) {
-    // One kernel on a GPU (softmax_cuda.h) when the axis is the last one.
-    if (UseFusedGpuPaths() && red.back() == static_cast<int>(in.ndim()) - 1)
-      if (auto y = SoftmaxBodyKernel(in, s)) return {mx::reshape(*y, x.shape(), s)};
+  if (!kLog && dt == mx::float16 && c.node.since_version >= 13)
     return {SoftmaxFunctionBody(in, red, x.shape(), s)};
-  }
   mx::array y = [&]() -> mx::array {
     // Composed rather than mx::softmax: its CPU kernel sums exp() in one float32 chain, off by
     // ~4e-5 rel for vocabulary-sized rows, where ORT stays at ~1e-6.
@@ -135,7 +129,6 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
 mx::array FusedLayerNorm(const mx::array& x2d, const mx::array& w, const std::optional<mx::array>& b,
                          float eps, mx::Stream s) {
   const mx::Dtype dt = x2d.dtype();
-  if (auto k = RowNormKernel({x2d, std::nullopt, w, b, std::nullopt, eps, false}, dt, false, dt, s)) return k->first;
   auto f32 = [&](const mx::array& a) { return mx::astype(a, mx::float32, s); };
   std::optional<mx::array> bf;
   if (b) bf = f32(*b);
@@ -267,12 +260,8 @@ std::optional<mx::array> FusedRmsNorm(const mx::array& x, const mx::array& scale
   for (int d : tail) n *= d;
   mx::Shape flat(x.shape().begin(), x.shape().begin() + axis);
   flat.push_back(n);
-  const mx::array xf = mx::reshape(x, flat, s), w = mx::reshape(scale, {n}, s);
-  if (auto k = RowNormKernel({xf, std::nullopt, w, std::nullopt, std::nullopt, eps, true}, x.dtype(), false,
-                             x.dtype(), s))
-    return mx::reshape(k->first, x.shape(), s);
-  const mx::array y =
-      mx::fast::rms_norm(mx::astype(xf, mx::float32, s), mx::astype(w, mx::float32, s), eps, s);
+  const mx::array y = mx::fast::rms_norm(mx::astype(mx::reshape(x, flat, s), mx::float32, s),
+                                         mx::astype(mx::reshape(scale, {n}, s), mx::float32, s), eps, s);
   return mx::reshape(mx::astype(y, x.dtype(), s), x.shape(), s);
 }
 

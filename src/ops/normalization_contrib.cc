@@ -28,9 +28,7 @@
 
 #include "ops/claim_util.h"
 #include "ops/reduction_internal.h"
-#include "ops/fused_gpu_internal.h"
 #include "ops/registry.h"
-#include "ops/row_norm_cuda.h"
 #include "ops/shape_internal.h"
 
 namespace mlx_ep {
@@ -188,18 +186,8 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
     return outs;
   }
 
-  const float eps = c.node.AttrFloat("epsilon", 1e-5f);
-  // One kernel on a GPU (row_norm_cuda.h) where scale and bias are vectors over the last axis.
-  const int n = x.shape(-1);
-  if (UseFusedGpuPaths() && !wanted(mean_slot) && !wanted(inv_slot) && axis == rank - 1 &&
-      IsLastAxisVector(scale, n, rank) && (!bias || IsLastAxisVector(*bias, n, rank))) {
-    if (auto k = RowNormKernel({x, std::nullopt, scale, bias, std::nullopt, eps, kSimplified}, y_dt, false, y_dt, s)) {
-      outs.push_back(k->first);
-      for (size_t i = 1; i < c.num_outputs(); ++i) outs.push_back(mx::zeros(stat_shape, mx::float32, s));
-      return outs;
-    }
-  }
   const mx::Dtype acc = AccDtype(dt);
+  const float eps = c.node.AttrFloat("epsilon", 1e-5f);
   std::optional<mx::array> b;
   if (bias) b = mx::astype(*bias, acc, s);
   Normalized r = Normalize(mx::astype(x, acc, s), static_cast<int>(axis), mx::astype(scale, acc, s), b, eps,
@@ -259,35 +247,6 @@ Claim ClaimSkipLayerNorm(const NodeView& v) {
   return ClaimTypes(v, fp, {1, 2, slots.beta.value_or(2), slots.bias}, {1, 2});
 }
 
-/** The Skip* forms through the row normalization kernel on a GPU (row_norm_cuda.h: the sum, the
- *  normalization and both roundings in one kernel), when no statistic is wanted; nullopt where
- *  the kernel does not run. Inputs checked by the caller. */
-template <bool kSimplified>
-std::optional<std::vector<mx::array>> SkipNormByKernel(const OpContext& c) {
-  constexpr SkipSlots slots = kSkipSlots<kSimplified>;
-  auto wanted = [&](size_t k) { return k < c.num_outputs() && !c.node.outputs[k].empty(); };
-  const mx::array& x = c.input(0);
-  if (!UseFusedGpuPaths() || wanted(1) || wanted(2) || x.size() == 0) return std::nullopt;
-  auto optional_input = [&](std::optional<size_t> slot) -> std::optional<mx::array> {
-    if (!slot || !c.has_input(*slot)) return std::nullopt;
-    return c.input(*slot);
-  };
-  const std::optional<mx::array> skip = c.input(1), beta = optional_input(slots.beta),
-                                 bias = optional_input(slots.bias);
-  const float eps = c.node.AttrFloat("epsilon", 1e-12f);
-  const bool want_sum = wanted(3);
-  auto k = RowNormKernel({x, skip, c.input(2), beta, bias, eps, kSimplified}, x.dtype(), want_sum, x.dtype(),
-                         c.stream);
-  if (!k) return std::nullopt;
-  mx::Shape stat_shape = x.shape();
-  stat_shape.back() = 1;
-  std::vector<mx::array> outs = {k->first};
-  for (size_t i = 1; i < std::min<size_t>(c.num_outputs(), 3); ++i)
-    outs.push_back(mx::zeros(stat_shape, mx::float32, c.stream));
-  if (c.num_outputs() > 3) outs.push_back(want_sum ? k->second : mx::zeros_like(x, c.stream));
-  return outs;
-}
-
 template <bool kSimplified>
 std::vector<mx::array> TranslateSkipLayerNorm(const OpContext& c) {
   constexpr SkipSlots slots = kSkipSlots<kSimplified>;
@@ -310,7 +269,6 @@ std::vector<mx::array> TranslateSkipLayerNorm(const OpContext& c) {
   const mx::array gamma = *vector_input(2);
   const std::optional<mx::array> beta = vector_input(slots.beta), bias = vector_input(slots.bias);
 
-  if (auto outs = SkipNormByKernel<kSimplified>(c)) return *outs;
   // The sum in float32 (ORT: float for float16, T for float32), bias added last.
   mx::array sum = mx::add(mx::astype(x, mx::float32, s), mx::astype(skip, mx::float32, s), s);
   if (bias) sum = mx::add(sum, *bias, s);

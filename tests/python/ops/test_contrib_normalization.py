@@ -6,8 +6,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from harness import (BF16, assert_declined, assert_mlx_error, census_of_tests, check_parity, ids, mlx_device,
-                     onnx_type, random_array, run_cpu)
+from harness import (BF16, assert_declined, assert_mlx_error, check_parity, ids, onnx_type, random_array,
+                     run_cpu)
 from harness_bf16 import check_bf16
 
 MS = "com.microsoft"
@@ -110,44 +110,6 @@ def test_skip_low_precision(op, shapes, dtype):
     """float16/bfloat16 compute in float32: the sum output is rounded once, the statistics stay float32."""
     parity(*skip_case(op, *shapes, outputs=ALL_OUTPUTS[op], dtype=dtype), dtype)
     parity(*skip_case(op, *shapes, dtype=dtype), dtype)
-
-
-@pytest.mark.parametrize("op", SKIP_OPS)
-def test_skip_norm_of_casts(op):
-    """float32 values cast to float16 just before (a quantized GEMM's output): on a GPU the kernel
-    reads the float32 arrays and rounds them to float16 itself, the same values."""
-    simplified = op == "SkipSimplifiedLayerNormalization"
-    hidden, f16 = 48, TensorProto.FLOAT16
-    norm_inputs = ["x16", "skip16", "gamma"] + ([] if simplified else ["beta"])
-    nodes = [helper.make_node("Cast", ["x"], ["x16"], to=f16), helper.make_node("Cast", ["skip"], ["skip16"], to=f16),
-             helper.make_node(op, norm_inputs, ["y", "", "", "sum"], domain=MS)]
-    rng = np.random.default_rng(5)
-    inits = [onnx.numpy_helper.from_array(random_array((hidden,), np.float16, rng, 0.5, 1.5), "gamma"),
-             onnx.numpy_helper.from_array(random_array((hidden,), np.float16, rng), "beta")][:len(norm_inputs) - 2]
-    graph = helper.make_graph(nodes, "casts", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3, hidden])
-                                               for n in ("x", "skip")],
-                              [helper.make_tensor_value_info(n, f16, None) for n in ("y", "sum")], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)])
-    model.ir_version = 8
-    check_parity(model, {n: random_array((2, 3, hidden), np.float32, rng) for n in ("x", "skip")})
-
-
-def test_skip_norm_is_one_kernel_on_a_gpu():
-    """On a GPU the Skip* forms (sum output too), SimplifiedLayerNormalization and LayerNormalization
-    run as one row normalization kernel (src/ops/row_norm_cuda.cc): no MLX RMSNorm / LayerNorm, no
-    casts around them. MLX's CPU device has no custom kernels: the composed forms run there."""
-    if mlx_device() == "cpu":
-        pytest.skip("the row normalization kernel is CUDA's")
-    cases = ["test_skip_low_precision[SkipSimplifiedLayerNormalization-2x5x64-float16]",
-             "test_skip_low_precision[SkipLayerNormalization-3x33-bfloat16]",
-             "test_skip_simplified_optional_inputs_outputs[nobias-y-_-_-sum]",
-             "test_norm_shapes[SimplifiedLayerNormalization-2x3x8-axis-1-scale8]",
-             "test_skip_norm_of_casts[SkipSimplifiedLayerNormalization]"]
-    census, log = census_of_tests(__file__, cases)
-    kernel_runs = [line for line in census if "CustomKernel" in line]
-    assert len(kernel_runs) >= len(cases), census + [line for line in log if "kernel" in line][:5]
-    for line in kernel_runs:
-        assert not any(p in line for p in ("RMSNorm", "LayerNorm", "AsType")), line  # the casts too
 
 
 def as_constants(model, feeds, names):
