@@ -173,8 +173,10 @@ Step StepOf(const OpContext& c, int batch, int seq) {
   return {total, offset, first};
 }
 
-/** Q or K [B, heads, S, D] rotated at the step's positions offset_b + s. */
-mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st) {
+/** Q or K [B, heads, S, D] rotated at the step's positions offset_b + s; with `copies` > 1 (S = 1
+ *  only) the one row rotated `copies` times, [B, heads, copies, D], written by the same kernel
+ *  (the fused decode's doubled query, attention_gqa_fused.cc, without a copy of its own). */
+mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st, int copies = 1) {
   const mx::Stream s = c.stream;
   const mx::array &cos_cache = c.input(kCos), &sin_cache = c.input(kSin);
   if (cos_cache.ndim() != 2 || cos_cache.shape() != sin_cache.shape() || cos_cache.shape(0) == 0)
@@ -198,8 +200,9 @@ mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st) {
   pos = mx::clip(pos, mx::array(0, mx::int32), mx::array(cos_cache.shape(0) - 1, mx::int32), s);
   pos = mx::reshape(pos, {x.shape(0), 1, seq}, s);
   auto rows = [&](const mx::array& cache) { return mx::astype(mx::take(cache, pos, 0, s), mx::float32, s); };
-  return ApplyRotary(x, rows(cos_cache), rows(sin_cache), rot, c.node.AttrInt("rotary_interleaved", 0) == 1,
-                     s);
+  const mx::array rotated = copies == 1 ? x : mx::broadcast_to(x, {x.shape(0), x.shape(1), copies, x.shape(3)}, s);
+  return ApplyRotary(rotated, rows(cos_cache), rows(sin_cache), rot,
+                     c.node.AttrInt("rotary_interleaved", 0) == 1, s);
 }
 
 /** present's length L: ORT's max(total_sequence_length, P) when the trace knows the total (it is
@@ -365,7 +368,9 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
   const mx::Dtype t = q.dtype();
   const int batch = q.shape(0), seq = q.shape(2);
   const Step st = StepOf(c, batch, seq);
+  std::optional<mx::array> q_doubled;  // only evaluated if the fused core takes it
   if (n.AttrInt("do_rotary", 0) == 1) {
+    if (seq == 1 && UseFusedGpuPaths()) q_doubled = Rotate(c, q, st, 2);
     q = Rotate(c, q, st);
     k = Rotate(c, k, st);
   }
@@ -389,7 +394,7 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
     return c.has_input(i) ? std::optional<mx::array>(c.input(i)) : std::nullopt;
   };
   std::optional<mx::array> fused =
-      AttendGqaFused(c, {q, k, v, past_rows_k, past_rows_v, st.total, st.offset, len});
+      AttendGqaFused(c, {q, k, v, past_rows_k, past_rows_v, st.total, st.offset, len, q_doubled});
   if (!fused && gqa_cpu::Wanted(c))
     fused = gqa_cpu::Attend(c,
                             {q, k, v, past_rows_k, past_rows_v, c.input(kSeqlensK), c.input(kTotalLength),

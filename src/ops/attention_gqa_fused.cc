@@ -20,7 +20,8 @@
 //    subgraphs (computed once per step);
 //  - a decode step (S = 1) duplicates its query row (S = 2: cuDNN's prompt path, which takes the
 //    mask) and keeps row 0: the vector kernels would drop to MLX's unfused fallback, which
-//    computes the scores in T.
+//    computes the scores in T. With rotary embedding the rotation's fused kernel writes both rows
+//    (GqaCoreInputs::q_doubled), so the duplicate costs no copy kernel.
 // Numerics against ORT (float32 scores): cuDNN accumulates Q K^T in float32, scales by `scale`
 // in float32, adds the mask and runs the softmax in float32; like every FlashAttention-style
 // kernel (and ORT's own CUDA EP) it rounds the probabilities to T for the P V product
@@ -101,7 +102,7 @@ std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs&
   mx::array values = past_len ? mx::concatenate({*in.past_v, in.v}, 2, s) : in.v;
   mx::array q = in.q;
   if (seq == 1) {  // see the top: cuDNN's path for query rows > 1 takes the mask
-    q = mx::concatenate({q, q}, 2, s);
+    q = in.q_doubled ? *in.q_doubled : mx::concatenate({q, q}, 2, s);
     allowed = mx::concatenate({allowed, allowed}, 2, s);
   }
   if (FusedGpuPathsFloat32()) {

@@ -54,6 +54,9 @@ struct GqaCoreInputs {
   const mx::array& total;
   const mx::array& offset;
   int len;
+  /** For a decode step (S = 1): the query's row twice, [B, H, 2, D], when the rotation wrote it
+   *  so (no copy kernel then); else the core duplicates the row itself. */
+  const std::optional<mx::array>& q_doubled;
 };
 
 /** GroupQueryAttention's attention core [B, H, S, D] (query's dtype) through

@@ -13,7 +13,7 @@ tests run the fused kernels themselves (the default there, =force is then the sa
 import numpy as np
 import pytest
 
-from harness import BF16, check_parity, random_array, run_cpu
+from harness import BF16, census_of_tests, check_parity, random_array, run_cpu
 from harness_bf16 import check_bf16
 from test_attention_contrib_gqa import check, gqa
 from test_normalization import layer_norm_feeds, layer_norm_model
@@ -52,6 +52,8 @@ GQA_CASES = {
                               rotary=(16, 0)),
     "position_ids": dict(batch=2, seq=1, heads=4, kv_heads=2, head_size=16, seqlens=[6, 3], total=6, past_len=7,
                          rotary=(16, 0), position_ids=[[2], [4]]),
+    "decode_partial_rotary": dict(batch=2, seq=1, heads=4, kv_heads=2, head_size=32, seqlens=[6, 3], total=6,
+                                  past_len=7, rotary=(16, 0)),
 }
 
 
@@ -111,3 +113,29 @@ def test_rms_norm(forced, xshape, axis, sshape):
     x, scale = random_array(xshape, np.float32, rng), random_array(sshape, np.float32, rng)
     check_parity(*rms_model(x, scale, {"axis": axis}))
     check_parity(*rms_model(x.astype(np.float16), scale.astype(np.float16), {"axis": axis}))
+
+
+def query_doublings(log):
+    """Concatenate lines of an MLX graph print that join an array to itself along the query axis,
+    excluding the bool mask's (the decode query's duplicate row for cuDNN's masked path)."""
+    joined = []
+    for line in log:
+        if not line.startswith("Concatenate ") or "bool" in line:
+            continue
+        inputs = line.split(" -> ")[0][len("Concatenate "):].split("], ")
+        if len(inputs) == 2 and inputs[0].split(" ")[0] == inputs[1].split(" ")[0]:
+            joined.append(line)
+    return joined
+
+
+def test_decode_query_doubled_by_the_rotation():
+    """With rotary embedding the decode query's two rows come out of the rotation's fused kernel
+    (a broadcast view in, no Concatenate of the rotated row); without it the core still
+    concatenates the row to itself, which shows the check can fail."""
+    cases = ["test_gqa_masks_float32[position_ids]", "test_gqa_masks_float32[decode_rotary_scale]",
+             "test_gqa_masks_float32[decode_partial_rotary]", "test_gqa_masks_float32[decode_shared]"]
+    for case in cases:
+        census, log = census_of_tests(__file__, [case], env={"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph"})
+        assert census, log[-20:]
+        doubled = query_doublings(log)
+        assert (len(doubled) > 0) == (case.endswith("[decode_shared]")), (case, doubled)
