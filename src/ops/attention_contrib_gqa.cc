@@ -200,7 +200,8 @@ mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st, int cop
   pos = mx::clip(pos, mx::array(0, mx::int32), mx::array(cos_cache.shape(0) - 1, mx::int32), s);
   pos = mx::reshape(pos, {x.shape(0), 1, seq}, s);
   auto rows = [&](const mx::array& cache) { return mx::astype(mx::take(cache, pos, 0, s), mx::float32, s); };
-  const mx::array rotated = copies == 1 ? x : mx::broadcast_to(x, {x.shape(0), x.shape(1), copies, x.shape(3)}, s);
+  const mx::array rotated =
+      copies == 1 ? x : mx::broadcast_to(x, {x.shape(0), x.shape(1), copies, x.shape(3)}, s);
   return ApplyRotary(rotated, rows(cos_cache), rows(sin_cache), rot,
                      c.node.AttrInt("rotary_interleaved", 0) == 1, s);
 }

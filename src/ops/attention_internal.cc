@@ -39,10 +39,9 @@ mx::array ApplyRotary(const mx::array& x, const mx::array& cos, const mx::array&
   };
   if (!interleaved && rot == head_size) {
     // Viewed as [..., 2, half], y = x1 * [cos; sin] + x2 * [-sin; cos]: one fused kernel per
-    // tensor (the casts and the two-row selects inside it; a select, not a stack, so no copy
-    // kernel) where a Concatenate of the swapped halves came first. The fused kernel's output is
-    // contiguous, so the reshape back is free.
-    // (Everything elementwise after the views, so that it is all inside the fused kernel.)
+    // tensor where a Concatenate of the swapped halves came first. Every elementwise step (the
+    // casts, the two-row selects, not a stack: no copy kernel) comes after the views, so all of
+    // it is inside that kernel; its output is contiguous, so the reshape back is free.
     const mx::array first_row(std::initializer_list<bool>{true, false}, {2, 1});
     const mx::array cos_row = mx::expand_dims(cos, 3, s), sin_row = mx::expand_dims(sin, 3, s);
     const mx::array x1 = mx::astype(mx::expand_dims(cut(x, 0, half), 3, s), mx::float32, s);
