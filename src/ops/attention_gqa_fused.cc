@@ -135,7 +135,13 @@ std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs&
   mx::array out = *y;
   if (seq == 1) out = mx::slice(out, {0, 0, 0, 0}, {out.shape(0), out.shape(1), 1, out.shape(3)}, s);
   // A row that attends no key (a padding row of a prompt with a short window) is zero, as in ORT.
-  return mx::where(any, mx::astype(out, t, s), mx::array(0, t), s);
+  // The select writes [B, S, H, D] and the core returns its [B, H, S, D] view: the caller's
+  // MergeHeads (transpose, reshape to [B, S, H * D]) is then free, where for S > 1 it copies a
+  // [B, H, S, D] result.
+  const std::vector<int> heads_last = {0, 2, 1, 3};
+  const mx::array rows = mx::where(mx::transpose(any, heads_last, s),
+                                   mx::astype(mx::transpose(out, heads_last, s), t, s), mx::array(0, t), s);
+  return mx::transpose(rows, heads_last, s);
 }
 
 }  // namespace mlx_ep
