@@ -213,6 +213,10 @@ run_step() {
       for m in ${PHASES_MODELS:-fp16 int4}; do
         timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm --model "$W/llm/$m" \
           ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} --json "$R/phases_llm_$m.json" 2>&1 | tee -a "$R/phases.log"
+        # PHASES_PROMPT=512: the same for a prompt of that many tokens (no past)
+        [ -n "${PHASES_PROMPT:-}" ] && timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm \
+          --model "$W/llm/$m" --past 0 --prompt "$PHASES_PROMPT" ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} \
+          --json "$R/phases_llm_${m}_prompt$PHASES_PROMPT.json" 2>&1 | tee -a "$R/phases.log"
       done
       [ -n "${PHASES_BERT-1}" ] && timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" bert \
         ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} --json "$R/phases_bert.json" 2>&1 | tee -a "$R/phases.log";;

@@ -88,7 +88,8 @@ def bert_run(tmp):
     return run
 
 
-def llm_run(model_dir, past=1024):
+def llm_run(model_dir, past=1024, new=1):
+    """One run of `new` tokens per call after `past` (a decode step; new > 1 with past 0: a prompt)."""
     import numpy as np
     import onnxruntime as ort
 
@@ -107,7 +108,7 @@ def llm_run(model_dir, past=1024):
                        mlx_ep.binding_device())
 
     def run():
-        dec.run(past, 1)
+        dec.run(past, new)
     run.keep = (sess, dec)
     return run
 

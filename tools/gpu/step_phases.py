@@ -9,6 +9,7 @@ kernels; "write" = handing outputs and in-place KV rows to ORT) and the MLX prim
 evaluates (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS).
 
     python3 tools/gpu/step_phases.py llm --model DIR [--past 1024] [--settings "default;MLX_USE_CUDA_GRAPHS=0"]
+    python3 tools/gpu/step_phases.py llm --model DIR --past 0 --prompt 512     # a prompt's prefill
     python3 tools/gpu/step_phases.py bert [--settings ...]
 
 A setting is "default" or space-separated NAME=VALUE pairs.
@@ -40,7 +41,7 @@ def child(args):
         run = bert_run(tmp)
     else:
         from kernel_census import llm_run
-        run = llm_run(args.model, args.past)
+        run = llm_run(args.model, args.past, args.prompt)
     for _ in range(args.warmup):
         run()
     times = []
@@ -67,7 +68,8 @@ def parent(args):
         with tempfile.TemporaryDirectory() as tmp:
             env["ONNXRUNTIME_EP_MLX_REPORT"] = os.path.join(tmp, "report.json")
             cmd = [sys.executable, __file__, args.what, "--child", "--iters", str(args.iters), "--warmup",
-                   str(args.warmup), "--past", str(args.past)] + (["--model", args.model] if args.model else [])
+                   str(args.warmup), "--past", str(args.past), "--prompt", str(args.prompt)] + \
+                (["--model", args.model] if args.model else [])
             t0 = time.perf_counter()
             p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
         result = next((json.loads(line[7:]) for line in p.stdout.splitlines() if line.startswith("RESULT ")), None)
@@ -98,6 +100,7 @@ def main():
     ap.add_argument("what", choices=["bert", "llm"])
     ap.add_argument("--model", help="genai model directory (llm)")
     ap.add_argument("--past", type=int, default=1024)
+    ap.add_argument("--prompt", type=int, default=1, help="new tokens a run (llm; > 1 with --past 0: a prefill)")
     ap.add_argument("--settings", default=DEFAULT_SETTINGS)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
