@@ -46,7 +46,8 @@ MLX_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   Ort::InitApi(api);
   // MLX's CUDA backend multiplies float32 matrices in TF32 unless told otherwise, which is not
   // float32-exact; our claims promise float32 results. Users who want TF32 set MLX_ENABLE_TF32=1
-  // themselves (read once by MLX, at its first GEMM, so this must happen before any MLX work).
+  // themselves or the provider option use_tf32=1 (runtime/precision.h; read once by MLX, at its
+  // first GEMM, so this must happen before any MLX work).
   mlx_ep::SetEnvDefault("MLX_ENABLE_TF32", "0");
   MLX_EP_API_BEGIN
   ort_logging = mlx_ep::OrtLogging{OrtWouldLogImpl, OrtLogImpl, default_logger};

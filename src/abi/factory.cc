@@ -1,6 +1,8 @@
 #include "abi/factory.h"
 
+#include <cctype>
 #include <memory>
+#include <string>
 
 #include "abi/device_memory.h"
 #include "abi/ep.h"
@@ -8,8 +10,25 @@
 #include "blas/blas.h"
 #include "ops/op.h"
 #include "runtime/memory.h"
+#include "runtime/precision.h"
 
 namespace mlx_ep {
+namespace {
+
+/** The provider options a session gave the EP (ORT keeps them as session config entries named
+ *  "ep.mlxexecutionprovider.<option>"): "" when applied, else why not. Only `use_tf32` exists
+ *  (runtime/precision.h). */
+std::string ApplyProviderOptions(const OrtSessionOptions* session_options) {
+  if (!session_options) return "";
+  std::string prefix = std::string("ep.") + kEpName + ".";
+  for (char& ch : prefix) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const Ort::ConstSessionOptions options(session_options);
+  const std::string key = prefix + kUseTf32Option;
+  if (!options.HasConfigEntry(key.c_str())) return "";
+  return RequestTf32(options.GetConfigEntryOrDefault(key.c_str(), ""));
+}
+
+}  // namespace
 
 MlxEpFactory::MlxEpFactory(const char* registered_name, const OrtLogger& default_logger)
     : OrtEpFactory{},
@@ -93,12 +112,14 @@ OrtStatus* ORT_API_CALL MlxEpFactory::GetSupportedDevicesImpl(OrtEpFactory* this
 
 OrtStatus* ORT_API_CALL MlxEpFactory::CreateEpImpl(OrtEpFactory* this_ptr, const OrtHardwareDevice* const*,
                                                    const OrtKeyValuePairs* const*, size_t num_devices,
-                                                   const OrtSessionOptions*, const OrtLogger* logger,
-                                                   OrtEp** ep) noexcept {
+                                                   const OrtSessionOptions* session_options,
+                                                   const OrtLogger* logger, OrtEp** ep) noexcept {
   MLX_EP_API_BEGIN
   *ep = nullptr;
   if (num_devices != 1)
     return MakeStatus("MLXExecutionProvider CreateEp", "expected exactly one device", ORT_INVALID_ARGUMENT);
+  if (std::string error = ApplyProviderOptions(session_options); !error.empty())
+    return MakeStatus("MLXExecutionProvider CreateEp", error, ORT_INVALID_ARGUMENT);
   auto* factory = static_cast<MlxEpFactory*>(this_ptr);
   auto created = std::make_unique<MlxEp>(*factory, logger ? *logger : factory->default_logger_);
   *ep = created.release();

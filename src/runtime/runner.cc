@@ -13,6 +13,7 @@
 #include "runtime/device_writes.h"
 #include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
+#include "runtime/precision.h"
 #include "runtime/runner_internal.h"
 #include "runtime/scalars.h"
 
@@ -185,6 +186,7 @@ void PartitionRunner::Run(const std::vector<InputTensor>& inputs, const OutputSi
     throw std::invalid_argument("[MlxEp] partition " + plan_.name + " expects " +
                                 std::to_string(plan_.input_names.size()) + " inputs, got " +
                                 std::to_string(inputs.size()));
+  NoteMlxStarted();  // the first trace may multiply float32 matrices: MLX reads its TF32 switch then
   RunOnMlxThread([&] { Execute(inputs, sink); });
 }
 

@@ -1,0 +1,70 @@
+"""The EP's provider options (src/abi/factory.cc): `use_tf32` (runtime/precision.h).
+
+MLX reads MLX_ENABLE_TF32 once per process, at its first float32 matrix product, so the option
+applies process-wide: each case runs in a fresh process and reads the variable MLX will see."""
+import os
+import subprocess
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+SCRIPT = textwrap.dedent("""
+    import ctypes, sys
+    import numpy as np, onnxruntime as ort
+    sys.path[:0] = [{python!r}, {tests!r}]
+    import onnxruntime_ep_mlx as mlx_ep
+    from harness import make_model
+
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    tf32 = lambda: (libc.getenv(b"MLX_ENABLE_TF32") or b"unset").decode()
+    model = make_model("MatMul", [("a", np.float32, [2, 3]), ("b", np.float32, [3, 2])],
+                       [("y", np.float32, [2, 2])]).SerializeToString()
+
+    def session(options):
+        so = ort.SessionOptions()
+        mlx_ep.append_to_session_options(so, options)
+        try:
+            s = ort.InferenceSession(model, so, enable_fallback=0)
+        except Exception as e:
+            return "error: " + str(e).split("CreateEp: ")[-1].strip()
+        assert s.get_providers()[0] == "MLXExecutionProvider", s.get_providers()
+        return s
+
+    mlx_ep.register_execution_provider_library()
+    print("registered", tf32())
+    s = session({{"use_tf32": sys.argv[1]}})
+    print("first", tf32(), s if isinstance(s, str) else "ok")
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y = s.run(None, {{"a": a, "b": a.T.copy()}})[0]
+    assert np.allclose(y, a @ a.T), y
+    for value in ("0", "1", "yes"):
+        r = session({{"use_tf32": value}})
+        print("then", value, tf32(), r if isinstance(r, str) else "ok")
+""")
+
+
+def run(first):
+    env = {k: v for k, v in os.environ.items() if k != "MLX_ENABLE_TF32"}
+    code = SCRIPT.format(python=os.path.join(ROOT, "python"), tests=os.path.join(ROOT, "tests", "python"))
+    p = subprocess.run([sys.executable, "-c", code, first], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    return [line for line in p.stdout.splitlines() if line.split(" ")[0] in ("registered", "first", "then")]
+
+
+def test_use_tf32_on_in_the_first_session_applies_to_the_process():
+    lines = run("1")
+    assert lines[0] == "registered 0", lines  # the EP's default: float32-exact products
+    assert lines[1] == "first 1 ok", lines
+    # MLX has run: the other setting is refused with the reason, the same one accepted
+    assert lines[2].startswith("then 0 1 error: provider option use_tf32=0: MLX reads MLX_ENABLE_TF32 once"), lines
+    assert lines[3] == "then 1 1 ok", lines
+    assert lines[4] == 'then yes 1 error: provider option use_tf32 must be "0" or "1", not "yes"', lines
+
+
+def test_use_tf32_off_is_the_default_and_accepted():
+    lines = run("0")
+    assert lines[:2] == ["registered 0", "first 0 ok"], lines
+    assert lines[2] == "then 0 0 ok", lines
+    assert lines[3].startswith("then 1 0 error: provider option use_tf32=1: MLX reads MLX_ENABLE_TF32 once"), lines
