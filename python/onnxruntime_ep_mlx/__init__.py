@@ -186,7 +186,8 @@ def append_to_session_options(so: Any, provider_options: Mapping[str, Any] | Non
 
     Args:
         so: the session options to modify.
-        provider_options: EP options; keys and values are converted to ``str``.
+        provider_options: EP options (README, "Provider options": ``use_tf32``; an
+            unknown key fails session creation); keys and values are converted to ``str``.
 
     Raises:
         RuntimeError: if the library registered but exposes no MLX device.

@@ -17,15 +17,22 @@ namespace {
 
 /** The provider options a session gave the EP (ORT keeps them as session config entries named
  *  "ep.mlxexecutionprovider.<option>"): "" when applied, else why not. Only `use_tf32` exists
- *  (runtime/precision.h). */
+ *  (runtime/precision.h); any other is an error rather than a typo silently ignored. */
 std::string ApplyProviderOptions(const OrtSessionOptions* session_options) {
   if (!session_options) return "";
   std::string prefix = std::string("ep.") + kEpName + ".";
   for (char& ch : prefix) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  const Ort::ConstSessionOptions options(session_options);
-  const std::string key = prefix + kUseTf32Option;
-  if (!options.HasConfigEntry(key.c_str())) return "";
-  return RequestTf32(options.GetConfigEntryOrDefault(key.c_str(), ""));
+  OrtKeyValuePairs* raw = nullptr;
+  Ort::ThrowOnError(Ort::GetApi().GetSessionOptionsConfigEntries(session_options, &raw));
+  const Ort::KeyValuePairs entries(raw);
+  for (const auto& [key, value] : entries.GetKeyValuePairs()) {
+    if (key.rfind(prefix, 0) != 0) continue;
+    const std::string option = key.substr(prefix.size());
+    if (option != kUseTf32Option)
+      return "unknown provider option \"" + option + "\" (the EP has one: " + kUseTf32Option + ")";
+    if (std::string error = RequestTf32(value); !error.empty()) return error;
+  }
+  return "";
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-"""The EP's provider options (src/abi/factory.cc): `use_tf32` (runtime/precision.h).
+"""The EP's provider options (src/abi/factory.cc): `use_tf32` (runtime/precision.h); any other
+key under the EP's prefix is an error.
 
 MLX reads MLX_ENABLE_TF32 once per process, at its first float32 matrix product, so the option
 applies process-wide: each case runs in a fresh process and reads the variable MLX will see."""
@@ -42,6 +43,8 @@ SCRIPT = textwrap.dedent("""
     for value in ("0", "1", "yes"):
         r = session({{"use_tf32": value}})
         print("then", value, tf32(), r if isinstance(r, str) else "ok")
+    r = session({{"use_tf23": "1"}})
+    print("unknown", r if isinstance(r, str) else "ok")
 """)
 
 
@@ -50,7 +53,8 @@ def run(first):
     code = SCRIPT.format(python=os.path.join(ROOT, "python"), tests=os.path.join(ROOT, "tests", "python"))
     p = subprocess.run([sys.executable, "-c", code, first], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
-    return [line for line in p.stdout.splitlines() if line.split(" ")[0] in ("registered", "first", "then")]
+    return [line for line in p.stdout.splitlines()
+            if line.split(" ")[0] in ("registered", "first", "then", "unknown")]
 
 
 def test_use_tf32_on_in_the_first_session_applies_to_the_process():
@@ -61,6 +65,8 @@ def test_use_tf32_on_in_the_first_session_applies_to_the_process():
     assert lines[2].startswith("then 0 1 error: provider option use_tf32=0: MLX reads MLX_ENABLE_TF32 once"), lines
     assert lines[3] == "then 1 1 ok", lines
     assert lines[4] == 'then yes 1 error: provider option use_tf32 must be "0" or "1", not "yes"', lines
+    # a misspelt option is an error, not silently ignored
+    assert lines[5] == 'unknown error: unknown provider option "use_tf23" (the EP has one: use_tf32)', lines
 
 
 def test_use_tf32_off_is_the_default_and_accepted():
