@@ -20,13 +20,18 @@ inline bool EnvFlag(const char* name) {
   return !(s.empty() || s == "0" || s == "false" || s == "off" || s == "OFF");
 }
 
+/** Sets environment variable `name` to `value`. */
+inline void SetEnv(const char* name, const char* value) {
+#if defined(_WIN32)
+  _putenv_s(name, value);
+#else
+  setenv(name, value, /*overwrite=*/1);
+#endif
+}
+
 /** Sets environment variable `name` to `value` unless the user already set it. */
 inline void SetEnvDefault(const char* name, const char* value) {
-#if defined(_WIN32)
-  if (!std::getenv(name)) _putenv_s(name, value);
-#else
-  setenv(name, value, /*overwrite=*/0);
-#endif
+  if (!std::getenv(name)) SetEnv(name, value);
 }
 
 namespace env {

@@ -3,6 +3,9 @@
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
+#include <string>
+
+#include "common/env.h"
 
 namespace mlx_ep {
 namespace {
@@ -38,11 +41,7 @@ std::string RequestTf32(const std::string& value) {
     return std::string("provider option ") + kUseTf32Option + "=" + value + ": MLX reads " + kMlxTf32Env +
            " once per process and this process has run MLX with TF32 " + (on ? "off" : "on") +
            "; give the option to the process's first MLX session (it applies process-wide)";
-#if defined(_WIN32)
-  _putenv_s(kMlxTf32Env, on ? "1" : "0");
-#else
-  setenv(kMlxTf32Env, on ? "1" : "0", /*overwrite=*/1);
-#endif
+  SetEnv(kMlxTf32Env, on ? "1" : "0");
   return "";
 }
 
