@@ -369,10 +369,15 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
   const mx::Dtype t = q.dtype();
   const int batch = q.shape(0), seq = q.shape(2);
   const Step st = StepOf(c, batch, seq);
-  std::optional<mx::array> q_doubled;  // only evaluated if the fused core takes it
+  std::optional<mx::array> q_doubled;  // the fused decode core's query rows (attention_gqa_fused.cc)
   if (n.AttrInt("do_rotary", 0) == 1) {
-    if (seq == 1 && UseFusedGpuPaths()) q_doubled = Rotate(c, q, st, 2);
-    q = Rotate(c, q, st);
+    if (seq == 1 && UseFusedGpuPaths()) {
+      // One rotation writes both rows; the other paths read row 0 of it.
+      q_doubled = Rotate(c, q, st, 2);
+      q = mx::slice(*q_doubled, {0, 0, 0, 0}, {batch, q.shape(1), 1, q.shape(3)}, s);
+    } else {
+      q = Rotate(c, q, st);
+    }
     k = Rotate(c, k, st);
   }
   AttendedKv kv{std::nullopt, std::nullopt, mx::astype(k, mx::float32, s), mx::astype(v, mx::float32, s)};
