@@ -49,7 +49,8 @@ constexpr const char* kDeviceMemory =
     "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY";  // "0": no GPU allocator/data transfer (default on GPUs); "force": on
                                          // CPU too
 constexpr const char* kDeviceWrites =
-    "ONNXRUNTIME_EP_MLX_DEVICE_WRITES";  // "0": outputs and in-place rows copied by the host, not a CUDA kernel
+    "ONNXRUNTIME_EP_MLX_DEVICE_WRITES";  // "0": outputs and in-place rows copied by the host, not a CUDA
+                                         // kernel; "per-block": a kernel launch per block of rows
 constexpr const char* kNoConstantFold =
     "ONNXRUNTIME_EP_MLX_NO_CONSTANT_FOLD";  // "1": constant subgraphs stay in the compiled graph
 constexpr const char* kSpinMicros = "ONNXRUNTIME_EP_MLX_SPIN_US";  // hand-off spin bound (0: off)
@@ -63,6 +64,8 @@ constexpr const char* kAttentionVjpKernel =
                                                 // try it on any device
 constexpr const char* kGraphCensus =
     "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS";  // log the MLX primitives a run evaluates, by name ("graph": and the graph)
+constexpr const char* kGemvWeights =
+    "ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS";  // "auto" (default), "1", "0" or "force": runtime/weight_layout.h
 constexpr const char* kGqaCpuKernel =
     "ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL";  // "0": GroupQueryAttention composes MLX ops on the CPU too;
                                           // "portable": the kernel's portable loops (tests)

@@ -27,6 +27,26 @@ std::map<std::string, int> PrimitiveCensus(const std::vector<mx::array>& outputs
 std::string PrintedGraph(const std::vector<mx::array>& outputs) {
   std::ostringstream os;
   mx::print_graph(os, outputs);
+  // MLX's printout has no strides: a constant's layout (weight_layout.h) decides which kernel a
+  // product takes on a GPU, so the evaluated leaves that are not row-contiguous are listed.
+  std::unordered_set<std::uintptr_t> seen;
+  std::vector<mx::array> stack(outputs.begin(), outputs.end());
+  while (!stack.empty()) {
+    mx::array a = std::move(stack.back());
+    stack.pop_back();
+    if (!seen.insert(a.id()).second) continue;
+    if (a.is_available() || !a.has_primitive()) {
+      if (a.is_available() && !a.flags().row_contiguous) {
+        os << "Strided leaf (";
+        for (size_t d = 0; d < a.ndim(); ++d) os << (d ? "," : "") << a.shape(d);
+        os << ") strides (";
+        for (size_t d = 0; d < a.ndim(); ++d) os << (d ? "," : "") << a.strides()[d];
+        os << ")\n";
+      }
+      continue;
+    }
+    for (const mx::array& in : a.inputs()) stack.push_back(in);
+  }
   return os.str();
 }
 

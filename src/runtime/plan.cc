@@ -5,11 +5,13 @@
 #include <limits>
 #include <set>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "common/error.h"
 #include "partition/partition.h"
 #include "runtime/plan_trace.h"
 #include "runtime/rows.h"
+#include "runtime/weight_layout.h"
 
 namespace mlx_ep {
 namespace trace_internal {
@@ -231,7 +233,7 @@ OpContext PlanTrace::Context(const PlanNode& pn, bool fold, bool with_hints) {
 std::optional<mx::array> PlanTrace::Array(const std::string& name) const {
   if (name.empty()) return std::nullopt;
   if (auto it = values_.find(name); it != values_.end()) return it->second;
-  if (auto it = plan_.constants.find(name); it != plan_.constants.end()) return it->second;
+  if (auto c = ConstantView(plan_, name, stream_)) return c;
   if (parent_) return parent_->Array(name);
   throw std::logic_error("[MlxEp] value '" + name + "' is not available in partition " + plan_.name);
 }
@@ -370,12 +372,17 @@ void MarkHostValues(Plan& plan, const Graph& graph,
   }
 }
 
-// Copies the constant `name` into the plan (and its host lane when small), once.
+// Copies the constant `name` into the plan (and its host lane when small), once; a name in
+// `gemv_weights` in the layout of weight_layout.h.
 void AddConstant(Plan& plan, const Graph& graph, const std::string& name,
-                 const std::unordered_map<std::string, size_t>& input_index) {
+                 const std::unordered_map<std::string, size_t>& input_index,
+                 const std::unordered_set<std::string>& gemv_weights) {
   const ValueInfo* v = graph.Value(name);
   if (!v || !v->constant || input_index.count(name) || plan.constants.count(name)) return;
-  plan.constants.emplace(name, ShareArray(v->constant));  // the snapshot's copy, not a second one
+  // The snapshot's copy, not a second one (or the transposed copy instead of the device's).
+  const bool transposed = gemv_weights.count(name) > 0;
+  plan.constants.emplace(name, transposed ? GemvLayout(*v->constant) : ShareArray(v->constant));
+  if (transposed) plan.transposed_constants.insert(name);
   if (v->constant->NumElements() <= kMaxFoldedElements) plan.host_constants[name] = v->constant;
 }
 
@@ -390,6 +397,9 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
 
   std::unordered_map<std::string, size_t> input_index;
   for (size_t i = 0; i < plan.input_names.size(); ++i) input_index[plan.input_names[i]] = i;
+  std::unordered_set<std::string> gemv_weights;
+  if (GemvWeightsFor(graph)) gemv_weights = MatmulOnlyWeights(graph);
+  for (const auto& out : plan.output_names) gemv_weights.erase(out);
 
   for (size_t idx : TopologicalOrder(graph)) {
     const Node& node = graph.nodes[idx];
@@ -405,10 +415,10 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
     for (const auto& out : node.outputs)
       if (const ValueInfo* v = graph.Value(out)) plan.value_types[out] = v->type;
     // Implicit inputs too: the bodies read this graph's constants by name.
-    for (const auto& in : node.AllInputs()) AddConstant(plan, graph, in, input_index);
+    for (const auto& in : node.AllInputs()) AddConstant(plan, graph, in, input_index, gemv_weights);
     plan.nodes.push_back(std::move(pn));
   }
-  for (const auto& out : plan.output_names) AddConstant(plan, graph, out, input_index);
+  for (const auto& out : plan.output_names) AddConstant(plan, graph, out, input_index, gemv_weights);
   MarkHostValues(plan, graph, input_index);
   for (const auto& out : plan.output_names) {
     const ValueInfo* v = graph.Value(out);
@@ -419,6 +429,15 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
 }
 
 }  // namespace
+
+std::optional<mx::array> ConstantView(const Plan& plan, const std::string& name, mx::Stream stream) {
+  auto it = plan.constants.find(name);
+  if (it == plan.constants.end()) return std::nullopt;
+  // A Transpose view of the [N, K] array: the trace's constant folding evaluates it, sharing the
+  // buffer, so a run reads a constant with the transposed strides.
+  if (plan.transposed_constants.count(name)) return mx::transpose(it->second, {1, 0}, stream);
+  return it->second;
+}
 
 Plan BuildPlan(const Graph& graph, const std::string& name, std::vector<std::string> input_names,
                std::vector<std::string> output_names, const OpRegistry& registry) {

@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "graph/graph.h"
@@ -39,8 +40,10 @@ struct Plan {
   std::vector<std::string> output_names;
   std::vector<ElemType> output_types;
   std::vector<PlanNode> nodes;  ///< topological
-  /** Constant initializers as MLX arrays (owned copies). */
+  /** Constant initializers as MLX arrays (owned copies); read them through ConstantView. */
   std::unordered_map<std::string, mx::array> constants;
+  /** Constants held transposed (weight_layout.h): the trace reads their transposed view. */
+  std::unordered_set<std::string> transposed_constants;
   /** Constant initializers with a host value in the trace: those some node reads on the host
    *  (directly or through a folded node), and every small one (so shape arithmetic folds them). */
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_constants;
@@ -49,6 +52,10 @@ struct Plan {
   /** True for the plan of a body: names it neither produces nor holds come from the enclosing trace. */
   bool is_subgraph = false;
 };
+
+/** Constant `name` of `plan` as the trace reads it (a view of the held array for
+ *  transposed_constants), or nullopt when the plan holds no such constant. */
+std::optional<mx::array> ConstantView(const Plan& plan, const std::string& name, mx::Stream stream);
 
 /** Builds the plan for a fused cluster. `graph` holds the cluster's nodes with all constant
  *  initializer data copied. Throws std::invalid_argument when a node cannot be planned. */

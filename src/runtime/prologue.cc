@@ -32,8 +32,8 @@ std::vector<mx::array> RunPrologueNode(const Plan& plan, const PlanNode& pn,
       inputs.emplace_back();
     } else if (auto v = values.find(all[k]); v != values.end()) {
       inputs.push_back(v->second);
-    } else if (auto c = plan.constants.find(all[k]); c != plan.constants.end()) {
-      inputs.push_back(c->second);
+    } else if (auto c = ConstantView(plan, all[k], stream)) {
+      inputs.push_back(*c);
     } else {
       throw DynamicShapeUnsupported("[MlxEp] " + pn.node.Label() + " reads '" + all[k] +
                                     "' from outside the prologue");

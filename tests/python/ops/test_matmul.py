@@ -256,3 +256,56 @@ def test_matmul_on_a_unit_batch_is_one_primitive_a_run():
     if mlx_device() == "cpu":
         assert "Flatten 1" in census[3] and "Unflatten 1" in census[3], census
         assert int(census[3].split(":")[0]) == int(census[1].split(":")[0]) + 2, census
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_matmul_weights_held_in_the_gemv_layout(dtype):
+    """A constant B read only by MatMuls is held as [N, K] and read as its [K, N] view (MLX's CUDA
+    gemv takes a one-row product then, not cuBLASLt: runtime/weight_layout.h), forced onto MLX's
+    CPU device here: the run's leaf has the transposed strides, no Transpose runs, and the values
+    match ORT's for one row and for several. A weight another op reads too keeps its layout."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from onnx import TensorProto, helper, numpy_helper
+        from harness import run_mlx, run_cpu, assert_close
+        t = np.dtype("{np.dtype(dtype).name}")
+        elem = TensorProto.FLOAT16 if t == np.float16 else TensorProto.FLOAT
+        rng = np.random.default_rng(0)
+        w = numpy_helper.from_array((rng.standard_normal((64, 48)) * 0.1).astype(t), "W")
+        v = numpy_helper.from_array((rng.standard_normal((48, 48)) * 0.1).astype(t), "V")  # also gathered
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("MatMul", ["h", "V"], ["p"]),
+                 helper.make_node("Gather", ["V", "i"], ["m"]), helper.make_node("Add", ["p", "m"], ["y"])]
+        for rows in (1, 5):
+            g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", elem, [1, rows, 64]),
+                                               helper.make_tensor_value_info("i", TensorProto.INT64, [1])],
+                                  [helper.make_tensor_value_info("y", elem, [1, rows, 48])], [w, v])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+            m.ir_version = 8
+            x = rng.standard_normal((1, rows, 64)).astype(t)
+            feeds = {{"x": x, "i": np.array([3], np.int64)}}
+            outs, on_mlx, total = run_mlx(m, feeds, runs=2)
+            assert on_mlx == total == 1, (on_mlx, total)  # one fused node, on MLX
+            tol = 1e-3 if t == np.float16 else 1e-5
+            assert_close(outs[0], run_cpu(m, feeds)[0], rtol=tol, atol=tol)
+    """)
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.pathsep.join([os.path.dirname(here), os.path.join(os.path.dirname(os.path.dirname(
+        os.path.dirname(here))), "python"), os.environ.get("PYTHONPATH", "")])
+    stderr = {}
+    for layout in ("force", "0"):
+        env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="graph", ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS=layout,
+                   PYTHONPATH=path)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        stderr[layout] = r.stderr
+    # W [64, 48] broadcast to the batch: held [48, 64], so the view's strides are (0, 1, 64).
+    assert "Strided leaf (1,64,48) strides (0,1,64)" in stderr["force"], stderr["force"][-3000:]
+    assert "Strided leaf" not in stderr["0"], stderr["0"][-3000:]
+    # V is read by the Gather too: it stays [48, 48] row-major. No Transpose is evaluated per run.
+    assert "strides (0,1,48)" not in stderr["force"]
+    censuses = [line for line in stderr["force"].splitlines() if "MLX primitives per run" in line]
+    assert censuses and not any("Transpose" in line for line in censuses), censuses
