@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -56,6 +57,77 @@ mx::array Launch(const mx::array& dst, const mx::array& src, const mx::array& of
                           {kThreadsPerBlock, 1, 1}, {{"T", dst.dtype()}}, std::nullopt, false, s)[0];
 }
 
+// The same copy for n blocks, block b in blockIdx.y (one launch). The generated source names
+// its inputs src<b>, off<b>, dst<b> (MLX's kernels take named inputs, not arrays of them);
+// params holds each block's six values.
+std::string AllRowsIntoSource(int n) {
+  std::string srcs, offs, dsts;
+  for (int b = 0; b < n; ++b) {
+    const std::string i = std::to_string(b), sep = b ? ", " : "";
+    srcs += sep + "src" + i;
+    offs += sep + "off" + i;
+    dsts += sep + "dst" + i;
+  }
+  return "  const T* srcs[] = {" + srcs + "};\n  const int32_t* offs[] = {" + offs +
+         "};\n  const T* dsts[] = {" + dsts + "};\n" + R"(
+  const int b = blockIdx.y;
+  const int64_t* p = params + 6 * b;
+  const int64_t outer = p[0], per_entry = p[1], len = p[2], seq = p[3], inner = p[4], room = p[5];
+  const int64_t chunk = seq * inner, total = outer * chunk;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if (b == 0 && first == 0) done[0] = ok[0];
+  if (ok[0] == 0) return;
+  const T* src = srcs[b];
+  const int32_t* offsets = offs[b];
+  T* out = const_cast<T*>(dsts[b]);
+  for (int64_t i = first; i < total; i += step) {
+    const int64_t o = i / chunk;
+    const int64_t off = offsets[o / per_entry];
+    if (off < 0 || off > room) continue;
+    out[(o * len + off) * inner + (i - o * chunk)] = src[i];
+  }
+)";
+}
+
+/** The kernel for n blocks, made once per n for the process. */
+const mx::fast::CustomKernelFunction& AllRowsIntoKernel(int n) {
+  static std::mutex mu;
+  static std::map<int, mx::fast::CustomKernelFunction> kernels;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = kernels.find(n);
+  if (it != kernels.end()) return it->second;
+  std::vector<std::string> names;
+  for (const char* kind : {"src", "off", "dst"})
+    for (int b = 0; b < n; ++b) names.push_back(kind + std::to_string(b));
+  names.insert(names.end(), {"ok", "params"});
+  return kernels
+      .emplace(n, mx::fast::cuda_kernel("mlx_ep_all_rows_into_" + std::to_string(n), names, {"done"},
+                                        AllRowsIntoSource(n), "", /*ensure_row_contiguous=*/true))
+      .first->second;
+}
+
+/** One launch for `blocks` (all of one dst dtype). */
+mx::array LaunchAll(const std::vector<const RowsWrite*>& blocks, const mx::array& ok, mx::Stream s) {
+  const int n = static_cast<int>(blocks.size());
+  std::vector<mx::array> inputs;
+  std::vector<int64_t> params;
+  int64_t most = 1;
+  for (const RowsWrite* w : blocks) inputs.push_back(w->rows);
+  for (const RowsWrite* w : blocks) inputs.push_back(w->offsets);
+  for (const RowsWrite* w : blocks) {
+    inputs.push_back(w->dst);
+    const RowsLayout l = RowsLayoutOf(w->dst.shape(), w->axis, w->rows.shape(w->axis));
+    params.insert(params.end(), {l.outer, l.per_entry, l.len, l.seq, l.inner, l.room()});
+    most = std::max(most, l.outer * l.seq * l.inner);
+  }
+  inputs.push_back(ok);
+  inputs.emplace_back(params.begin(), mx::Shape{static_cast<int>(params.size())}, mx::int64);
+  const int threads = static_cast<int>(std::clamp<int64_t>(most, 1, kMaxThreads));
+  return AllRowsIntoKernel(n)(inputs, {{1}}, {mx::int32}, {threads, n, 1}, {kThreadsPerBlock, 1, 1},
+                              {{"T", blocks[0]->dst.dtype()}}, std::nullopt, false, s)[0];
+}
+
 }  // namespace
 
 bool DeviceWritesEnabled() {
@@ -99,10 +171,27 @@ RowsLayout RowsLayoutOf(const mx::Shape& shape, int axis, int seq) {
   return l;
 }
 
-mx::array WriteRowsInto(const mx::array& dst, const mx::array& rows, const mx::array& offsets, int axis,
-                        const mx::array& ok, mx::Stream s) {
-  const RowsLayout l = RowsLayoutOf(dst.shape(), axis, rows.shape(axis));
-  return Launch(dst, rows, offsets, ok, {l.outer, l.per_entry, l.len, l.seq, l.inner, l.room()}, s);
+std::vector<mx::array> WriteAllRowsInto(const std::vector<RowsWrite>& blocks, const mx::array& ok, mx::Stream s) {
+  // Grouped by dtype (the kernel's T), at most kMaxBlocks a launch (its parameter space: three
+  // pointers a block).
+  constexpr size_t kMaxBlocks = 128;
+  std::vector<mx::array> launches;
+  // ONNXRUNTIME_EP_MLX_DEVICE_WRITES=per-block: a launch each (the first kernel's; A/B).
+  static const bool per_block = EnvString(env::kDeviceWrites) == "per-block";
+  if (per_block) {
+    for (const RowsWrite& w : blocks) {
+      const RowsLayout l = RowsLayoutOf(w.dst.shape(), w.axis, w.rows.shape(w.axis));
+      launches.push_back(Launch(w.dst, w.rows, w.offsets, ok, {l.outer, l.per_entry, l.len, l.seq, l.inner, l.room()}, s));
+    }
+    return launches;
+  }
+  std::map<mx::Dtype::Val, std::vector<const RowsWrite*>> by_dtype;
+  for (const RowsWrite& w : blocks) by_dtype[w.dst.dtype().val()].push_back(&w);
+  for (const auto& [dtype, group] : by_dtype)
+    for (size_t at = 0; at < group.size(); at += kMaxBlocks)
+      launches.push_back(LaunchAll({group.begin() + at, group.begin() + std::min(group.size(), at + kMaxBlocks)},
+                                   ok, s));
+  return launches;
 }
 
 mx::array WriteInto(const mx::array& dst, const mx::array& src, mx::Stream s) {

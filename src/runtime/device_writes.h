@@ -37,13 +37,19 @@ bool DeviceWritesEnabled();
 /** int32 [1]: 1 when every offset of each array lies in [0, room] (its pair's room), else 0. */
 mx::array OffsetsInRange(const std::vector<std::pair<mx::array, int64_t>>& offsets_and_room, mx::Stream s);
 
-/** An array whose evaluation writes `rows` into `dst` along `axis` (>= 1) as RowsLayout says,
- *  as PartitionRunner::WriteInPlace does on the host. Nothing is
- *  written unless `ok` (int32 [1], OffsetsInRange) is nonzero. `dst` is an array over ORT's buffer
- *  (WrapDeviceMemory), row-contiguous; MLX sees it as an input, not the write, so evaluate this
- *  after everything that reads `dst`. */
-mx::array WriteRowsInto(const mx::array& dst, const mx::array& rows, const mx::array& offsets, int axis,
-                        const mx::array& ok, mx::Stream s);
+/** One block of rows for WriteAllRowsInto: `rows` written into `dst` along `axis` (>= 1) as
+ *  RowsLayout says, as PartitionRunner::WriteInPlace does on the host. `dst` is an array over
+ *  ORT's buffer (WrapDeviceMemory), row-contiguous; MLX sees it as an input, not the write, so
+ *  evaluate the writes after everything that reads `dst`. */
+struct RowsWrite {
+  mx::array dst, rows, offsets;
+  int axis = 1;
+};
+
+/** The arrays whose evaluation writes every block, one kernel launch per dtype of `dst` (a
+ *  decode step's 44 KV blocks: one launch, where each took one, and MLX pays host work per
+ *  launch). Nothing is written unless `ok` (int32 [1], OffsetsInRange) is nonzero. */
+std::vector<mx::array> WriteAllRowsInto(const std::vector<RowsWrite>& blocks, const mx::array& ok, mx::Stream s);
 
 /** An array whose evaluation copies all of `src` into `dst` (same size and dtype; `dst` as above). */
 mx::array WriteInto(const mx::array& dst, const mx::array& src, mx::Stream s);

@@ -113,9 +113,14 @@ bool PartitionRunner::WriteInPlaceOnDevice(const std::vector<mx::array>& outputs
   if (ok.item<int32_t>() == 0) return false;  // evaluated with the outputs: one small read
   const mx::Stream s = mx::default_stream(RuntimeDevice());
   uint64_t in_place_bytes = 0;
+  std::vector<RowsWrite> blocks;
   for (const auto& [e, dst] : targets) {
-    writes.push_back(WriteRowsInto(dst, outputs[e->rows], outputs[e->offsets], e->axis, ok, s));
+    blocks.push_back({dst, outputs[e->rows], outputs[e->offsets], e->axis});
     in_place_bytes += outputs[e->rows].nbytes();
+  }
+  if (!blocks.empty()) {
+    std::vector<mx::array> launches = WriteAllRowsInto(blocks, ok, s);
+    writes.insert(writes.end(), launches.begin(), launches.end());
   }
   std::lock_guard<std::mutex> lock(mu_);
   stats_.bytes_out_in_place += in_place_bytes;
