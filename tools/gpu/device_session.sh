@@ -220,6 +220,9 @@ run_step() {
       done
       [ -n "${PHASES_BERT-1}" ] && timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" bert \
         ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} --json "$R/phases_bert.json" 2>&1 | tee -a "$R/phases.log";;
+    primcost)  # what one MLX primitive of each kind costs on the GPU (MLX's Python API, no EP)
+      timeout "${PRIMCOST_TIMEOUT:-200}" $PY "$ROOT/bench/mlx_primitive_cost.py" --json "$R/mlx_primitive_cost.json" 2>&1 \
+        | tee "$R/mlx_primitive_cost.log";;
     threads)  # CPU thread scaling on this machine's cores (MLX's CPU device)
       ONNXRUNTIME_EP_MLX_DEVICE=cpu timeout 200 $PY "$ROOT/bench/bench_concurrency.py" --threads 1,2,4,8,16 \
         --mlx-threads 4,16 --json "$R/bench_concurrency_16.json" 2>&1 | tee "$R/bench_concurrency_16.log";;
