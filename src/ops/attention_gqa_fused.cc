@@ -21,7 +21,9 @@
 //  - a decode step (S = 1) duplicates its query row (S = 2: cuDNN's prompt path, which takes the
 //    mask) and keeps row 0: the vector kernels would drop to MLX's unfused fallback, which
 //    computes the scores in T. With rotary embedding the rotation's fused kernel writes both rows
-//    (GqaCoreInputs::q_doubled), so the duplicate costs no copy kernel.
+//    (GqaCoreInputs::q_doubled), so the duplicate costs no copy kernel. Or, with
+//    ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=gemv, no cuDNN at all: DecodeCoreByGemv (off by default
+//    until measured: cuDNN's masked call costs ~54 µs of MLX host time a layer on the H200).
 // Numerics against ORT (float32 scores): cuDNN accumulates Q K^T in float32, scales by `scale`
 // in float32, adds the mask and runs the softmax in float32; like every FlashAttention-style
 // kernel (and ORT's own CUDA EP) it rounds the probabilities to T for the P V product
@@ -41,6 +43,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/env.h"
 #include "mlx/fast.h"
 #include "ops/fused_gpu_internal.h"
 
@@ -78,6 +81,41 @@ std::pair<mx::array, mx::array> ConcatKeyMask(const OpContext& c, const GqaCoreI
   return {allowed, mx::less(start, end, s)};
 }
 
+/** ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=gemv: a decode step's core as two batched one-row
+ *  products in float32 (DecodeCoreByGemv) instead of cuDNN's masked path; default off until it
+ *  is measured on a GPU. */
+bool DecodeByGemv() {
+  static const bool on = EnvString(env::kDecodeAttention) == "gemv";
+  return on;
+}
+
+/** A decode step's core (S = 1) in float32 from MLX ops whose products are one row each, with B
+ *  a transposed view: MLX's CUDA backend runs them as its gemv kernel. On the H200 one masked
+ *  cuDNN attention cost 53.6 µs of host time, a gemv 6.2 µs and an elementwise kernel ~4 µs
+ *  (bench/mlx_primitive_cost.py); this core is ~7 kernels. Numerics: the scores, the softmax and
+ *  P V in float32 (the composed core's and ORT's), where cuDNN rounds P to T. Returns [B, H, 1, D]
+ *  float32, the key mask applied (`allowed` [B, 1, 1, P + S]). */
+mx::array DecodeCoreByGemv(const mx::array& q, const mx::array& keys, const mx::array& values,
+                           const mx::array& allowed, float scale, mx::Stream s) {
+  const int batch = q.shape(0), heads = q.shape(1), dim = q.shape(3);
+  const int kv_heads = keys.shape(1), group = heads / kv_heads, len = keys.shape(2);
+  // Query heads grouped under their key head: [B, Hkv, G, 1, D].
+  const mx::array q5 = mx::reshape(mx::astype(q, mx::float32, s), {batch, kv_heads, group, 1, dim}, s);
+  // K^T as a view of K in float32 ([B, Hkv, 1, D, L]): B of a one-row product, transposed.
+  const mx::array k5 = mx::expand_dims(mx::astype(keys, mx::float32, s), 2, s);
+  mx::array scores = mx::matmul(q5, mx::swapaxes(k5, -1, -2, s), s);  // [B, Hkv, G, 1, L]
+  const mx::array mask = mx::reshape(allowed, {batch, 1, 1, 1, len}, s);
+  scores = mx::where(mask, mx::multiply(scores, mx::array(scale, mx::float32), s),
+                     mx::array(mx::finfo(mx::float32).min, mx::float32), s);
+  const mx::array probs = mx::softmax(scores, {-1}, /*precise=*/true, s);
+  // V cast into [B, Hkv, D, L] (one kernel, reading V transposed), read as its [L, D] view: B
+  // of the second one-row product, transposed too.
+  const mx::array vt = mx::astype(mx::swapaxes(values, -1, -2, s), mx::float32, s);
+  const mx::array v5 = mx::expand_dims(mx::swapaxes(vt, -1, -2, s), 2, s);  // [B, Hkv, 1, L, D]
+  const mx::array out = mx::matmul(probs, v5, s);                              // [B, Hkv, G, 1, D]
+  return mx::reshape(out, {batch, heads, 1, dim}, s);
+}
+
 /** True when the node's attention is what the fused kernels compute (see the top). */
 bool FusedCoreApplies(const OpContext& c, const GqaCoreInputs& in) {
   const mx::Dtype t = in.q.dtype();
@@ -90,16 +128,10 @@ bool FusedCoreApplies(const OpContext& c, const GqaCoreInputs& in) {
   return !c.has_input(kBiasInput) && !c.has_input(kHeadSinkInput);
 }
 
-}  // namespace
-
-std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs& in) {
-  if (!UseFusedGpuPaths() || !FusedCoreApplies(c, in)) return std::nullopt;
-  const mx::Stream s = c.stream;
-  const mx::Dtype t = in.q.dtype();
-  const int seq = in.q.shape(2), past_len = in.past_k ? in.past_k->shape(2) : 0;
-  auto [allowed, any] = ConcatKeyMask(c, in, seq, past_len);
-  mx::array keys = past_len ? mx::concatenate({*in.past_k, in.k}, 2, s) : in.k;
-  mx::array values = past_len ? mx::concatenate({*in.past_v, in.v}, 2, s) : in.v;
+/** cuDNN's masked attention over the concatenated keys; `out` [B, H, S, D]. */
+std::optional<mx::array> AttendByCudnn(const GqaCoreInputs& in, mx::array keys, mx::array values,
+                                       mx::array allowed, float scale, mx::Stream s) {
+  const int seq = in.q.shape(2);
   mx::array q = in.q;
   if (seq == 1) {  // see the top: cuDNN's path for query rows > 1 takes the mask
     q = in.q_doubled ? *in.q_doubled : mx::concatenate({q, q}, 2, s);
@@ -118,8 +150,6 @@ std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs&
   const mx::Dtype mask_type = q.dtype();
   const mx::array mask =
       mx::where(allowed, mx::array(0.f, mask_type), mx::array(mx::finfo(mask_type).min, mask_type), s);
-  const float scale_attr = c.node.AttrFloat("scale", 0.f);
-  const float scale = scale_attr == 0.f ? 1.f / std::sqrt(static_cast<float>(in.q.shape(3))) : scale_attr;
   std::optional<mx::array> y;
   if (FusedGpuPathsOnCpu()) {
     y = mx::fast::scaled_dot_product_attention(q, keys, values, scale, "array", mask, std::nullopt, false, s);
@@ -132,8 +162,27 @@ std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs&
       return std::nullopt;
     }
   }
-  mx::array out = *y;
-  if (seq == 1) out = mx::slice(out, {0, 0, 0, 0}, {out.shape(0), out.shape(1), 1, out.shape(3)}, s);
+  if (seq == 1) y = mx::slice(*y, {0, 0, 0, 0}, {y->shape(0), y->shape(1), 1, y->shape(3)}, s);
+  return y;
+}
+
+}  // namespace
+
+std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs& in) {
+  if (!UseFusedGpuPaths() || !FusedCoreApplies(c, in)) return std::nullopt;
+  const mx::Stream s = c.stream;
+  const mx::Dtype t = in.q.dtype();
+  const int seq = in.q.shape(2), past_len = in.past_k ? in.past_k->shape(2) : 0;
+  auto [allowed, any] = ConcatKeyMask(c, in, seq, past_len);
+  const mx::array keys = past_len ? mx::concatenate({*in.past_k, in.k}, 2, s) : in.k;
+  const mx::array values = past_len ? mx::concatenate({*in.past_v, in.v}, 2, s) : in.v;
+  const float scale_attr = c.node.AttrFloat("scale", 0.f);
+  const float scale = scale_attr == 0.f ? 1.f / std::sqrt(static_cast<float>(in.q.shape(3))) : scale_attr;
+  const std::optional<mx::array> y = seq == 1 && DecodeByGemv()
+                                         ? DecodeCoreByGemv(in.q, keys, values, allowed, scale, s)
+                                         : AttendByCudnn(in, keys, values, allowed, scale, s);
+  if (!y) return std::nullopt;
+  const mx::array& out = *y;
   // A row that attends no key (a padding row of a prompt with a short window) is zero, as in ORT.
   // The select writes [B, S, H, D] and the core returns its [B, H, S, D] view: the caller's
   // MergeHeads (transpose, reshape to [B, S, H * D]) is then free, where for S > 1 it copies a

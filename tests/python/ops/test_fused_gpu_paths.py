@@ -141,3 +141,23 @@ def test_decode_query_doubled_by_the_rotation():
         assert census, log[-20:]
         doubled = query_doublings(log)
         assert (len(doubled) > 0) == (case.endswith("[decode_shared]")), (case, doubled)
+
+
+DECODE_CASES = [f"test_gqa_masks_float32[{c}]" for c in GQA_CASES if GQA_CASES[c]["seq"] == 1] + \
+    ["test_gqa_float16[decode]", "test_gqa_bfloat16_against_float32"]
+
+
+def test_decode_core_by_gemv():
+    """ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=gemv: a decode step's core as two float32 one-row products
+    and a softmax instead of cuDNN's masked attention (src/ops/attention_gqa_fused.cc): the decode
+    cases above hold their tolerances (float16, bfloat16 and float32 with every mask layout), with
+    neither a ScaledDotProductAttention nor a doubled query row in their graphs; without the
+    setting the float16 case has one or the other (on a GPU cuDNN's primitive; on the CPU MLX
+    composes its fallback, which keeps the doubling)."""
+    env = {"ONNXRUNTIME_EP_MLX_DECODE_ATTENTION": "gemv", "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph"}
+    census, log = census_of_tests(__file__, DECODE_CASES, env=env, timeout=600)
+    assert census and not any("ScaledDotProductAttention" in line for line in census), census
+    assert all("Matmul" in line for line in census) and not query_doublings(log), census
+    fp16 = ["test_gqa_float16[decode]"]
+    default, default_log = census_of_tests(__file__, fp16, env={"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph"})
+    assert "ScaledDotProductAttention" in default[-1] or query_doublings(default_log), default
