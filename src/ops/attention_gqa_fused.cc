@@ -112,7 +112,7 @@ mx::array DecodeCoreByGemv(const mx::array& q, const mx::array& keys, const mx::
   // of the second one-row product, transposed too.
   const mx::array vt = mx::astype(mx::swapaxes(values, -1, -2, s), mx::float32, s);
   const mx::array v5 = mx::expand_dims(mx::swapaxes(vt, -1, -2, s), 2, s);  // [B, Hkv, 1, L, D]
-  const mx::array out = mx::matmul(probs, v5, s);                              // [B, Hkv, G, 1, D]
+  const mx::array out = mx::matmul(probs, v5, s);                           // [B, Hkv, G, 1, D]
   return mx::reshape(out, {batch, heads, 1, dim}, s);
 }
 

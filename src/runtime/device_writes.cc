@@ -114,7 +114,9 @@ mx::array LaunchAll(const std::vector<const RowsWrite*>& blocks, const mx::array
   std::vector<int64_t> params;
   int64_t most = 1;
   for (const RowsWrite* w : blocks) inputs.push_back(w->rows);
-  for (const RowsWrite* w : blocks) inputs.push_back(w->offsets);
+  // The source reads offsets as int32 (InPlaceUpdate's type; a cast should another come).
+  for (const RowsWrite* w : blocks)
+    inputs.push_back(w->offsets.dtype() == mx::int32 ? w->offsets : mx::astype(w->offsets, mx::int32, s));
   for (const RowsWrite* w : blocks) {
     inputs.push_back(w->dst);
     const RowsLayout l = RowsLayoutOf(w->dst.shape(), w->axis, w->rows.shape(w->axis));
@@ -171,7 +173,8 @@ RowsLayout RowsLayoutOf(const mx::Shape& shape, int axis, int seq) {
   return l;
 }
 
-std::vector<mx::array> WriteAllRowsInto(const std::vector<RowsWrite>& blocks, const mx::array& ok, mx::Stream s) {
+std::vector<mx::array> WriteAllRowsInto(const std::vector<RowsWrite>& blocks, const mx::array& ok,
+                                        mx::Stream s) {
   // Grouped by dtype (the kernel's T), at most kMaxBlocks a launch (its parameter space: three
   // pointers a block).
   constexpr size_t kMaxBlocks = 128;
@@ -181,7 +184,8 @@ std::vector<mx::array> WriteAllRowsInto(const std::vector<RowsWrite>& blocks, co
   if (per_block) {
     for (const RowsWrite& w : blocks) {
       const RowsLayout l = RowsLayoutOf(w.dst.shape(), w.axis, w.rows.shape(w.axis));
-      launches.push_back(Launch(w.dst, w.rows, w.offsets, ok, {l.outer, l.per_entry, l.len, l.seq, l.inner, l.room()}, s));
+      const std::vector<int64_t> params = {l.outer, l.per_entry, l.len, l.seq, l.inner, l.room()};
+      launches.push_back(Launch(w.dst, w.rows, w.offsets, ok, params, s));
     }
     return launches;
   }
@@ -189,8 +193,8 @@ std::vector<mx::array> WriteAllRowsInto(const std::vector<RowsWrite>& blocks, co
   for (const RowsWrite& w : blocks) by_dtype[w.dst.dtype().val()].push_back(&w);
   for (const auto& [dtype, group] : by_dtype)
     for (size_t at = 0; at < group.size(); at += kMaxBlocks)
-      launches.push_back(LaunchAll({group.begin() + at, group.begin() + std::min(group.size(), at + kMaxBlocks)},
-                                   ok, s));
+      launches.push_back(
+          LaunchAll({group.begin() + at, group.begin() + std::min(group.size(), at + kMaxBlocks)}, ok, s));
   return launches;
 }
 

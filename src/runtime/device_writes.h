@@ -49,7 +49,8 @@ struct RowsWrite {
 /** The arrays whose evaluation writes every block, one kernel launch per dtype of `dst` (a
  *  decode step's 44 KV blocks: one launch, where each took one, and MLX pays host work per
  *  launch). Nothing is written unless `ok` (int32 [1], OffsetsInRange) is nonzero. */
-std::vector<mx::array> WriteAllRowsInto(const std::vector<RowsWrite>& blocks, const mx::array& ok, mx::Stream s);
+std::vector<mx::array> WriteAllRowsInto(const std::vector<RowsWrite>& blocks, const mx::array& ok,
+                                        mx::Stream s);
 
 /** An array whose evaluation copies all of `src` into `dst` (same size and dtype; `dst` as above). */
 mx::array WriteInto(const mx::array& dst, const mx::array& src, mx::Stream s);

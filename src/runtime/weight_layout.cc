@@ -63,7 +63,8 @@ std::unordered_set<std::string> MatmulOnlyWeights(const Graph& graph) {
   std::unordered_set<std::string> weights;
   for (const auto& [name, ok] : only_b) {
     const Tensor& t = *graph.Value(name)->constant;
-    const bool floating = t.type == ElemType::kFloat16 || t.type == ElemType::kBFloat16 || t.type == ElemType::kFloat;
+    const bool floating =
+        t.type == ElemType::kFloat16 || t.type == ElemType::kBFloat16 || t.type == ElemType::kFloat;
     if (ok && floating && t.shape.size() == 2 && t.shape[0] > 1 && t.shape[1] > 1) weights.insert(name);
   }
   return weights;

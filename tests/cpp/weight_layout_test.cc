@@ -37,9 +37,9 @@ TEST(WeightLayout, OnlyConstantsThatOnlyMatMulsReadAsB) {
   const Tensor w = FloatTensor({2, 3}, {1, 2, 3, 4, 5, 6});
   Graph g = GraphBuilder()
                 .Input("x")
-                .Constant("W", w)        // B of two MatMuls
-                .Constant("V", w)        // B of a MatMul and read by an Add
-                .Constant("A", w)        // A of a MatMul
+                .Constant("W", w)                                     // B of two MatMuls
+                .Constant("V", w)                                     // B of a MatMul and read by an Add
+                .Constant("A", w)                                     // A of a MatMul
                 .Constant("R", FloatTensor({6}, {1, 2, 3, 4, 5, 6}))  // 1-D
                 .AddNode("MatMul", {"x", "W"}, {"h"})
                 .AddNode("MatMul", {"h", "W"}, {"h2"})
