@@ -66,6 +66,8 @@ constexpr const char* kGraphCensus =
     "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS";  // log the MLX primitives a run evaluates, by name ("graph": and the graph)
 constexpr const char* kDecodeAttention =
     "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION";  // "gemv": GQA decode core as float32 one-row products (GPU paths)
+constexpr const char* kMergeMatmuls =
+    "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls on one input stay one product each
 constexpr const char* kGemvWeights =
     "ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS";  // "auto" (default), "1", "0" or "force": runtime/weight_layout.h
 constexpr const char* kGqaCpuKernel =

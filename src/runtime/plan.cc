@@ -8,7 +8,9 @@
 #include <unordered_set>
 
 #include "common/error.h"
+#include "ops/matmul_internal.h"
 #include "partition/partition.h"
+#include "runtime/matmul_siblings.h"
 #include "runtime/plan_trace.h"
 #include "runtime/rows.h"
 #include "runtime/weight_layout.h"
@@ -115,7 +117,8 @@ void PlanTrace::Run(const PlanNode& pn) {
   const size_t checks_before = check_sink_->size();
   node_updates_.clear();
   std::optional<OpContext> ctx(Context(pn, fold));
-  std::vector<mx::array> outs = pn.spec->translate(*ctx);
+  std::vector<mx::array> outs =
+      pn.merged && !fold ? std::vector<mx::array>{MergedColumnsOf(pn, *ctx)} : pn.spec->translate(*ctx);
   if (fold && !pn.must_fold && TooLargeToFold(outs)) {
     // A large value nobody needs on the host stays an MLX computation (a broadcast full()
     // is cheaper than a dense constant); nothing was evaluated yet.
@@ -149,6 +152,22 @@ void PlanTrace::Run(const PlanNode& pn) {
   }
   if (info_ && info_->rows && !parent_) ObserveRows(pn, outs);
   Release(ran_++, pn);
+}
+
+mx::array PlanTrace::MergedColumnsOf(const PlanNode& pn, const OpContext& c) {
+  const MergedColumns& m = *pn.merged;
+  auto it = merged_products_.find(m.weight);
+  if (it == merged_products_.end()) {  // the group's first MatMul: the one product
+    const mx::array weights = *ConstantView(plan_, m.weight, stream_);
+    auto product_of = [&](const mx::array& a, const mx::array& b) { return FlatFreeMatmul(a, b, stream_); };
+    const mx::array product = NumpyMatmul(c, c.input(0), weights, product_of);
+    it = merged_products_.emplace(m.weight, product).first;
+  }
+  const mx::array& product = it->second;
+  mx::Shape start(product.ndim(), 0), stop = product.shape();
+  start.back() = static_cast<int>(m.column);
+  stop.back() = static_cast<int>(m.column + m.width);
+  return mx::slice(product, start, stop, stream_);
 }
 
 void PlanTrace::ObserveRows(const PlanNode& pn, const std::vector<mx::array>& outs) {
@@ -379,6 +398,7 @@ void AddConstant(Plan& plan, const Graph& graph, const std::string& name,
                  const std::unordered_set<std::string>& gemv_weights) {
   const ValueInfo* v = graph.Value(name);
   if (!v || !v->constant || input_index.count(name) || plan.constants.count(name)) return;
+  if (plan.merged_members.count(name)) return;  // a view of its merged weight (ConstantView)
   // The snapshot's copy, not a second one (or the transposed copy instead of the device's).
   const bool transposed = gemv_weights.count(name) > 0;
   plan.constants.emplace(name, transposed ? GemvLayout(*v->constant) : ShareArray(v->constant));
@@ -400,6 +420,7 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
   std::unordered_set<std::string> gemv_weights;
   if (GemvWeightsFor(graph)) gemv_weights = MatmulOnlyWeights(graph);
   for (const auto& out : plan.output_names) gemv_weights.erase(out);
+  const std::unordered_map<size_t, MergedColumns> merged = AddMergedWeights(plan, graph, gemv_weights);
 
   for (size_t idx : TopologicalOrder(graph)) {
     const Node& node = graph.nodes[idx];
@@ -408,6 +429,7 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
       throw std::invalid_argument("[MlxEp] " + node.Label() + " (" + node.op_type +
                                   ") can no longer be claimed: " + claim.reason);
     PlanNode pn{node, registry.Find(node.domain, node.op_type, node.since_version), claim.host_inputs, {}};
+    if (auto m = merged.find(idx); m != merged.end()) pn.merged = m->second;
     // Bodies become plans of their own, with their initializers as constants.
     for (const auto& [attr, body] : node.subgraphs)
       pn.subplans[attr] = std::make_shared<const Plan>(BuildPlanOf(
@@ -431,6 +453,12 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
 }  // namespace
 
 std::optional<mx::array> ConstantView(const Plan& plan, const std::string& name, mx::Stream stream) {
+  if (auto m = plan.merged_members.find(name); m != plan.merged_members.end()) {
+    // Its columns of the merged weight (only what does not take the merged product reads this).
+    const mx::array all = *ConstantView(plan, m->second.weight, stream);
+    return mx::slice(all, {0, static_cast<int>(m->second.column)},
+                     {all.shape(0), static_cast<int>(m->second.column + m->second.width)}, stream);
+  }
   auto it = plan.constants.find(name);
   if (it == plan.constants.end()) return std::nullopt;
   // A Transpose view of the [N, K] array: the trace's constant folding evaluates it, sharing the

@@ -21,6 +21,13 @@ struct Plan;
 class RowTracker;  // runtime/rows.h
 
 /** One node of the plan with its translation and the inputs it reads on the host. */
+/** A MatMul whose B is a block of columns of a weight merged with its siblings' (MatMuls on the
+ *  same input: runtime/matmul_siblings.h). */
+struct MergedColumns {
+  std::string weight;  ///< the merged constant, in Plan::constants
+  int64_t column = 0, width = 0;
+};
+
 struct PlanNode {
   Node node;
   const OpSpec* spec = nullptr;
@@ -30,6 +37,9 @@ struct PlanNode {
   std::map<std::string, std::shared_ptr<const Plan>> subplans;
   /** Some consumer needs an output of this node as a host value: it must fold when traced. */
   bool must_fold = false;
+  /** Set for a MatMul of a merged group: the trace computes the group's product once and this
+   *  node's output is its columns. */
+  std::optional<MergedColumns> merged;
 };
 
 /** A fused cluster ready to be traced. */
@@ -44,6 +54,8 @@ struct Plan {
   std::unordered_map<std::string, mx::array> constants;
   /** Constants held transposed (weight_layout.h): the trace reads their transposed view. */
   std::unordered_set<std::string> transposed_constants;
+  /** Weights held as columns of a merged constant, by their own names (read as a view of it). */
+  std::unordered_map<std::string, MergedColumns> merged_members;
   /** Constant initializers with a host value in the trace: those some node reads on the host
    *  (directly or through a folded node), and every small one (so shape arithmetic folds them). */
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_constants;

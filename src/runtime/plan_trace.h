@@ -59,6 +59,9 @@ class PlanTrace {
   std::vector<mx::array> Outputs();
 
  private:
+  // A merged MatMul's output (PlanNode::merged): its columns of the group's product, which the
+  // group's first MatMul computes.
+  mx::array MergedColumnsOf(const PlanNode& pn, const OpContext& c);
   // Hands the node with its inputs' arrays and host values and its outputs to info_->rows.
   void ObserveRows(const PlanNode& pn, const std::vector<mx::array>& outs);
   // Trace with dynamic dims: the dynamic inputs (placeholders), their shapes as data, and the
@@ -162,6 +165,7 @@ class PlanTrace {
   std::vector<std::pair<InPlaceOutput, InPlaceUpdate>> in_place_;  // accepted ones, for Outputs()
   std::unordered_map<std::string, size_t> readers_;                // value -> how many node inputs read it
   std::unordered_map<std::string, mx::array> values_;
+  std::unordered_map<std::string, mx::array> merged_products_;  ///< by merged weight
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_;
   std::unordered_map<std::string, size_t> last_use_;    // value -> index of its last consumer
   std::unordered_map<std::string, size_t> live_bytes_;  // produced values still live

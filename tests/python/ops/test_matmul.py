@@ -309,3 +309,54 @@ def test_matmul_weights_held_in_the_gemv_layout(dtype):
     assert "strides (0,1,48)" not in stderr["force"]
     censuses = [line for line in stderr["force"].splitlines() if "MLX primitives per run" in line]
     assert censuses and not any("Transpose" in line for line in censuses), censuses
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_matmuls_on_one_input_are_one_product(dtype):
+    """MatMuls of one input by constant weights with the same K (BERT's Q, K and V projections)
+    run as one product over the weights side by side, each output its columns
+    (runtime/matmul_siblings.h): one Matmul a run where three were, the same values as ORT's;
+    ONNXRUNTIME_EP_MLX_MERGE_MATMULS=0 keeps three. A weight another node reads stays apart."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from onnx import TensorProto, helper, numpy_helper
+        from harness import run_mlx, run_cpu, assert_close
+        t = np.dtype("{np.dtype(dtype).name}")
+        elem = TensorProto.FLOAT16 if t == np.float16 else TensorProto.FLOAT
+        rng = np.random.default_rng(0)
+        ws = [numpy_helper.from_array((rng.standard_normal((32, n)) * 0.1).astype(t), f"W{{i}}")
+              for i, n in enumerate((16, 16, 48, 8))]
+        nodes = [helper.make_node("MatMul", ["x", f"W{{i}}"], [f"y{{i}}"]) for i in range(4)]
+        nodes += [helper.make_node("Relu", ["y2"], ["r"]), helper.make_node("Gather", ["W3", "i"], ["g"])]
+        outputs = [helper.make_tensor_value_info(n, elem, None) for n in ("y0", "y1", "r", "y3", "g")]
+        for batch, rows in ((1, 1), (2, 5)):
+            g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", elem, [batch, rows, 32]),
+                                               helper.make_tensor_value_info("i", TensorProto.INT64, [1])],
+                                  outputs, ws)
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+            m.ir_version = 8
+            feeds = {{"x": rng.standard_normal((batch, rows, 32)).astype(t), "i": np.array([2], np.int64)}}
+            outs, on_mlx, total = run_mlx(m, feeds, runs=2)
+            assert on_mlx == total == 1, (on_mlx, total)
+            tol = 1e-3 if t == np.float16 else 1e-5
+            for got, want in zip(outs, run_cpu(m, feeds)):
+                assert_close(got, want, rtol=tol, atol=tol)
+    """)
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.pathsep.join([os.path.dirname(here), os.path.join(os.path.dirname(os.path.dirname(
+        os.path.dirname(here))), "python"), os.environ.get("PYTHONPATH", "")])
+    matmuls = {}
+    for merge in ("1", "0"):
+        env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", ONNXRUNTIME_EP_MLX_MERGE_MATMULS=merge,
+                   PYTHONPATH=path)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        lines = [line for line in r.stderr.splitlines() if "MLX primitives per run" in line]
+        assert lines, r.stderr[-2000:]
+        matmuls[merge] = [int(line.split("Matmul ")[1].split(",")[0]) for line in lines]
+    # W0, W1, W2 merged (W3 is gathered too): 2 products a run, 4 without merging; both shapes.
+    assert set(matmuls["1"]) == {2} and set(matmuls["0"]) == {4}, matmuls
