@@ -66,6 +66,8 @@ constexpr const char* kGraphCensus =
     "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS";  // log the MLX primitives a run evaluates, by name ("graph": and the graph)
 constexpr const char* kDecodeAttention =
     "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION";  // "gemv": GQA decode core as float32 one-row products (GPU paths)
+constexpr const char* kNbitsPrefill =
+    "ONNXRUNTIME_EP_MLX_NBITS_PREFILL";  // "half": MatMulNBits' GPU prefill GEMM in A's half type
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls on one input stay one product each
 constexpr const char* kGemvWeights =

@@ -20,12 +20,14 @@
 //    low nibble of the first byte first), so B is only viewed; MLX's affine form
 //    w = scale * q + bias takes bias = -(scale * zero_point). Needs MLX's group sizes (32/64/128).
 //    More rows (prefill): B is unpacked and dequantized as ORT does, (q - zp) * scale in float32
-//    (q * scale - scale * zp for float zero points, ORT's formula there), then one GEMM.
+//    (q * scale - scale * zp for float zero points, ORT's formula there), then one float32 GEMM
+//    (HalfPrefill: in A's type, opt-in).
 // K not a multiple of block_size: the last block is padded; A is padded with zeros to match.
 // Declined: accuracy_level 4 on GPUs, with bits 2/8, float zero points or B not a constant; g_idx,
 // prepacked weights, float zero points of another type than A or with bits != 4 (no ORT CPU kernel).
 #include <bit>
 
+#include "common/env.h"
 #include "ops/claim_util.h"
 #include "ops/fused_gpu_internal.h"
 #include "ops/matmul_internal.h"
@@ -191,6 +193,19 @@ mx::array QuantizedMatmul(const OpContext& c, const NBits& a, const mx::array& x
                               static_cast<int>(a.bits), "affine", s);
 }
 
+/** ONNXRUNTIME_EP_MLX_NBITS_PREFILL=half (off by default): past QuantizedMatmulFits' rows with a
+ *  float16/bfloat16 A, the dequantized B is rounded to A's type (once per weight, from its exact
+ *  float32 value) for a GEMM in that type with float32 accumulation (MLX's CUDA GEMMs:
+ *  CUBLAS_COMPUTE_32F), as ORT's CUDA EP computes MatMulNBits. The float32 GEMM runs without
+ *  tensor cores (TF32 off): a TinyLlama int4 prefill of 512 tokens took 50 ms on the H200 against
+ *  genai-cuda's 5.9. Off because it is not exact against ORT's CPU EP in every case: with float
+ *  zero points and outputs that cancel, 2 of test_quantized's 84 float16 cases differ by up to
+ *  4.8e-3 relative (its tolerance is 1e-3); the other 82 hold. Not measured on a GPU yet. */
+bool HalfPrefill(mx::Dtype a) {
+  static const bool on = EnvString(env::kNbitsPrefill) == "half";
+  return on && (a == mx::float16 || a == mx::bfloat16);
+}
+
 bool QuantizedMatmulFits(const NBits& a, int64_t rows) {
   const bool mlx_group = a.block_size == 32 || a.block_size == 64 || a.block_size == 128;
   return rows <= kQuantizedMatmulMaxRows && mlx_group && std::endian::native == std::endian::little;
@@ -274,6 +289,10 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
       return QuantizedMatmul(c, a, x, scales, zp, s);
     }
     const mx::array w = mx::slice(DequantizedB(c, a, scales, zp, s), {0, 0}, {N, K}, s);
+    if (HalfPrefill(A.dtype())) {  // opt-in: B rounded to A's type, float32 sums
+      const mx::array xh = unit_batch ? A : mx::reshape(A, {static_cast<int>(rows), K}, s);
+      return FlatFreeMatmul(xh, mx::transpose(mx::astype(w, A.dtype(), s), s), s);
+    }
     return FlatFreeMatmul(x, mx::transpose(w, s), s);
   }();
   if (c.has_input(5)) y = mx::add(y, mx::astype(c.input(5), mx::float32, s), s);
