@@ -67,7 +67,7 @@ constexpr const char* kGraphCensus =
 constexpr const char* kDecodeAttention =
     "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION";  // "gemv": GQA decode core as float32 one-row products (GPU paths)
 constexpr const char* kNbitsPrefill =
-    "ONNXRUNTIME_EP_MLX_NBITS_PREFILL";  // "half": MatMulNBits' GPU prefill GEMM in A's half type
+    "ONNXRUNTIME_EP_MLX_NBITS_PREFILL";  // "split" (default), "half" or "float32": ops/quantized.cc
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls on one input stay one product each
 constexpr const char* kGemvWeights =

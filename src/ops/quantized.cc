@@ -20,8 +20,8 @@
 //    low nibble of the first byte first), so B is only viewed; MLX's affine form
 //    w = scale * q + bias takes bias = -(scale * zero_point). Needs MLX's group sizes (32/64/128).
 //    More rows (prefill): B is unpacked and dequantized as ORT does, (q - zp) * scale in float32
-//    (q * scale - scale * zp for float zero points, ORT's formula there), then one float32 GEMM
-//    (HalfPrefill: in A's type, opt-in).
+//    (q * scale - scale * zp for float zero points, ORT's formula there), then one GEMM: float32,
+//    or for a float16/bfloat16 A one in A's type over B split in two (HalfPrefillMode).
 // K not a multiple of block_size: the last block is padded; A is padded with zeros to match.
 // Declined: accuracy_level 4 on GPUs, with bits 2/8, float zero points or B not a constant; g_idx,
 // prepacked weights, float zero points of another type than A or with bits != 4 (no ORT CPU kernel).
@@ -193,17 +193,36 @@ mx::array QuantizedMatmul(const OpContext& c, const NBits& a, const mx::array& x
                               static_cast<int>(a.bits), "affine", s);
 }
 
-/** ONNXRUNTIME_EP_MLX_NBITS_PREFILL=half (off by default): past QuantizedMatmulFits' rows with a
- *  float16/bfloat16 A, the dequantized B is rounded to A's type (once per weight, from its exact
- *  float32 value) for a GEMM in that type with float32 accumulation (MLX's CUDA GEMMs:
- *  CUBLAS_COMPUTE_32F), as ORT's CUDA EP computes MatMulNBits. The float32 GEMM runs without
- *  tensor cores (TF32 off): a TinyLlama int4 prefill of 512 tokens took 50 ms on the H200 against
- *  genai-cuda's 5.9. Off because it is not exact against ORT's CPU EP in every case: with float
- *  zero points and outputs that cancel, 2 of test_quantized's 84 float16 cases differ by up to
- *  4.8e-3 relative (its tolerance is 1e-3); the other 82 hold. Not measured on a GPU yet. */
-bool HalfPrefill(mx::Dtype a) {
-  static const bool on = EnvString(env::kNbitsPrefill) == "half";
-  return on && (a == mx::float16 || a == mx::bfloat16);
+/** How a GPU prefill (more rows than QuantizedMatmulFits takes) multiplies a float16/bfloat16 A
+ *  by the dequantized B (float32, exact), ONNXRUNTIME_EP_MLX_NBITS_PREFILL:
+ *  - unset / "split": B as the sum of two numbers of A's type, hi = B rounded and lo = (B - hi)
+ *    rounded, and one GEMM in A's type with float32 sums (MLX's CUDA GEMMs: CUBLAS_COMPUTE_32F)
+ *    of [A, A] by [hi, lo] (2K wide): B to ~2^-22 relative for float16 (2^-16 bfloat16), float32's
+ *    accuracy, at the tensor cores' speed. A float32 GEMM runs without them (TF32 off): a TinyLlama
+ *    int4 prefill of 512 tokens took 50 ms so on the H200, against genai-cuda's 5.9;
+ *  - "half": one GEMM of A by B rounded to A's type (ORT's CUDA EP's way): half the work, but not
+ *    exact against ORT's CPU EP everywhere (with float zero points and outputs that cancel, 2 of
+ *    test_quantized's 84 float16 cases differ by up to 4.8e-3 relative; its tolerance is 1e-3);
+ *  - "float32": the float32 GEMM.
+ *  None of them measured on a GPU yet. */
+enum class HalfPrefill { kSplit, kHalf, kFloat32 };
+
+HalfPrefill HalfPrefillMode() {
+  static const HalfPrefill mode = [] {
+    const std::string v = EnvString(env::kNbitsPrefill);
+    return v == "half" ? HalfPrefill::kHalf : v == "float32" ? HalfPrefill::kFloat32 : HalfPrefill::kSplit;
+  }();
+  return mode;
+}
+
+/** x [..., K] (A's half type) times w^T, w [N, K] float32, as HalfPrefillMode says. */
+mx::array HalfPrefillProduct(const mx::array& x, const mx::array& w, mx::Stream s) {
+  const mx::Dtype t = x.dtype();
+  const mx::array hi = mx::astype(w, t, s);
+  if (HalfPrefillMode() == HalfPrefill::kHalf) return FlatFreeMatmul(x, mx::transpose(hi, s), s);
+  const mx::array lo = mx::astype(mx::subtract(w, mx::astype(hi, mx::float32, s), s), t, s);
+  const mx::array pair = mx::concatenate({hi, lo}, 1, s);  // [N, 2K]
+  return FlatFreeMatmul(mx::concatenate({x, x}, -1, s), mx::transpose(pair, s), s);
 }
 
 bool QuantizedMatmulFits(const NBits& a, int64_t rows) {
@@ -289,10 +308,9 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
       return QuantizedMatmul(c, a, x, scales, zp, s);
     }
     const mx::array w = mx::slice(DequantizedB(c, a, scales, zp, s), {0, 0}, {N, K}, s);
-    if (HalfPrefill(A.dtype())) {  // opt-in: B rounded to A's type, float32 sums
-      const mx::array xh = unit_batch ? A : mx::reshape(A, {static_cast<int>(rows), K}, s);
-      return FlatFreeMatmul(xh, mx::transpose(mx::astype(w, A.dtype(), s), s), s);
-    }
+    const bool half = A.dtype() == mx::float16 || A.dtype() == mx::bfloat16;
+    if (half && HalfPrefillMode() != HalfPrefill::kFloat32)  // see HalfPrefillMode
+      return HalfPrefillProduct(unit_batch ? A : mx::reshape(A, {static_cast<int>(rows), K}, s), w, s);
     return FlatFreeMatmul(x, mx::transpose(w, s), s);
   }();
   if (c.has_input(5)) y = mx::add(y, mx::astype(c.input(5), mx::float32, s), s);

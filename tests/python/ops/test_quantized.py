@@ -406,25 +406,27 @@ def test_matmulnbits_gpu_translation_on_the_cpu():
     assert not any("NBitsCpu" in line for line in census), [line for line in census if "NBitsCpu" in line][:3]
 
 
-def test_half_prefill_is_opt_in():
-    """ONNXRUNTIME_EP_MLX_NBITS_PREFILL=half (src/ops/quantized.cc, HalfPrefill): the GPU
-    translation's prefill GEMM in float16 (dequantized B rounded once, float32 sums), run on MLX's
-    CPU device through ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS=force. With integer zero points the
-    float16 cases of many rows hold ORT's tolerance; the graph has a float16 Matmul there, and a
-    float32 one without the setting (the default)."""
+def test_half_prefill_modes():
+    """ONNXRUNTIME_EP_MLX_NBITS_PREFILL (src/ops/quantized.cc, HalfPrefillMode) on MLX's CPU
+    device through ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS=force, the float16 cases of many rows with
+    integer zero points: by default ("split") one float16 GEMM 2K wide ([A, A] by [hi, lo]);
+    "half" one float16 GEMM K wide; "float32" a float32 one. All hold ORT's tolerance here (the
+    float zero point cases too by default: test_matmulnbits_gpu_translation_on_the_cpu)."""
     import subprocess
     import sys
     if mlx_device() != "cpu":
         pytest.skip("the forced CPU graphs (on a GPU the setting is read once per process)")
-    subset = "test_float16 and uint8 and (6 or 40)"
-    dtypes = {}
-    for setting in ("half", None):
-        env = dict(os.environ, ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS="force", ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="graph")
-        if setting:
-            env["ONNXRUNTIME_EP_MLX_NBITS_PREFILL"] = setting
+    subset = "test_float16 and K96_N24_b4_bs32-uint8 and 40"
+    seen = {}
+    for setting in ("", "half", "float32"):
+        env = dict(os.environ, ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS="force", ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="graph",
+                   ONNXRUNTIME_EP_MLX_NBITS_PREFILL=setting)
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", __file__, "-k", subset],
                            env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
-        matmuls = [line for line in r.stderr.splitlines() if line.startswith("Matmul ")]
-        dtypes[setting] = {("float16" if "float16]" in line.split(" -> ")[0] else "float32") for line in matmuls}
-    assert dtypes["half"] == {"float16"} and dtypes[None] == {"float32"}, dtypes
+        # "Matmul A [(40,192), float16], B [(192,24), float16] -> ...": the first input's shape and type
+        seen[setting] = {line.split("[", 1)[1].split("]")[0] for line in r.stderr.splitlines()
+                         if line.startswith("Matmul ")}
+    assert seen[""] == {"(40,192), float16"}, seen  # K = 96, doubled
+    assert seen["half"] == {"(40,96), float16"}, seen
+    assert seen["float32"] == {"(40,96), float32"}, seen
