@@ -13,10 +13,9 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
-
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 #include "graph/graph.h"
 #include "runtime/plan.h"
