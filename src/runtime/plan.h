@@ -20,7 +20,6 @@ namespace mlx_ep {
 struct Plan;
 class RowTracker;  // runtime/rows.h
 
-/** One node of the plan with its translation and the inputs it reads on the host. */
 /** A MatMul whose B is a block of columns of a weight merged with its siblings' (MatMuls on the
  *  same input: runtime/matmul_siblings.h). */
 struct MergedColumns {
@@ -28,6 +27,7 @@ struct MergedColumns {
   int64_t column = 0, width = 0;
 };
 
+/** One node of the plan with its translation and the inputs it reads on the host. */
 struct PlanNode {
   Node node;
   const OpSpec* spec = nullptr;

@@ -1,6 +1,8 @@
 // Constant MatMul weights in the layout of MLX's CUDA gemv (weight_layout.h).
 #include "runtime/weight_layout.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <unordered_map>
 
@@ -13,8 +15,10 @@ namespace {
 
 constexpr int64_t kTile = 64;  // elements: a tile of each side stays in cache while it is copied
 
-/** dst[n * K + k] = src[k * N + n], elements of `size` bytes. */
-void TransposeBytes(const uint8_t* src, uint8_t* dst, int64_t K, int64_t N, size_t size) {
+/** dst[n * K + k] = src[k * N + n] for elements of `size` bytes (bit-exact copies; a memcpy of a
+ *  constant size compiles to one load and store). */
+template <size_t size>
+void Transpose(const uint8_t* src, uint8_t* dst, int64_t K, int64_t N) {
   for (int64_t k0 = 0; k0 < K; k0 += kTile)
     for (int64_t n0 = 0; n0 < N; n0 += kTile)
       for (int64_t k = k0; k < std::min(K, k0 + kTile); ++k)
@@ -74,7 +78,11 @@ mx::array GemvLayout(const Tensor& t) {
   const int64_t K = t.shape.at(0), N = t.shape.at(1);
   const size_t size = ElemSize(t.type);
   auto* nk = new uint8_t[t.bytes.size()];
-  TransposeBytes(t.bytes.data(), nk, K, N, size);
+  if (size == 2) {
+    Transpose<2>(t.bytes.data(), nk, K, N);
+  } else {
+    Transpose<4>(t.bytes.data(), nk, K, N);  // MatmulOnlyWeights: 2- or 4-byte types only
+  }
   // On a GPU MLX copies host memory into its own and frees `nk` at once; on MLX's CPU device
   // (tests) the array keeps it.
   return mx::array(nk, {static_cast<int>(N), static_cast<int>(K)}, *ToMlxDtype(t.type),
