@@ -216,12 +216,25 @@ def test_gemm_opset6_declined():
         run_mlx(model, {"a": a, "b": b, "c": c})
 
 
-def test_matmul_on_a_unit_batch_is_one_primitive_a_run():
-    """A decode step's [1, 1, K] @ W (an initializer): no Flatten/Unflatten around the Matmul (W
-    broadcast to [1, K, N] once, by ConstantFolder); a batch of 3 keeps them on MLX's CPU device."""
+def stderr_of_fresh_process(code, env, *args):
+    """Runs `code` (python -c) in a fresh process, the EP's environment variables `env` set (read
+    once per process) and the tests' modules on the path; it must succeed. Returns its stderr (the
+    EP's census lines)."""
     import os
     import subprocess
     import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.pathsep.join([os.path.dirname(here), os.path.join(os.path.dirname(os.path.dirname(
+        os.path.dirname(here))), "python"), os.environ.get("PYTHONPATH", "")])
+    r = subprocess.run([sys.executable, "-c", code, *args], env=dict(os.environ, **env, PYTHONPATH=path),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stderr
+
+
+def test_matmul_on_a_unit_batch_is_one_primitive_a_run():
+    """A decode step's [1, 1, K] @ W (an initializer): no Flatten/Unflatten around the Matmul (W
+    broadcast to [1, K, N] once, by ConstantFolder); a batch of 3 keeps them on MLX's CPU device."""
     import textwrap
     code = textwrap.dedent("""
         import sys, numpy as np
@@ -239,17 +252,11 @@ def test_matmul_on_a_unit_batch_is_one_primitive_a_run():
         assert on_mlx == total == 1, (on_mlx, total)
         assert_close(outs[0], run_cpu(m, {"x": x})[0], rtol=1e-5, atol=1e-5)
     """)
-    here = os.path.dirname(os.path.abspath(__file__))
-    env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1",
-               PYTHONPATH=os.pathsep.join([os.path.dirname(here), os.path.join(os.path.dirname(os.path.dirname(
-                   os.path.dirname(here))), "python"), os.environ.get("PYTHONPATH", "")]))
     census = {}
     for batch in (1, 3):
-        r = subprocess.run([sys.executable, "-c", code, str(batch)], env=env, capture_output=True, text=True,
-                           timeout=120)
-        assert r.returncode == 0, r.stderr[-3000:]
-        lines = [line for line in r.stderr.splitlines() if "MLX primitives per run" in line]
-        assert lines, r.stderr[-2000:]
+        stderr = stderr_of_fresh_process(code, {"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1"}, str(batch))
+        lines = [line for line in stderr.splitlines() if "MLX primitives per run" in line]
+        assert lines, stderr[-2000:]
         census[batch] = lines[-1].split("total ")[1]
     # (a Contiguous of the bound input is there in both)
     assert "Matmul 1" in census[1] and not any(p in census[1] for p in ("Flatten", "Broadcast")), census
@@ -264,9 +271,6 @@ def test_matmul_weights_held_in_the_gemv_layout(dtype):
     gemv takes a one-row product then, not cuBLASLt: runtime/weight_layout.h), forced onto MLX's
     CPU device here: the run's leaf has the transposed strides, no Transpose runs, and the values
     match ORT's for one row and for several. A weight another op reads too keeps its layout."""
-    import os
-    import subprocess
-    import sys
     import textwrap
     code = textwrap.dedent(f"""
         import numpy as np
@@ -292,16 +296,9 @@ def test_matmul_weights_held_in_the_gemv_layout(dtype):
             tol = 1e-3 if t == np.float16 else 1e-5
             assert_close(outs[0], run_cpu(m, feeds)[0], rtol=tol, atol=tol)
     """)
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.pathsep.join([os.path.dirname(here), os.path.join(os.path.dirname(os.path.dirname(
-        os.path.dirname(here))), "python"), os.environ.get("PYTHONPATH", "")])
-    stderr = {}
-    for layout in ("force", "0"):
-        env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="graph", ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS=layout,
-                   PYTHONPATH=path)
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr[-3000:]
-        stderr[layout] = r.stderr
+    stderr = {layout: stderr_of_fresh_process(code, {"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph",
+                                                     "ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS": layout})
+              for layout in ("force", "0")}
     # W [64, 48] broadcast to the batch: held [48, 64], so the view's strides are (0, 1, 64).
     assert "Strided leaf (1,64,48) strides (0,1,64)" in stderr["force"], stderr["force"][-3000:]
     assert "Strided leaf" not in stderr["0"], stderr["0"][-3000:]
@@ -317,9 +314,6 @@ def test_matmuls_on_one_input_are_one_product(dtype):
     run as one product over the weights side by side, each output its columns
     (runtime/matmul_siblings.h): one Matmul a run where three were, the same values as ORT's;
     ONNXRUNTIME_EP_MLX_MERGE_MATMULS=0 keeps three. A weight another node reads stays apart."""
-    import os
-    import subprocess
-    import sys
     import textwrap
     code = textwrap.dedent(f"""
         import numpy as np
@@ -346,17 +340,12 @@ def test_matmuls_on_one_input_are_one_product(dtype):
             for got, want in zip(outs, run_cpu(m, feeds)):
                 assert_close(got, want, rtol=tol, atol=tol)
     """)
-    here = os.path.dirname(os.path.abspath(__file__))
-    path = os.pathsep.join([os.path.dirname(here), os.path.join(os.path.dirname(os.path.dirname(
-        os.path.dirname(here))), "python"), os.environ.get("PYTHONPATH", "")])
     matmuls = {}
     for merge in ("1", "0"):
-        env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", ONNXRUNTIME_EP_MLX_MERGE_MATMULS=merge,
-                   PYTHONPATH=path)
-        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stderr[-3000:]
-        lines = [line for line in r.stderr.splitlines() if "MLX primitives per run" in line]
-        assert lines, r.stderr[-2000:]
+        stderr = stderr_of_fresh_process(code, {"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1",
+                                                "ONNXRUNTIME_EP_MLX_MERGE_MATMULS": merge})
+        lines = [line for line in stderr.splitlines() if "MLX primitives per run" in line]
+        assert lines, stderr[-2000:]
         matmuls[merge] = [int(line.split("Matmul ")[1].split(",")[0]) for line in lines]
     # W0, W1, W2 merged (W3 is gathered too): 2 products a run, 4 without merging; both shapes.
     assert set(matmuls["1"]) == {2} and set(matmuls["0"]) == {4}, matmuls
