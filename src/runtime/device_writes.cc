@@ -21,18 +21,17 @@ namespace {
 constexpr int kThreadsPerBlock = 256;
 constexpr int64_t kMaxThreads = int64_t{1} << 22;  // a grid-stride loop covers the rest
 
-// T (a template argument, one kernel per dtype) is copied bitwise. params: outer, per_entry,
-// len, seq, inner, room (elements of T). `dst` is declared const by MLX (an input): the write
-// goes through a cast, into ORT's buffer.
-constexpr const char* kRowsIntoSource = R"(
-  const int64_t outer = params[0], per_entry = params[1], len = params[2], seq = params[3];
-  const int64_t inner = params[4], room = params[5];
+// T (a template argument, one kernel per dtype) is copied bitwise. One block of rows: `p` its
+// six params (outer, per_entry, len, seq, inner, room; elements of T), `src`, `offsets` and `out`
+// its pointers (`dst` is declared const by MLX, an input: the write goes through a cast, into
+// ORT's buffer). Both kernels below end with it.
+constexpr const char* kBlockCopySource = R"(
+  const int64_t outer = p[0], per_entry = p[1], len = p[2], seq = p[3], inner = p[4], room = p[5];
   const int64_t chunk = seq * inner, total = outer * chunk;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  if (first == 0) done[0] = ok[0];
+  if (blockIdx.y == 0 && first == 0) done[0] = ok[0];
   if (ok[0] == 0) return;
-  T* out = const_cast<T*>(dst);
   for (int64_t i = first; i < total; i += step) {
     const int64_t o = i / chunk;
     const int64_t off = offsets[o / per_entry];
@@ -41,10 +40,17 @@ constexpr const char* kRowsIntoSource = R"(
   }
 )";
 
+// One block: the kernel's inputs src, offsets, dst and params are the block's.
+const std::string& RowsIntoSource() {
+  static const std::string source =
+      std::string("  const int64_t* p = params;\n  T* out = const_cast<T*>(dst);\n") + kBlockCopySource;
+  return source;
+}
+
 const mx::fast::CustomKernelFunction& RowsIntoKernel() {
   static const mx::fast::CustomKernelFunction kernel =
       mx::fast::cuda_kernel("mlx_ep_rows_into", {"src", "offsets", "dst", "ok", "params"}, {"done"},
-                            kRowsIntoSource, "", /*ensure_row_contiguous=*/true);
+                            RowsIntoSource(), "", /*ensure_row_contiguous=*/true);
   return kernel;
 }
 
@@ -72,22 +78,10 @@ std::string AllRowsIntoSource(int n) {
          "};\n  const T* dsts[] = {" + dsts + "};\n" + R"(
   const int b = blockIdx.y;
   const int64_t* p = params + 6 * b;
-  const int64_t outer = p[0], per_entry = p[1], len = p[2], seq = p[3], inner = p[4], room = p[5];
-  const int64_t chunk = seq * inner, total = outer * chunk;
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  if (b == 0 && first == 0) done[0] = ok[0];
-  if (ok[0] == 0) return;
   const T* src = srcs[b];
   const int32_t* offsets = offs[b];
   T* out = const_cast<T*>(dsts[b]);
-  for (int64_t i = first; i < total; i += step) {
-    const int64_t o = i / chunk;
-    const int64_t off = offsets[o / per_entry];
-    if (off < 0 || off > room) continue;
-    out[(o * len + off) * inner + (i - o * chunk)] = src[i];
-  }
-)";
+)" + kBlockCopySource;
 }
 
 /** The kernel for n blocks, made once per n for the process. */
