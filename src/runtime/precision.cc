@@ -1,7 +1,6 @@
 #include "runtime/precision.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -23,10 +22,7 @@ std::atomic<bool>& Started() {
 }
 
 /** What MLX uses or will use: its variable, whose default (MLX's) is on. */
-bool Tf32Now() {
-  const char* v = std::getenv(kMlxTf32Env);
-  return !v || std::string(v) != "0";
-}
+bool Tf32Now() { return EnvString(kMlxTf32Env, "1") != "0"; }
 
 }  // namespace
 
