@@ -68,6 +68,8 @@ constexpr const char* kDecodeAttention =
     "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION";  // "gemv": GQA decode core as float32 one-row products (GPU paths)
 constexpr const char* kNbitsPrefill =
     "ONNXRUNTIME_EP_MLX_NBITS_PREFILL";  // "split" (default), "half" or "float32": ops/quantized.cc
+constexpr const char* kNbitsKernel =
+    "ONNXRUNTIME_EP_MLX_NBITS_KERNEL";  // "0": GPU MatMulNBits decode through mx::quantized_matmul
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls on one input stay one product each
 constexpr const char* kGemvWeights =

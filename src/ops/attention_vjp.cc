@@ -34,6 +34,7 @@
 #include "ops/attention_vjp_internal.h"
 #include "ops/claim_util.h"
 #include "ops/registry.h"
+#include "runtime/device.h"
 
 namespace mlx_ep {
 namespace attention_vjp {

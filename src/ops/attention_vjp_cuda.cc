@@ -26,6 +26,7 @@
 
 #include "mlx/backend/cuda/cuda.h"
 #include "ops/attention_vjp_internal.h"
+#include "runtime/device.h"
 
 namespace mlx_ep::attention_vjp {
 namespace {
@@ -243,15 +244,6 @@ bool KernelPullbackFits(const HeadTensors& t) {
   const int64_t query_rows = static_cast<int64_t>(t.q.shape(0)) * t.q.shape(1) * t.q.shape(2);
   const int64_t key_rows = static_cast<int64_t>(t.k.shape(0)) * t.k.shape(1) * t.k.shape(2);
   return WarpThreads(query_rows) && WarpThreads(key_rows) && t.q.shape(3) <= 256;
-}
-
-bool CudaKernelsAvailable(mx::Stream s) {
-  if (s.device != mx::Device::gpu) return false;
-  try {
-    return mx::cu::is_available();
-  } catch (...) {
-    return false;
-  }
 }
 
 std::vector<mx::array> KernelPullback(const Contract& c, const HeadTensors& t, mx::Stream s) {

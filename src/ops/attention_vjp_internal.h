@@ -57,8 +57,6 @@ std::vector<mx::array> FusedPullback(const Contract& c, const HeadTensors& t, mx
 std::vector<mx::array> GemmPullback(const Contract& c, const HeadTensors& t, int query_block, mx::Stream s);
 
 // The tiled pullback as MLX custom CUDA kernels (attention_vjp_cuda.cc).
-/** True when stream `s` runs on the GPU of an MLX built with CUDA. */
-bool CudaKernelsAvailable(mx::Stream s);
 /** True when the kernels' launch (one warp per query row and per key row) fits an int grid. */
 bool KernelPullbackFits(const HeadTensors& t);
 /** Builds and checks the kernels once per process and device type: "" when they work, else why. */

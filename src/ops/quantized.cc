@@ -14,14 +14,15 @@
 //    accuracy_level 4 (genai's default for the CPU EP): ORT's CPU EP then quantizes A to int8 per
 //    block (MLAS CompInt8) when B is a constant and the zero points are packed; nbits_cpu
 //    reproduces that for 4 bits, at every row count. Other level-4 cases are declined.
-//  - GPU streams, by the number of rows of A (measured on x86, bench/bench_matmulnbits.py):
-//    few rows (decode): mx::quantized_matmul reads B in place. On a little-endian machine ORT's
-//    bytes reinterpret as MLX's uint32 words (element i of a word at bits [bits*i, bits*(i+1)),
-//    low nibble of the first byte first), so B is only viewed; MLX's affine form
-//    w = scale * q + bias takes bias = -(scale * zero_point). Needs MLX's group sizes (32/64/128).
-//    More rows (prefill): B is unpacked and dequantized as ORT does, (q - zp) * scale in float32
-//    (q * scale - scale * zp for float zero points, ORT's formula there), then one GEMM: float32,
-//    or for a float16/bfloat16 A one in A's type over B split in two (HalfPrefillMode).
+//  - GPU streams, by the number of rows of A: up to kNBitsKernelMaxRows on MLX's CUDA backend,
+//    one custom kernel in float32 (quantized_cuda.cc). Otherwise (Metal; measured on x86,
+//    bench/bench_matmulnbits.py): few rows (decode): mx::quantized_matmul reads B in place. On a
+//    little-endian machine ORT's bytes reinterpret as MLX's uint32 words (element i of a word at bits
+//    [bits*i, bits*(i+1)), low nibble of the first byte first), so B is only viewed; MLX's affine form w =
+//    scale * q + bias takes bias = -(scale * zero_point). Needs MLX's group sizes (32/64/128). More rows
+//    (prefill): B is unpacked and dequantized as ORT does, (q - zp) * scale in float32 (q * scale - scale *
+//    zp for float zero points, ORT's formula there), then one GEMM: float32, or for a float16/bfloat16 A one
+//    in A's type over B split in two (HalfPrefillMode).
 // K not a multiple of block_size: the last block is padded; A is padded with zeros to match.
 // Declined: accuracy_level 4 on GPUs, with bits 2/8, float zero points or B not a constant; g_idx,
 // prepacked weights, float zero points of another type than A or with bits != 4 (no ORT CPU kernel).
@@ -230,6 +231,28 @@ bool QuantizedMatmulFits(const NBits& a, int64_t rows) {
   return rows <= kQuantizedMatmulMaxRows && mlx_group && std::endian::native == std::endian::little;
 }
 
+/** zero_points as the op gives them (packed uint8 or A's float type), their size checked. */
+std::optional<mx::array> RawZeroPoints(const OpContext& c, const NBits& a) {
+  if (!c.has_input(3)) return std::nullopt;
+  const mx::array& z = c.input(3);
+  const size_t expected = z.dtype() == mx::uint8 ? static_cast<size_t>(a.N * ((a.k_blocks * a.bits + 7) / 8))
+                                                 : static_cast<size_t>(a.N * a.k_blocks);
+  if (z.size() != expected)
+    c.Fail("zero_points has " + std::to_string(z.size()) + " values, expected " + std::to_string(expected));
+  return z;
+}
+
+/** A GPU decode (few rows): one custom kernel reads ORT's bytes, scales and zero points as they
+ *  are and computes in float32 (quantized_cuda.cc); A in its own shape. */
+mx::array TranslateByKernel(const OpContext& c, const NBits& a, const mx::array& A) {
+  const mx::Stream s = c.stream;
+  const mx::array b = mx::reshape(
+      c.input(1), {static_cast<int>(a.N), static_cast<int>(a.k_blocks), static_cast<int>(a.blob)}, s);
+  const std::optional<mx::array> bias = c.has_input(5) ? std::optional<mx::array>(c.input(5)) : std::nullopt;
+  return NBitsRowsKernel(A, b, c.input(2), RawZeroPoints(c, a), bias, static_cast<int>(a.bits),
+                         static_cast<int>(a.block_size), s);
+}
+
 /** The CPU stream: one nbits_cpu primitive reads B in place (quantized_cpu.cc). */
 mx::array TranslateOnCpu(const OpContext& c, const NBits& a, const mx::array& A, const mx::array& scales,
                          const mx::Shape& out_shape) {
@@ -242,16 +265,8 @@ mx::array TranslateOnCpu(const OpContext& c, const NBits& a, const mx::array& A,
   shape.block_size = static_cast<int>(a.block_size);
   shape.k_blocks = static_cast<int>(a.k_blocks);
   shape.int8_a = c.node.AttrInt("accuracy_level", 0) == 4;
-  std::optional<mx::array> zp;
-  if (c.has_input(3)) {
-    const mx::array& z = c.input(3);
-    const size_t expected = z.dtype() == mx::uint8
-                                ? static_cast<size_t>(a.N * ((a.k_blocks * a.bits + 7) / 8))
-                                : static_cast<size_t>(a.N * a.k_blocks);
-    if (z.size() != expected)
-      c.Fail("zero_points has " + std::to_string(z.size()) + " values, expected " + std::to_string(expected));
-    zp = z.dtype() == mx::uint8 ? z : mx::astype(z, mx::float32, s);  // the kernels index flat
-  }
+  std::optional<mx::array> zp = RawZeroPoints(c, a);
+  if (zp && zp->dtype() != mx::uint8) zp = mx::astype(*zp, mx::float32, s);  // the kernels index flat
   std::optional<mx::array> bias;
   if (c.has_input(5)) bias = mx::astype(c.input(5), mx::float32, s);
   // The primitive takes A in its own shape ([..., K] -> [..., N]): no Reshape around it.
@@ -291,6 +306,7 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
   if (s.device == mx::Device::cpu && (!FusedGpuPathsOnCpu() || level4))
     return {TranslateOnCpu(c, a, A, scales, out_shape)};
   if (level4) c.Fail("accuracy_level=4 runs on MLX's CPU device only");
+  if (NBitsKernelWanted(rows, s)) return {TranslateByKernel(c, a, A)};
   const std::optional<mx::array> zp = ZeroPoints(c, a, s);
   // A with batch dims of 1 (a decode step's [1, 1, K]) in its own shape: MLX's products take it
   // as the same [rows, K] GEMM, and a run has no Reshape pair around them (two primitives per

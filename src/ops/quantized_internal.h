@@ -1,6 +1,8 @@
 // Shared by the block-quantized op families (quantized.cc, quantized_gather.cc).
 #pragma once
 
+#include <optional>
+
 #include "ops/op.h"
 
 namespace mlx_ep {
@@ -8,6 +10,25 @@ namespace mlx_ep {
 /** Splits each byte of `packed` ([..., n] uint8) into its 8 / bits fields of `bits` bits, low
  *  bits first (ORT's packing): [..., n * 8 / bits] uint8. bits is 2, 4 or 8. */
 mx::array UnpackBits(const mx::array& packed, int bits, mx::Stream s);
+
+/** Rows of A up to which a GPU MatMulNBits runs NBitsRowsKernel (decode, batched decode). */
+constexpr int64_t kNBitsKernelMaxRows = 8;
+
+/** Whether a MatMulNBits of `rows` rows of A on stream `s` takes NBitsRowsKernel: MLX's CUDA
+ *  backend, rows <= kNBitsKernelMaxRows, and ONNXRUNTIME_EP_MLX_NBITS_KERNEL not "0". */
+bool NBitsKernelWanted(int64_t rows, mx::Stream s);
+
+/** x [..., K] (float32/float16/bfloat16, rows = size / K <= kNBitsKernelMaxRows) times
+ *  dequantize(b)^T (+ bias) in one custom CUDA kernel (quantized_cuda.cc), ORT's CPU EP's float32
+ *  arithmetic: b [N, k_blocks, blob] uint8 as ORT packs it, scales [N, k_blocks] in x's type,
+ *  zero points packed uint8 or in x's type (absent: 2^(bits-1)), bias [N] in x's type.
+ *  Returns [..., N] in x's type. */
+mx::array NBitsRowsKernel(const mx::array& x, const mx::array& b, const mx::array& scales,
+                          const std::optional<mx::array>& zero_points, const std::optional<mx::array>& bias,
+                          int bits, int block_size, mx::Stream s);
+
+/** The kernel's device code as NVRTC compiles it (header and body), for a host-compile test. */
+const char* NBitsKernelSourceForTests();
 
 class OpRegistry;
 /** GatherBlockQuantized (quantized_gather.cc), registered by RegisterQuantizedOps. */

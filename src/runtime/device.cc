@@ -5,6 +5,7 @@
 
 #include "common/env.h"
 #include "mlx/allocator.h"
+#include "mlx/backend/cuda/cuda.h"
 
 namespace mlx_ep {
 namespace {
@@ -35,6 +36,15 @@ mx::Device RuntimeDevice() {
     return mx::Device(mx::Device::cpu);
   }();
   return device;
+}
+
+bool CudaKernelsAvailable(mx::Stream s) {
+  if (s.device != mx::Device::gpu) return false;
+  try {
+    return mx::cu::is_available();
+  } catch (...) {
+    return false;  // an MLX without its CUDA backend
+  }
 }
 
 std::optional<mx::array> WrapHostMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype,

@@ -6,6 +6,7 @@
 
 #include "mlx/array.h"
 #include "mlx/device.h"
+#include "mlx/stream.h"
 
 namespace mlx_ep {
 
@@ -14,6 +15,9 @@ namespace mx = mlx::core;
 /** The device translations run on, chosen once per process: the GPU when MLX has one, unless
  *  ONNXRUNTIME_EP_MLX_DEVICE=cpu. */
 mx::Device RuntimeDevice();
+
+/** True when stream `s` runs on the GPU of an MLX built with CUDA (custom CUDA kernels work). */
+bool CudaKernelsAvailable(mx::Stream s);
 
 /** Host memory `p` as an MLX array without a copy where this MLX's allocator allows it (its
  *  CPU-only allocator: see device.cc), else nullopt. The array never frees `p`; it holds `owner`

@@ -430,3 +430,31 @@ def test_half_prefill_modes():
     assert seen[""] == {"(40,192), float16"}, seen  # K = 96, doubled
     assert seen["half"] == {"(40,96), float16"}, seen
     assert seen["float32"] == {"(40,96), float32"}, seen
+
+
+def test_gpu_decode_kernel_and_quantized_matmul():
+    """On MLX's CUDA backend a MatMulNBits of up to 8 rows is one custom kernel in float32
+    (src/ops/quantized_cuda.cc), census: a CustomKernel and no QuantizedMatmul, AsType or
+    Dequantize; with ONNXRUNTIME_EP_MLX_NBITS_KERNEL=0 mx::quantized_matmul again. The few-row
+    parity tests above hold both ways (fresh processes: the setting is read once); every parity
+    test of this file runs the kernel where it has up to 8 rows."""
+    import subprocess
+    import sys
+    if mlx_device() != "gpu" or os.environ.get("ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS") == "force":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    subset = "test_bfloat16 or weights_as_graph or one_dimensional_scales"  # rows 1, 3 and 6
+    census = {}
+    for setting in ("1", "0"):
+        env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", ONNXRUNTIME_EP_MLX_NBITS_KERNEL=setting)
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", __file__, "-k",
+                            subset], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+        census[setting] = [line for line in r.stderr.splitlines() if "MLX primitives per run" in line]
+    if "CustomKernel" not in " ".join(census["1"]):
+        pytest.skip("not MLX's CUDA backend (Metal: mx::quantized_matmul)")
+    kernel = [line for line in census["1"] if "CustomKernel" in line]
+    assert not any("QuantizedMatmul" in line for line in kernel), kernel[:3]
+    # the constant-weight cases: the kernel alone (no casts of A or of the result, no Full)
+    assert any(line.endswith("total 1: CustomKernel 1") for line in kernel), kernel[:6]
+    assert any("QuantizedMatmul" in line for line in census["0"]), census["0"][:3]
+    assert not any("CustomKernel" in line for line in census["0"]), census["0"][:3]

@@ -1,0 +1,149 @@
+// MatMulNBits' few-row products (decode) as one MLX custom CUDA kernel (quantized_internal.h).
+//
+// Why a kernel of our own: mx::quantized_matmul on a GPU accumulates sub-byte products in A's
+// type when A is float16/bfloat16 (MLX's qmv keeps `T` partial sums for bits < 8), which is not
+// ORT's CPU EP's float32 result, so the EP cast A to float32 and the result back around it; it
+// takes MLX's group sizes only (32/64/128), and past 2 rows the EP dequantized all of B every run
+// (a batch-8 int4 decode step of TinyLlama: 32.5 ms on the H200; 15.9 with this kernel). At one
+// row it saves the casts (1,046 -> 1,006 primitives a TinyLlama int4 step; eval 5.98 -> 5.83 ms,
+// inside that machine's run-to-run spread). This kernel computes what ORT's CPU EP computes for
+// accuracy_level 0-3: A widened to float32, w = (q - zero_point) * scale in float32 (for float
+// zero points q * scale + (-(scale * zero_point)), ORT's formula there), float32 sums, the bias
+// added in float32 and one rounding to A's type. It reads ORT's packed bytes in place, so any
+// block size the op allows (MLX's qmm takes 32/64/128 only) and up to kNBitsKernelMaxRows rows.
+//
+// Layout: one warp per output column n; lane l reads the 32-bit words l, l + 32, ... of B's row
+// n (little-endian: value v of a word at bits [bits * v, bits * (v + 1)), as ORT packs a byte low
+// bits first), each inside one block of K (block_size >= 16 >= the 16 values of a 2-bit word).
+#include <string>
+
+#include "common/env.h"
+#include "mlx/fast.h"
+#include "mlx/ops.h"
+#include "ops/quantized_internal.h"
+#include "runtime/device.h"
+
+namespace mlx_ep {
+namespace {
+
+constexpr int kThreadsPerBlock = 128;  // four columns a block
+constexpr int kWarp = 32;
+
+// Device helpers, templates so that `if constexpr` discards what a zero-point kind does not use
+// (the kernel body itself is not a template: MLX generates it).
+constexpr const char* kHeader = R"(
+namespace mlx_ep_nbits {
+
+// ZP: 0 none (ORT's default 2^(bits-1)), 1 packed uint8 [N, ceil(k_blocks * bits / 8)],
+// 2 A's float type [N, k_blocks].
+template <int BITS, int ZP, typename Z>
+__device__ __forceinline__ float zero_point(const Z* zp, int64_t col, int kb, int blk) {
+  if constexpr (ZP == 0) {
+    return static_cast<float>(1 << (BITS - 1));
+  } else if constexpr (ZP == 1) {
+    constexpr int per_byte = 8 / BITS;
+    const int64_t zb = (static_cast<int64_t>(kb) * BITS + 7) / 8;
+    const uint32_t byte = zp[col * zb + blk / per_byte];
+    return static_cast<float>((byte >> ((blk % per_byte) * BITS)) & ((1u << BITS) - 1));
+  } else {
+    return static_cast<float>(zp[col * kb + blk]);
+  }
+}
+
+template <int BITS, int BLOCK, int ROWS, int ZP, bool HAS_BIAS, typename T, typename Z>
+__device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const T* scales,
+                                             const Z* zp, const T* bias, T* y, int K, int N, int kb) {
+  constexpr int kWarp = 32;
+  constexpr int VALS = 32 / BITS;  // values in one 32-bit word
+  constexpr uint32_t MASK = (1u << BITS) - 1;
+  const int lane = threadIdx.x & (kWarp - 1);
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  if (col >= N) return;  // the whole warp: one column a warp
+  const int words = kb * (BLOCK / VALS);
+  const uint32_t* row = reinterpret_cast<const uint32_t*>(b) + col * words;
+  float acc[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
+#pragma unroll 4
+  for (int i = lane; i < words; i += kWarp) {
+    const uint32_t word = row[i];
+    const int k0 = i * VALS;
+    const int blk = k0 / BLOCK;
+    const float s = static_cast<float>(scales[col * kb + blk]);
+    const float z = zero_point<BITS, ZP>(zp, col, kb, blk);
+    const float neg_sz = -__fmul_rn(s, z);
+#pragma unroll
+    for (int v = 0; v < VALS; ++v) {
+      const int k = k0 + v;
+      if (k < K) {  // past K: the padding of the last block
+        const float q = static_cast<float>((word >> (BITS * v)) & MASK);
+        // Rounded as ORT's CPU EP rounds them (no fused multiply-add in the weight).
+        const float w = ZP == 2 ? __fadd_rn(__fmul_rn(q, s), neg_sz) : __fmul_rn(q - z, s);
+#pragma unroll
+        for (int r = 0; r < ROWS; ++r) acc[r] = fmaf(static_cast<float>(x[r * K + k]), w, acc[r]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+    for (int o = kWarp / 2; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+  if (lane != 0) return;
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) {
+    float v = acc[r];
+    if constexpr (HAS_BIAS) v += static_cast<float>(bias[col]);
+    y[r * N + col] = static_cast<T>(v);
+  }
+}
+
+}  // namespace mlx_ep_nbits
+)";
+
+constexpr const char* kSource = R"(
+  mlx_ep_nbits::rows_product<BITS, BLOCK, ROWS, ZP, HAS_BIAS>(
+      x, b, scales, zp, bias, y, x_shape[x_ndim - 1], b_shape[0], b_shape[1]);
+)";
+
+const mx::fast::CustomKernelFunction& RowsKernel() {
+  static const mx::fast::CustomKernelFunction kernel =
+      mx::fast::cuda_kernel("mlx_ep_nbits_rows", {"x", "b", "scales", "zp", "bias"}, {"y"}, kSource, kHeader,
+                            /*ensure_row_contiguous=*/true);
+  return kernel;
+}
+
+}  // namespace
+
+const char* NBitsKernelSourceForTests() {
+  static const std::string text = std::string(kHeader) + "\n// kernel body:\n" + kSource;
+  return text.c_str();
+}
+
+bool NBitsKernelWanted(int64_t rows, mx::Stream s) {
+  static const bool enabled = !std::getenv(env::kNbitsKernel) || EnvFlag(env::kNbitsKernel);
+  return enabled && rows >= 1 && rows <= kNBitsKernelMaxRows && CudaKernelsAvailable(s);
+}
+
+mx::array NBitsRowsKernel(const mx::array& x, const mx::array& b, const mx::array& scales,
+                          const std::optional<mx::array>& zero_points, const std::optional<mx::array>& bias,
+                          int bits, int block_size, mx::Stream s) {
+  const int K = x.shape(-1);
+  const int rows = static_cast<int>(x.size() / K);
+  const int N = b.shape(0);
+  const int zp_kind = !zero_points ? 0 : zero_points->dtype() == mx::uint8 ? 1 : 2;
+  // MLX's kernels take a fixed list of inputs: an absent one is an array of its type already
+  // there (no Full primitive a run), which the kernel never reads.
+  const mx::array zp = zero_points ? *zero_points : b;
+  const mx::array bias_or_zero = bias ? *bias : scales;
+  mx::Shape out_shape = x.shape();
+  out_shape.back() = N;
+  return RowsKernel()({x, b, scales, zp, bias_or_zero}, {out_shape}, {x.dtype()}, {N * kWarp, 1, 1},
+                      {kThreadsPerBlock, 1, 1},
+                      {{"BITS", bits},
+                       {"BLOCK", block_size},
+                       {"ROWS", rows},
+                       {"ZP", zp_kind},
+                       {"HAS_BIAS", bias.has_value()}},
+                      std::nullopt, false, s)[0];
+}
+
+}  // namespace mlx_ep
