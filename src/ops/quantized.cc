@@ -226,11 +226,6 @@ mx::array HalfPrefillProduct(const mx::array& x, const mx::array& w, mx::Stream 
   return FlatFreeMatmul(mx::concatenate({x, x}, -1, s), mx::transpose(pair, s), s);
 }
 
-bool QuantizedMatmulFits(const NBits& a, int64_t rows) {
-  const bool mlx_group = a.block_size == 32 || a.block_size == 64 || a.block_size == 128;
-  return rows <= kQuantizedMatmulMaxRows && mlx_group && std::endian::native == std::endian::little;
-}
-
 /** zero_points as the op gives them (packed uint8 or A's float type), their size checked. */
 std::optional<mx::array> RawZeroPoints(const OpContext& c, const NBits& a) {
   if (!c.has_input(3)) return std::nullopt;
@@ -240,6 +235,27 @@ std::optional<mx::array> RawZeroPoints(const OpContext& c, const NBits& a) {
   if (z.size() != expected)
     c.Fail("zero_points has " + std::to_string(z.size()) + " values, expected " + std::to_string(expected));
   return z;
+}
+
+/** A GPU prefill whose B one custom kernel dequantizes (NBitsDequantizeKernelWanted) into what
+ *  `mode` multiplies: a2 is A as [rows, K] (or its own unit-batch shape), x the same in float32. */
+mx::array PrefillByKernel(const OpContext& c, const NBits& a, const mx::array& a2, const mx::array& x,
+                          HalfPrefill mode, mx::Stream s) {
+  const mx::array b = mx::reshape(
+      c.input(1), {static_cast<int>(a.N), static_cast<int>(a.k_blocks), static_cast<int>(a.blob)}, s);
+  const NBitsDequantized out = mode == HalfPrefill::kSplit  ? NBitsDequantized::kSplit
+                               : mode == HalfPrefill::kHalf ? NBitsDequantized::kHalf
+                                                            : NBitsDequantized::kFloat32;
+  const mx::array w = NBitsDequantizeKernel(b, c.input(2), RawZeroPoints(c, a), static_cast<int>(a.K),
+                                            static_cast<int>(a.bits), static_cast<int>(a.block_size), out, s);
+  if (mode == HalfPrefill::kSplit)
+    return FlatFreeMatmul(mx::concatenate({a2, a2}, -1, s), mx::transpose(w, s), s);
+  return FlatFreeMatmul(mode == HalfPrefill::kHalf ? a2 : x, mx::transpose(w, s), s);
+}
+
+bool QuantizedMatmulFits(const NBits& a, int64_t rows) {
+  const bool mlx_group = a.block_size == 32 || a.block_size == 64 || a.block_size == 128;
+  return rows <= kQuantizedMatmulMaxRows && mlx_group && std::endian::native == std::endian::little;
 }
 
 /** A GPU decode (few rows): one custom kernel reads ORT's bytes, scales and zero points as they
@@ -323,10 +339,12 @@ std::vector<mx::array> TranslateMatMulNBits(const OpContext& c) {
       }
       return QuantizedMatmul(c, a, x, scales, zp, s);
     }
-    const mx::array w = mx::slice(DequantizedB(c, a, scales, zp, s), {0, 0}, {N, K}, s);
     const bool half = A.dtype() == mx::float16 || A.dtype() == mx::bfloat16;
-    if (half && HalfPrefillMode() != HalfPrefill::kFloat32)  // see HalfPrefillMode
-      return HalfPrefillProduct(unit_batch ? A : mx::reshape(A, {static_cast<int>(rows), K}, s), w, s);
+    const HalfPrefill mode = half ? HalfPrefillMode() : HalfPrefill::kFloat32;  // see HalfPrefillMode
+    const mx::array a2 = unit_batch ? A : mx::reshape(A, {static_cast<int>(rows), K}, s);
+    if (NBitsDequantizeKernelWanted(s)) return PrefillByKernel(c, a, a2, x, mode, s);
+    const mx::array w = mx::slice(DequantizedB(c, a, scales, zp, s), {0, 0}, {N, K}, s);
+    if (mode != HalfPrefill::kFloat32) return HalfPrefillProduct(a2, w, s);
     return FlatFreeMatmul(x, mx::transpose(w, s), s);
   }();
   if (c.has_input(5)) y = mx::add(y, mx::astype(c.input(5), mx::float32, s), s);

@@ -15,6 +15,7 @@
 // Layout: one warp per output column n; lane l reads the 32-bit words l, l + 32, ... of B's row
 // n (little-endian: value v of a word at bits [bits * v, bits * (v + 1)), as ORT packs a byte low
 // bits first), each inside one block of K (block_size >= 16 >= the 16 values of a 2-bit word).
+#include <algorithm>
 #include <string>
 
 #include "common/env.h"
@@ -96,6 +97,43 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
   }
 }
 
+// Past kNBitsKernelMaxRows rows (a prefill) B dequantized for a GEMM, one thread a 32-bit word.
+// OUT: 0 the float32 weight [N, K]; 1 it rounded to T [N, K]; 2 hi and lo in T side by side
+// [N, 2K], hi = w rounded and lo = (w - hi) rounded (quantized.cc, HalfPrefillProduct).
+template <int BITS, int BLOCK, int K, int ZP, int OUT, typename T, typename Z, typename O>
+__device__ __forceinline__ void dequantize(const uint8_t* b, const T* scales, const Z* zp, O* out, int N, int kb) {
+  constexpr int VALS = 32 / BITS;
+  constexpr uint32_t MASK = (1u << BITS) - 1;
+  const int words = kb * (BLOCK / VALS);
+  const int64_t total = static_cast<int64_t>(N) * words;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += step) {
+    const int64_t col = t / words;
+    const int k0 = static_cast<int>(t - col * words) * VALS;
+    const int blk = k0 / BLOCK;
+    const uint32_t word = reinterpret_cast<const uint32_t*>(b)[t];
+    const float s = static_cast<float>(scales[col * kb + blk]);
+    const float z = zero_point<BITS, ZP>(zp, col, kb, blk);
+    const float neg_sz = -__fmul_rn(s, z);
+#pragma unroll
+    for (int v = 0; v < VALS; ++v) {
+      const int k = k0 + v;
+      if (k >= K) break;  // the padding of the last block
+      const float q = static_cast<float>((word >> (BITS * v)) & MASK);
+      const float w = ZP == 2 ? __fadd_rn(__fmul_rn(q, s), neg_sz) : __fmul_rn(q - z, s);
+      if constexpr (OUT == 0) {
+        out[col * K + k] = w;
+      } else if constexpr (OUT == 1) {
+        out[col * K + k] = static_cast<T>(w);
+      } else {
+        const T hi = static_cast<T>(w);
+        out[col * 2 * K + k] = hi;
+        out[col * 2 * K + K + k] = static_cast<T>(__fsub_rn(w, static_cast<float>(hi)));
+      }
+    }
+  }
+}
+
 }  // namespace mlx_ep_nbits
 )";
 
@@ -103,6 +141,20 @@ constexpr const char* kSource = R"(
   mlx_ep_nbits::rows_product<BITS, BLOCK, ROWS, ZP, HAS_BIAS>(
       x, b, scales, zp, bias, y, x_shape[x_ndim - 1], b_shape[0], b_shape[1]);
 )";
+
+constexpr const char* kDequantizeSource = R"(
+  mlx_ep_nbits::dequantize<BITS, BLOCK, K, ZP, OUT>(b, scales, zp, w, b_shape[0], b_shape[1]);
+)";
+
+constexpr int kDequantizeThreads = 256;
+constexpr int64_t kDequantizeMaxThreads = int64_t{1} << 22;  // a grid-stride loop covers the rest
+
+const mx::fast::CustomKernelFunction& DequantizeKernel() {
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "mlx_ep_nbits_dequantize", {"b", "scales", "zp"}, {"w"}, kDequantizeSource, kHeader,
+      /*ensure_row_contiguous=*/true);
+  return kernel;
+}
 
 const mx::fast::CustomKernelFunction& RowsKernel() {
   static const mx::fast::CustomKernelFunction kernel =
@@ -118,9 +170,33 @@ const char* NBitsKernelSourceForTests() {
   return text.c_str();
 }
 
+const char* NBitsDequantizeSourceForTests() { return kDequantizeSource; }
+
 bool NBitsKernelWanted(int64_t rows, mx::Stream s) {
-  static const bool enabled = !std::getenv(env::kNbitsKernel) || EnvFlag(env::kNbitsKernel);
+  static const bool enabled =
+      !std::getenv(env::kNbitsKernel) || EnvFlag(env::kNbitsKernel) || EnvString(env::kNbitsKernel) == "all";
   return enabled && rows >= 1 && rows <= kNBitsKernelMaxRows && CudaKernelsAvailable(s);
+}
+
+bool NBitsDequantizeKernelWanted(mx::Stream s) {
+  static const bool enabled = EnvString(env::kNbitsKernel) == "all";
+  return enabled && CudaKernelsAvailable(s);
+}
+
+mx::array NBitsDequantizeKernel(const mx::array& b, const mx::array& scales,
+                                const std::optional<mx::array>& zero_points, int K, int bits, int block_size,
+                                NBitsDequantized out, mx::Stream s) {
+  const int N = b.shape(0);
+  const int64_t words = static_cast<int64_t>(b.shape(1)) * block_size * bits / 32;
+  const int zp_kind = !zero_points ? 0 : zero_points->dtype() == mx::uint8 ? 1 : 2;
+  const mx::array zp = zero_points ? *zero_points : b;  // not read (see NBitsRowsKernel)
+  const int threads = static_cast<int>(std::clamp<int64_t>(N * words, 1, kDequantizeMaxThreads));
+  const mx::Shape shape = {N, out == NBitsDequantized::kSplit ? 2 * K : K};
+  const mx::Dtype dtype = out == NBitsDequantized::kFloat32 ? mx::float32 : scales.dtype();
+  return DequantizeKernel()(
+      {b, scales, zp}, {shape}, {dtype}, {threads, 1, 1}, {kDequantizeThreads, 1, 1},
+      {{"BITS", bits}, {"BLOCK", block_size}, {"K", K}, {"ZP", zp_kind}, {"OUT", static_cast<int>(out)}},
+      std::nullopt, false, s)[0];
 }
 
 mx::array NBitsRowsKernel(const mx::array& x, const mx::array& b, const mx::array& scales,

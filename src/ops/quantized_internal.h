@@ -27,8 +27,24 @@ mx::array NBitsRowsKernel(const mx::array& x, const mx::array& b, const mx::arra
                           const std::optional<mx::array>& zero_points, const std::optional<mx::array>& bias,
                           int bits, int block_size, mx::Stream s);
 
-/** The kernel's device code as NVRTC compiles it (header and body), for a host-compile test. */
+/** What NBitsDequantizeKernel writes: the float32 weight [N, K]; it rounded to the scales'
+ *  type [N, K]; or hi and lo of that type side by side [N, 2K] (w = hi + lo to ~2^-22). */
+enum class NBitsDequantized { kFloat32 = 0, kHalf = 1, kSplit = 2 };
+
+/** Whether a GPU MatMulNBits prefill (more rows than NBitsKernelWanted takes) dequantizes B in
+ *  one custom kernel: MLX's CUDA backend and ONNXRUNTIME_EP_MLX_NBITS_KERNEL=all (off by default
+ *  until measured on a GPU; otherwise MLX ops unpack and dequantize it). */
+bool NBitsDequantizeKernelWanted(mx::Stream s);
+
+/** B (as NBitsRowsKernel takes it) dequantized as ORT's CPU EP does, w = (q - zp) * scale in
+ *  float32, the first K values of each row, in one custom CUDA kernel (quantized_cuda.cc). */
+mx::array NBitsDequantizeKernel(const mx::array& b, const mx::array& scales,
+                                const std::optional<mx::array>& zero_points, int K, int bits, int block_size,
+                                NBitsDequantized out, mx::Stream s);
+
+/** The kernels' device code as NVRTC compiles it (header and bodies), for a host-compile test. */
 const char* NBitsKernelSourceForTests();
+const char* NBitsDequantizeSourceForTests();
 
 class OpRegistry;
 /** GatherBlockQuantized (quantized_gather.cc), registered by RegisterQuantizedOps. */

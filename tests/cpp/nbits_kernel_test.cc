@@ -1,4 +1,4 @@
-// MatMulNBits' CUDA kernel (src/ops/quantized_cuda.cc) compiled by nvcc for every template case
+// MatMulNBits' CUDA kernels (src/ops/quantized_cuda.cc) compiled by nvcc for every template case
 // the EP launches, in the wrapper MLX's cuda_kernel generates around it (parameters, then the
 // constants it declares for template arguments). No GPU here: this proves the device code
 // compiles; tests/python/ops/test_quantized.py checks its values on a GPU against ORT's CPU EP.
@@ -38,6 +38,17 @@ std::string Wrapper(const std::string& name, const std::string& t, const std::st
          "\n}\n";
 }
 
+// The dequantizing kernel's wrapper: inputs b, scales, zp; output w.
+std::string DequantizeWrapper(const std::string& name, const std::string& t, const std::string& z,
+                              const std::string& o, int bits, int block, int zp, int out) {
+  return "__global__ void " + name + "(const uint8_t* b, const __grid_constant__ Shape b_shape, const " + t +
+         "* scales, const " + z + "* zp, " + o + "* w) {\n  constexpr int BITS = " + std::to_string(bits) +
+         ";\n  constexpr int BLOCK = " + std::to_string(block) +
+         ";\n  constexpr int K = 100;\n  constexpr int ZP = " + std::to_string(zp) +
+         ";\n  constexpr int OUT = " + std::to_string(out) + ";\n" + NBitsDequantizeSourceForTests() +
+         "\n}\n";
+}
+
 TEST(NBitsKernel, CompilesForEveryCase) {
   const std::string nvcc = FindNvcc();
   if (nvcc.empty()) GTEST_SKIP() << "no nvcc";
@@ -58,6 +69,17 @@ TEST(NBitsKernel, CompilesForEveryCase) {
           for (bool bias : {false, true})
             text += Wrapper("k" + std::to_string(count++), t, z, bits, bits == 2 ? 16 : 32, rows, zp, bias);
       }
+  for (const char* t : {"__half", "__nv_bfloat16", "float"})
+    for (int bits : {2, 4, 8})
+      for (int zp : {0, 1, 2}) {
+        if (zp == 2 && bits != 4) continue;
+        const std::string z = zp == 2 ? t : "uint8_t";
+        for (int out : {0, 1, 2}) {
+          if (out != 0 && std::string(t) == "float") continue;  // float32 A: the float32 weight
+          text += DequantizeWrapper("d" + std::to_string(count++), t, z, out == 0 ? "float" : t, bits,
+                                    bits == 2 ? 16 : 32, zp, out);
+        }
+      }
   text += "}  // namespace mlx::core::cu\n";
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "mlx_ep_nbits_kernel_test";
   std::filesystem::create_directories(dir);
@@ -69,7 +91,7 @@ TEST(NBitsKernel, CompilesForEveryCase) {
   std::ifstream log(dir / "log.txt");
   const std::string output((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
   EXPECT_EQ(rc, 0) << output << "\nsource: " << cu;
-  EXPECT_GT(count, 40);
+  EXPECT_GT(count, 60);
 }
 
 }  // namespace

@@ -458,3 +458,27 @@ def test_gpu_decode_kernel_and_quantized_matmul():
     assert any(line.endswith("total 1: CustomKernel 1") for line in kernel), kernel[:6]
     assert any("QuantizedMatmul" in line for line in census["0"]), census["0"][:3]
     assert not any("CustomKernel" in line for line in census["0"]), census["0"][:3]
+
+
+def test_gpu_prefill_dequantize_kernel():
+    """ONNXRUNTIME_EP_MLX_NBITS_KERNEL=all (src/ops/quantized_cuda.cc, off by default): a GPU
+    prefill's B dequantized by one custom kernel (float32 weight, or hi and lo of A's half type
+    for the split product) instead of MLX's unpack and dequantize ops. The many-row parity
+    tests hold with it, every prefill mode (fresh processes: the settings are read once)."""
+    import subprocess
+    import sys
+    if mlx_device() != "gpu" or os.environ.get("ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS") == "force":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    subset = "(test_float32 and 9) or (random_bytes and 40) or (float_zero_points and 40) or (test_float16 and 40)"
+    for mode in ("split", "half", "float32"):
+        env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", ONNXRUNTIME_EP_MLX_NBITS_KERNEL="all",
+                   ONNXRUNTIME_EP_MLX_NBITS_PREFILL=mode)
+        # half: B rounded once, which misses ORT's CPU EP where float zero points cancel
+        k = subset if mode != "half" else "(test_float16 and 40 and (uint8 or None)) or (test_float32 and 9)"
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", __file__, "-k", k],
+                           env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and " passed" in r.stdout, mode + r.stdout[-3000:] + r.stderr[-2000:]
+        census = [line for line in r.stderr.splitlines() if "MLX primitives per run" in line]
+        if "CustomKernel" not in " ".join(census):
+            pytest.skip("not MLX's CUDA backend (Metal)")
+        assert not any("RightShift" in line for line in census), (mode, census[:3])
