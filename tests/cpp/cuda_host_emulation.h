@@ -1,0 +1,73 @@
+// Just enough of CUDA's device environment on the host to run the EP's kernel sources (as MLX's
+// cuda_kernel receives them) on a CPU: a block is blockDim.x std::threads, a warp's shuffles meet
+// at a barrier of its 32 threads, blocks run one after another. Rounding intrinsics are plain
+// float operations (compile with -ffp-contract=off); half types come from CUDA's own headers,
+// which work on the host. Used by nbits_kernel_test.cc, which compiles a program from this file,
+// the kernel sources and nbits_kernel_driver.inc.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#define __device__
+#define __forceinline__ inline
+
+struct EmulatedDim3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+thread_local EmulatedDim3 threadIdx;
+EmulatedDim3 blockIdx, blockDim, gridDim;
+
+struct EmulatedWarp {
+  std::barrier<> meet{32};
+  float slot[32] = {};
+};
+thread_local EmulatedWarp* current_warp = nullptr;
+
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+
+inline float __shfl_xor_sync(unsigned, float value, int mask) {
+  const unsigned lane = threadIdx.x & 31u;
+  current_warp->slot[lane] = value;
+  current_warp->meet.arrive_and_wait();
+  const float other = current_warp->slot[lane ^ static_cast<unsigned>(mask)];
+  current_warp->meet.arrive_and_wait();  // nobody overwrites a slot before every lane read it
+  return other;
+}
+
+/** Runs `body` as MLX launches a custom kernel: `total` threads in blocks of `per_block`. */
+template <class Body>
+void EmulatedLaunch(int64_t total, int per_block, Body body) {
+  const int threads = static_cast<int>(total < per_block ? total : per_block);
+  const int64_t blocks = (total + per_block - 1) / per_block;
+  gridDim.x = static_cast<unsigned>(blocks);
+  blockDim.x = static_cast<unsigned>(threads);
+  for (int64_t block = 0; block < blocks; ++block) {
+    blockIdx.x = static_cast<unsigned>(block);
+    std::vector<std::unique_ptr<EmulatedWarp>> warps;
+    for (int w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<EmulatedWarp>());
+    std::vector<std::thread> lanes;
+    for (int t = 0; t < threads; ++t)
+      lanes.emplace_back([&, t] {
+        threadIdx.x = static_cast<unsigned>(t);
+        current_warp = warps[t / 32].get();
+        body();
+      });
+    for (std::thread& lane : lanes) lane.join();
+  }
+}
+
+/** MLX's Shape argument: the array's dimensions. */
+struct Shape {
+  int32_t v[8] = {};
+  int32_t operator[](int i) const { return v[i]; }
+};
