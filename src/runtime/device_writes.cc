@@ -126,6 +126,8 @@ mx::array LaunchAll(const std::vector<const RowsWrite*>& blocks, const mx::array
 
 }  // namespace
 
+std::string DeviceWritesSourceForTests(int n) { return n == 0 ? RowsIntoSource() : AllRowsIntoSource(n); }
+
 bool DeviceWritesEnabled() {
   static const bool enabled = [] {
     if (!DeviceMemoryEnabled() || RuntimeDevice() != mx::Device(mx::Device::gpu)) return false;

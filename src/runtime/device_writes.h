@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,10 @@ struct RowsWrite {
  *  launch). Nothing is written unless `ok` (int32 [1], OffsetsInRange) is nonzero. */
 std::vector<mx::array> WriteAllRowsInto(const std::vector<RowsWrite>& blocks, const mx::array& ok,
                                         mx::Stream s);
+
+/** The write kernels' bodies as MLX's cuda_kernel receives them (n = 0: one block's; n >= 1: the
+ *  all-blocks kernel for n blocks), for a test that runs them on the host. */
+std::string DeviceWritesSourceForTests(int n);
 
 /** An array whose evaluation copies all of `src` into `dst` (same size and dtype; `dst` as above). */
 mx::array WriteInto(const mx::array& dst, const mx::array& src, mx::Stream s);

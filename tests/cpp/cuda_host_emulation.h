@@ -44,15 +44,19 @@ inline float __shfl_xor_sync(unsigned, float value, int mask) {
   return other;
 }
 
-/** Runs `body` as MLX launches a custom kernel: `total` threads in blocks of `per_block`. */
+/** Runs `body` as MLX launches a custom kernel: `total` threads in blocks of `per_block` along
+ *  x, times `grid_y` blocks along y (MLX's grid counts threads; y's blocks here are one thread
+ *  high). */
 template <class Body>
-void EmulatedLaunch(int64_t total, int per_block, Body body) {
+void EmulatedLaunch(int64_t total, int per_block, Body body, int grid_y = 1) {
   const int threads = static_cast<int>(total < per_block ? total : per_block);
   const int64_t blocks = (total + per_block - 1) / per_block;
   gridDim.x = static_cast<unsigned>(blocks);
+  gridDim.y = static_cast<unsigned>(grid_y);
   blockDim.x = static_cast<unsigned>(threads);
-  for (int64_t block = 0; block < blocks; ++block) {
-    blockIdx.x = static_cast<unsigned>(block);
+  for (int64_t block = 0; block < blocks * grid_y; ++block) {
+    blockIdx.x = static_cast<unsigned>(block % blocks);
+    blockIdx.y = static_cast<unsigned>(block / blocks);
     std::vector<std::unique_ptr<EmulatedWarp>> warps;
     for (int w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<EmulatedWarp>());
     std::vector<std::thread> lanes;

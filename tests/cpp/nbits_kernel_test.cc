@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 
+#include "host_program.h"
 #include "ops/quantized_internal.h"
 
 namespace mlx_ep {
@@ -95,32 +96,11 @@ TEST(NBitsKernel, CompilesForEveryCase) {
   EXPECT_GT(count, 60);
 }
 
-std::string ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-/** Compiles `program` with `compiler` and `flags` and runs it: "" when both succeed, else the logs. */
-std::string BuildAndRun(const std::string& program, const std::string& compiler, const std::string& flags) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "mlx_ep_nbits_emulation";
-  std::filesystem::create_directories(dir);
-  std::ofstream(dir / "program.cc") << program;
-  const std::string build = compiler + " " + flags + " -o " + (dir / "program").string() + " " +
-                            (dir / "program.cc").string() + " > " + (dir / "build.txt").string() + " 2>&1";
-  if (std::system(build.c_str()) != 0) return "build failed:\n" + ReadFile(dir / "build.txt");
-  const std::string run = (dir / "program").string() + " > " + (dir / "run.txt").string() + " 2>&1";
-  const int rc = std::system(run.c_str());
-  const std::string output = ReadFile(dir / "run.txt");
-  std::printf("%s", output.c_str());
-  return rc == 0 ? "" : "run failed:\n" + output;
-}
-
 // The kernels' own text run on the host (tests/cpp/cuda_host_emulation.h): every dequantized value
 // bit for bit against ORT's formula, the products to float32's accumulation error, over each
 // type, bit width, zero-point kind, K with a padded last block and 1, 3 and 8 rows.
 TEST(NBitsKernel, ValuesOnTheHostEmulation) {
-  const std::filesystem::path cuda_include = "/usr/local/cuda/include";
-  if (!std::filesystem::exists(cuda_include / "cuda_fp16.h")) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
+  if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
   const std::string source = NBitsKernelSourceForTests();
   const size_t body = source.find("// kernel body:");
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
@@ -135,9 +115,7 @@ TEST(NBitsKernel, ValuesOnTheHostEmulation) {
       "void dequantize_kernel(const uint8_t* b, Shape b_shape, const T* scales, const Z* zp, O* w) {\n" +
       NBitsDequantizeSourceForTests() + "\n}\n#include \"" + (tests / "nbits_kernel_driver.inc").string() +
       "\"\n";
-  const std::string error =
-      BuildAndRun(program, "g++", "-std=c++20 -O1 -ffp-contract=off -pthread -I" + cuda_include.string());
-  EXPECT_EQ(error, "");
+  EXPECT_EQ(BuildAndRun("mlx_ep_nbits_emulation", program, "g++", EmulationFlags()), "");
 }
 
 }  // namespace

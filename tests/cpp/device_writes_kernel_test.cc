@@ -1,0 +1,34 @@
+// The device-write kernels (src/runtime/device_writes.cc: one block's and the all-blocks one, whose
+// text shares the block copy) run on the host through tests/cpp/cuda_host_emulation.h, against
+// loops over the KV blocks' dimensions (tests/cpp/device_writes_driver.inc). On a GPU they run in
+// every decode step with device memory on (test_device_memory, test_llm).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "host_program.h"
+#include "runtime/device_writes.h"
+
+namespace mlx_ep {
+namespace {
+
+TEST(DeviceWritesKernel, ValuesOnTheHostEmulation) {
+  if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
+  const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
+  const std::string program =
+      "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" +
+      "template <class T>\nvoid rows_into(const T* src, const int32_t* offsets, const T* dst, const int32_t* "
+      "ok,\n"
+      "               const int64_t* params, int32_t* done) {\n" +
+      DeviceWritesSourceForTests(0) +
+      "}\ntemplate <class T>\nvoid all_rows_into_2(const T* src0, const T* src1, const int32_t* off0,\n"
+      "                     const int32_t* off1, const T* dst0, const T* dst1, const int32_t* ok,\n"
+      "                     const int64_t* params, int32_t* done) {\n" +
+      DeviceWritesSourceForTests(2) + "}\n#include \"" + (tests / "device_writes_driver.inc").string() +
+      "\"\n";
+  EXPECT_EQ(BuildAndRun("mlx_ep_device_writes_emulation", program, "g++", EmulationFlags()), "");
+}
+
+}  // namespace
+}  // namespace mlx_ep

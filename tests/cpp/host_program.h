@@ -1,0 +1,47 @@
+// Builds and runs a host program at test time (the kernel emulation tests: nbits_kernel_test.cc,
+// device_writes_kernel_test.cc, with cuda_host_emulation.h).
+#pragma once
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace mlx_ep {
+
+inline std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+/** Compiles `program` with `compiler` and `flags` in a folder `name` of the temporary directory
+ *  and runs it: "" when both succeed, else the logs. */
+inline std::string BuildAndRun(const std::string& name, const std::string& program,
+                               const std::string& compiler, const std::string& flags) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / name;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "program.cc") << program;
+  const std::string build = compiler + " " + flags + " -o " + (dir / "program").string() + " " +
+                            (dir / "program.cc").string() + " > " + (dir / "build.txt").string() + " 2>&1";
+  if (std::system(build.c_str()) != 0) return "build failed:\n" + ReadFile(dir / "build.txt");
+  const std::string run = (dir / "program").string() + " > " + (dir / "run.txt").string() + " 2>&1";
+  const int rc = std::system(run.c_str());
+  const std::string output = ReadFile(dir / "run.txt");
+  std::printf("%s", output.c_str());
+  return rc == 0 ? "" : "run failed:\n" + output;
+}
+
+/** CUDA's headers (cuda_fp16.h for the half types on the host), or "" when absent. */
+inline std::string CudaIncludeDir() {
+  const std::filesystem::path dir = "/usr/local/cuda/include";
+  return std::filesystem::exists(dir / "cuda_fp16.h") ? dir.string() : "";
+}
+
+/** The flags the emulation programs build with: no contraction into fused multiply-adds, which
+ *  the kernels' rounding intrinsics forbid on the device. */
+inline std::string EmulationFlags() {
+  return "-std=c++20 -O1 -ffp-contract=off -pthread -I" + CudaIncludeDir();
+}
+
+}  // namespace mlx_ep
