@@ -434,8 +434,8 @@ def test_half_prefill_modes():
 
 def test_gpu_decode_kernel_and_quantized_matmul():
     """On MLX's CUDA backend a MatMulNBits of up to 8 rows is one custom kernel in float32
-    (src/ops/quantized_cuda.cc), census: a CustomKernel and no QuantizedMatmul, AsType or
-    Dequantize; with ONNXRUNTIME_EP_MLX_NBITS_KERNEL=0 mx::quantized_matmul again. The few-row
+    (src/ops/quantized_cuda.cc), census: a CustomKernel and no QuantizedMatmul (with constant
+    weights the kernel alone); with ONNXRUNTIME_EP_MLX_NBITS_KERNEL=0 mx::quantized_matmul again. The few-row
     parity tests above hold both ways (fresh processes: the setting is read once); every parity
     test of this file runs the kernel where it has up to 8 rows."""
     import subprocess
