@@ -69,7 +69,8 @@ TEST(NBitsKernel, CompilesForEveryCase) {
         const std::string z = zp == 2 ? t : "uint8_t";
         for (int rows : {1, 8})
           for (bool bias : {false, true})
-            text += Wrapper("k" + std::to_string(count++), t, z, bits, bits == 2 ? 16 : 32, rows, zp, bias);
+            text += Wrapper(std::string("k") + std::to_string(count++), t, z, bits, bits == 2 ? 16 : 32, rows,
+                            zp, bias);
       }
   for (const char* t : {"__half", "__nv_bfloat16", "float"})
     for (int bits : {2, 4, 8})
@@ -78,8 +79,8 @@ TEST(NBitsKernel, CompilesForEveryCase) {
         const std::string z = zp == 2 ? t : "uint8_t";
         for (int out : {0, 1, 2}) {
           if (out != 0 && std::string(t) == "float") continue;  // float32 A: the float32 weight
-          text += DequantizeWrapper("d" + std::to_string(count++), t, z, out == 0 ? "float" : t, bits,
-                                    bits == 2 ? 16 : 32, zp, out);
+          text += DequantizeWrapper(std::string("d") + std::to_string(count++), t, z, out == 0 ? "float" : t,
+                                    bits, bits == 2 ? 16 : 32, zp, out);
         }
       }
   text += "}  // namespace mlx::core::cu\n";
