@@ -216,14 +216,14 @@ run_step() {
       local m
       for m in ${PHASES_MODELS:-fp16 int4}; do
         timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm --model "$W/llm/$m" \
-          ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} --json "$R/phases_llm_$m.json" 2>&1 | tee -a "$R/phases.log"
+          ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} ${PHASES_ROUNDS:+--rounds "$PHASES_ROUNDS"} --json "$R/phases_llm_$m.json" 2>&1 | tee -a "$R/phases.log"
         # PHASES_PROMPT=512: the same for a prompt of that many tokens (no past)
         [ -n "${PHASES_PROMPT:-}" ] && timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm \
-          --model "$W/llm/$m" --past 0 --prompt "$PHASES_PROMPT" ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} \
+          --model "$W/llm/$m" --past 0 --prompt "$PHASES_PROMPT" ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} ${PHASES_ROUNDS:+--rounds "$PHASES_ROUNDS"} \
           --json "$R/phases_llm_${m}_prompt$PHASES_PROMPT.json" 2>&1 | tee -a "$R/phases.log"
       done
       [ -n "${PHASES_BERT-1}" ] && timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" bert \
-        ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} --json "$R/phases_bert.json" 2>&1 | tee -a "$R/phases.log";;
+        ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} ${PHASES_ROUNDS:+--rounds "$PHASES_ROUNDS"} --json "$R/phases_bert.json" 2>&1 | tee -a "$R/phases.log";;
     primcost)  # what one MLX primitive of each kind costs on the GPU (MLX's Python API, no EP)
       timeout "${PRIMCOST_TIMEOUT:-200}" $PY "$ROOT/bench/mlx_primitive_cost.py" --json "$R/mlx_primitive_cost.json" 2>&1 \
         | tee "$R/mlx_primitive_cost.log";;

@@ -10,7 +10,7 @@ evaluates (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS).
 
     python3 tools/gpu/step_phases.py llm --model DIR [--past 1024] [--settings "default;MLX_USE_CUDA_GRAPHS=0"]
     python3 tools/gpu/step_phases.py llm --model DIR --past 0 --prompt 512     # a prompt's prefill
-    python3 tools/gpu/step_phases.py bert [--settings ...]
+    python3 tools/gpu/step_phases.py bert [--settings ...] [--rounds 2]    # A B A B: drift shows
 
 A setting is "default" or space-separated NAME=VALUE pairs.
 """
@@ -71,38 +71,55 @@ def child(args):
 
 def parent(args):
     rows = []
-    for setting in args.settings.split(";"):
-        env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1")
-        # "default" (alone or beside NAME=VALUE pairs) adds nothing
-        env.update(kv.split("=", 1) for kv in setting.split() if kv != "default")
-        with tempfile.TemporaryDirectory() as tmp:
-            env["ONNXRUNTIME_EP_MLX_REPORT"] = os.path.join(tmp, "report.json")
-            cmd = [sys.executable, __file__, args.what, "--child", "--iters", str(args.iters), "--warmup",
-                   str(args.warmup), "--past", str(args.past), "--prompt", str(args.prompt)] + \
-                (["--model", args.model] if args.model else []) + ([] if args.prime else ["--no-prime"])
-            t0 = time.perf_counter()
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
-        result = next((json.loads(line[7:]) for line in p.stdout.splitlines() if line.startswith("RESULT ")), None)
-        census = [m.group(1) for m in re.finditer(r"MLX primitives per run, (total .*)", p.stderr)]
-        graph = p.stderr.rfind("MLX graph of a run")
-        if args.json and graph >= 0:  # ONNXRUNTIME_EP_MLX_GRAPH_CENSUS=graph: the last graph logged
-            text = p.stderr[graph:].split("\n[", 1)[0]
-            Path(args.json).with_suffix(f".graph{len(rows)}.txt").write_text(setting + "\n" + text)
-        if result is None:
-            print(f"{setting}: failed (rc {p.returncode})\n{p.stderr[-3000:]}", flush=True)
-            continue
-        n = max(result["steady_runs"], 1)
-        row = dict(result, setting=setting, wall_s=time.perf_counter() - t0,
-                   graph_ms_per_run=result["graph_ms"] / n, eval_ms_per_run=result["eval_ms"] / n,
-                   write_ms_per_run=result["write_ms"] / n, census=census[-1] if census else "")
-        rows.append(row)
-        print(f"{args.what} [{setting}]: median {row['median_ms']:.2f} ms (min {row['min_ms']:.2f}); per run "
-              f"graph {row['graph_ms_per_run']:.2f} / eval {row['eval_ms_per_run']:.2f} / write "
-              f"{row['write_ms_per_run']:.2f} ms over {result['steady_runs']} runs; {result['partitions']} "
-              f"partition(s), {result['traces']} traces", flush=True)
-        print(f"  primitives: {row['census'][:1500]}", flush=True)
+    # --rounds R: the settings R times round-robin (A B A B), so that the machine's drift shows as
+    # a spread within each setting instead of as a difference between them.
+    for round_ in range(args.rounds):
+        for setting in args.settings.split(";"):
+            row = measure(args, setting, len(rows))
+            if row is not None:
+                rows.append(dict(row, round=round_))
+    if args.rounds > 1:
+        print(f"{args.what}: medians by setting over {args.rounds} rounds", flush=True)
+        for setting in dict.fromkeys(args.settings.split(";")):
+            medians = [r["median_ms"] for r in rows if r["setting"] == setting]
+            if medians:
+                print(f"  [{setting}]: {' / '.join(f'{m:.2f}' for m in medians)} ms; median "
+                      f"{statistics.median(medians):.2f}, spread {max(medians) - min(medians):.2f}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+def measure(args, setting, index):
+    """One setting in a process of its own: its result row, or None when the child failed."""
+    env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1")
+    # "default" (alone or beside NAME=VALUE pairs) adds nothing
+    env.update(kv.split("=", 1) for kv in setting.split() if kv != "default")
+    with tempfile.TemporaryDirectory() as tmp:
+        env["ONNXRUNTIME_EP_MLX_REPORT"] = os.path.join(tmp, "report.json")
+        cmd = [sys.executable, __file__, args.what, "--child", "--iters", str(args.iters), "--warmup",
+               str(args.warmup), "--past", str(args.past), "--prompt", str(args.prompt)] + \
+            (["--model", args.model] if args.model else []) + ([] if args.prime else ["--no-prime"])
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    result = next((json.loads(line[7:]) for line in p.stdout.splitlines() if line.startswith("RESULT ")), None)
+    census = [m.group(1) for m in re.finditer(r"MLX primitives per run, (total .*)", p.stderr)]
+    graph = p.stderr.rfind("MLX graph of a run")
+    if args.json and graph >= 0:  # ONNXRUNTIME_EP_MLX_GRAPH_CENSUS=graph: the last graph logged
+        text = p.stderr[graph:].split("\n[", 1)[0]
+        Path(args.json).with_suffix(f".graph{index}.txt").write_text(setting + "\n" + text)
+    if result is None:
+        print(f"{setting}: failed (rc {p.returncode})\n{p.stderr[-3000:]}", flush=True)
+        return None
+    n = max(result["steady_runs"], 1)
+    row = dict(result, setting=setting, wall_s=time.perf_counter() - t0,
+               graph_ms_per_run=result["graph_ms"] / n, eval_ms_per_run=result["eval_ms"] / n,
+               write_ms_per_run=result["write_ms"] / n, census=census[-1] if census else "")
+    print(f"{args.what} [{setting}]: median {row['median_ms']:.2f} ms (min {row['min_ms']:.2f}); per run "
+          f"graph {row['graph_ms_per_run']:.2f} / eval {row['eval_ms_per_run']:.2f} / write "
+          f"{row['write_ms_per_run']:.2f} ms over {result['steady_runs']} runs; {result['partitions']} "
+          f"partition(s), {result['traces']} traces", flush=True)
+    print(f"  primitives: {row['census'][:1500]}", flush=True)
+    return row
 
 
 def main():
@@ -113,6 +130,7 @@ def main():
     ap.add_argument("--prompt", type=int, default=1, help="new tokens a run (llm; > 1 with --past 0: a prefill)")
     ap.add_argument("--settings", default=DEFAULT_SETTINGS)
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=1, help="the settings this many times, round-robin")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=240)
     ap.add_argument("--json")
