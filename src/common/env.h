@@ -65,7 +65,8 @@ constexpr const char* kAttentionVjpKernel =
 constexpr const char* kGraphCensus =
     "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS";  // log the MLX primitives a run evaluates, by name ("graph": and the graph)
 constexpr const char* kDecodeAttention =
-    "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION";  // "gemv": GQA decode core as float32 one-row products (GPU paths)
+    "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION";  // "gemv": GQA decode core as float32 one-row products (GPU paths);
+                                            // "kernel": one custom CUDA kernel (attention_gqa_cuda.cc)
 constexpr const char* kNbitsPrefill =
     "ONNXRUNTIME_EP_MLX_NBITS_PREFILL";  // "split" (default), "half" or "float32": ops/quantized.cc
 constexpr const char* kNbitsKernel =

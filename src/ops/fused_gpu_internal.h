@@ -59,6 +59,17 @@ struct GqaCoreInputs {
   const std::optional<mx::array>& q_doubled;
 };
 
+/** A decode step's core (q [B, H, 1, D]) in one custom CUDA kernel over the past buffer
+ *  [B, Hkv, P, D] and the new rows [B, Hkv, 1, D] where they are, `allowed` [B, 1, 1, P + 1] the
+ *  key mask (attention_gqa_cuda.cc): float32 [B, H, 1, D], or nullopt off MLX's CUDA backend and
+ *  for shapes it does not take (head size not 64/80/96/128, more than 8191 past rows). */
+std::optional<mx::array> DecodeCoreByKernel(const mx::array& q, const mx::array& past_k,
+                                            const mx::array& past_v, const mx::array& k, const mx::array& v,
+                                            const mx::array& allowed, float scale, mx::Stream s);
+
+/** That kernel's device code as NVRTC compiles it (header, then its body), for host tests. */
+const char* GqaDecodeKernelSourceForTests();
+
 /** GroupQueryAttention's attention core [B, H, S, D] (query's dtype) through
  *  mx::fast::scaled_dot_product_attention where that is fused and exact for the node (see
  *  attention_gqa_fused.cc); nullopt where the composed core must run. */

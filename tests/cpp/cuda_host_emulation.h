@@ -12,12 +12,15 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #define __device__
 #define __forceinline__ inline
+// One instance per kernel instantiation, shared by the block's threads (blocks run in turn).
+#define __shared__ static
 
 struct EmulatedDim3 {
   unsigned x = 0, y = 0, z = 0;
@@ -30,6 +33,15 @@ struct EmulatedWarp {
   float slot[32] = {};
 };
 thread_local EmulatedWarp* current_warp = nullptr;
+thread_local std::barrier<>* current_block = nullptr;
+
+inline void __syncthreads() { current_block->arrive_and_wait(); }
+
+inline float __int_as_float(int bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
@@ -59,11 +71,13 @@ void EmulatedLaunch(int64_t total, int per_block, Body body, int grid_y = 1) {
     blockIdx.y = static_cast<unsigned>(block / blocks);
     std::vector<std::unique_ptr<EmulatedWarp>> warps;
     for (int w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<EmulatedWarp>());
+    std::barrier<> block_barrier(threads);
     std::vector<std::thread> lanes;
     for (int t = 0; t < threads; ++t)
       lanes.emplace_back([&, t] {
         threadIdx.x = static_cast<unsigned>(t);
         current_warp = warps[t / 32].get();
+        current_block = &block_barrier;
         body();
       });
     for (std::thread& lane : lanes) lane.join();

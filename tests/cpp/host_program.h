@@ -16,15 +16,17 @@ inline std::string ReadFile(const std::filesystem::path& path) {
 }
 
 /** Compiles `program` with `compiler` and `flags` in a folder `name` of the temporary directory
- *  and runs it: "" when both succeed, else the logs. */
+ *  and, unless `run_it` is false (an object file only), runs it: "" when that succeeds, else the
+ *  logs. */
 inline std::string BuildAndRun(const std::string& name, const std::string& program,
-                               const std::string& compiler, const std::string& flags) {
+                               const std::string& compiler, const std::string& flags, bool run_it = true) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / name;
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "program.cc") << program;
   const std::string build = compiler + " " + flags + " -o " + (dir / "program").string() + " " +
                             (dir / "program.cc").string() + " > " + (dir / "build.txt").string() + " 2>&1";
   if (std::system(build.c_str()) != 0) return "build failed:\n" + ReadFile(dir / "build.txt");
+  if (!run_it) return "";
   const std::string run = (dir / "program").string() + " > " + (dir / "run.txt").string() + " 2>&1";
   const int rc = std::system(run.c_str());
   const std::string output = ReadFile(dir / "run.txt");
