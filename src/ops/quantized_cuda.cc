@@ -51,12 +51,34 @@ __device__ __forceinline__ float zero_point(const Z* zp, int64_t col, int kb, in
   }
 }
 
+// One block of B's row `col` dequantized as ORT's CPU EP computes it: w = (q - zero_point) *
+// scale in float32, for float zero points q * scale + (-(scale * zero_point)); each operation
+// rounded on its own (no fused multiply-add in the weight).
+template <int BITS, int ZP>
+struct BlockWeights {
+  float s, z, neg_sz;
+  // Value v of a 32-bit word of the block (bits [BITS * v, BITS * (v + 1))).
+  __device__ __forceinline__ float operator()(uint32_t word, int v) const {
+    const float q = static_cast<float>((word >> (BITS * v)) & ((1u << BITS) - 1));
+    return ZP == 2 ? __fadd_rn(__fmul_rn(q, s), neg_sz) : __fmul_rn(q - z, s);
+  }
+};
+
+// A function, not a constructor: nvcc's host pass compiles constructor bodies and finds no
+// __fmul_rn there.
+template <int BITS, int ZP, typename T, typename Z>
+__device__ __forceinline__ BlockWeights<BITS, ZP> block_weights(const T* scales, const Z* zp, int64_t col, int kb,
+                                                                int blk) {
+  const float s = static_cast<float>(scales[col * kb + blk]);
+  const float z = zero_point<BITS, ZP>(zp, col, kb, blk);
+  return {s, z, -__fmul_rn(s, z)};
+}
+
 template <int BITS, int BLOCK, int ROWS, int ZP, bool HAS_BIAS, typename T, typename Z>
 __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const T* scales,
                                              const Z* zp, const T* bias, T* y, int K, int N, int kb) {
   constexpr int kWarp = 32;
   constexpr int VALS = 32 / BITS;  // values in one 32-bit word
-  constexpr uint32_t MASK = (1u << BITS) - 1;
   const int lane = threadIdx.x & (kWarp - 1);
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (col >= N) return;  // the whole warp: one column a warp
@@ -69,17 +91,12 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
   for (int i = lane; i < words; i += kWarp) {
     const uint32_t word = row[i];
     const int k0 = i * VALS;
-    const int blk = k0 / BLOCK;
-    const float s = static_cast<float>(scales[col * kb + blk]);
-    const float z = zero_point<BITS, ZP>(zp, col, kb, blk);
-    const float neg_sz = -__fmul_rn(s, z);
+    const BlockWeights<BITS, ZP> weight = block_weights<BITS, ZP>(scales, zp, col, kb, k0 / BLOCK);
 #pragma unroll
     for (int v = 0; v < VALS; ++v) {
       const int k = k0 + v;
       if (k < K) {  // past K: the padding of the last block
-        const float q = static_cast<float>((word >> (BITS * v)) & MASK);
-        // Rounded as ORT's CPU EP rounds them (no fused multiply-add in the weight).
-        const float w = ZP == 2 ? __fadd_rn(__fmul_rn(q, s), neg_sz) : __fmul_rn(q - z, s);
+        const float w = weight(word, v);
 #pragma unroll
         for (int r = 0; r < ROWS; ++r) acc[r] = fmaf(static_cast<float>(x[r * K + k]), w, acc[r]);
       }
@@ -103,24 +120,19 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
 template <int BITS, int BLOCK, int K, int ZP, int OUT, typename T, typename Z, typename O>
 __device__ __forceinline__ void dequantize(const uint8_t* b, const T* scales, const Z* zp, O* out, int N, int kb) {
   constexpr int VALS = 32 / BITS;
-  constexpr uint32_t MASK = (1u << BITS) - 1;
   const int words = kb * (BLOCK / VALS);
   const int64_t total = static_cast<int64_t>(N) * words;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += step) {
     const int64_t col = t / words;
     const int k0 = static_cast<int>(t - col * words) * VALS;
-    const int blk = k0 / BLOCK;
     const uint32_t word = reinterpret_cast<const uint32_t*>(b)[t];
-    const float s = static_cast<float>(scales[col * kb + blk]);
-    const float z = zero_point<BITS, ZP>(zp, col, kb, blk);
-    const float neg_sz = -__fmul_rn(s, z);
+    const BlockWeights<BITS, ZP> weight = block_weights<BITS, ZP>(scales, zp, col, kb, k0 / BLOCK);
 #pragma unroll
     for (int v = 0; v < VALS; ++v) {
       const int k = k0 + v;
       if (k >= K) break;  // the padding of the last block
-      const float q = static_cast<float>((word >> (BITS * v)) & MASK);
-      const float w = ZP == 2 ? __fadd_rn(__fmul_rn(q, s), neg_sz) : __fmul_rn(q - z, s);
+      const float w = weight(word, v);
       if constexpr (OUT == 0) {
         out[col * K + k] = w;
       } else if constexpr (OUT == 1) {
