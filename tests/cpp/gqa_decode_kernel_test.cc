@@ -26,12 +26,9 @@ std::string Parameters(const std::string& t) {
 }
 
 TEST(GqaDecodeKernel, Compiles) {
-  const std::filesystem::path nvcc = "/usr/local/cuda/bin/nvcc";
-  if (!std::filesystem::exists(nvcc)) GTEST_SKIP() << "no nvcc";
-  std::string text =
-      "#include <cstdint>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + Header() +
-      "namespace mlx::core::cu {\nstruct Shape { int32_t v[8]; __device__ int32_t operator[](int i) "
-      "const { return v[i]; } };\n";
+  const std::string nvcc = FindNvcc();
+  if (nvcc.empty()) GTEST_SKIP() << "no nvcc";
+  std::string text = MlxKernelsBegin(Header());
   int count = 0;
   for (const char* t : {"__half", "__nv_bfloat16", "float"})
     for (int d : {64, 80, 96, 128})
@@ -40,10 +37,8 @@ TEST(GqaDecodeKernel, Compiles) {
                 ") {\n  constexpr int D = " + std::to_string(d) +
                 ";\n  constexpr int LCAP = " + std::to_string(cap) +
                 ";\n  constexpr int SCALE_BITS = 1040187392;\n  using T = " + t + ";\n" + Body() + "\n}\n";
-  text += "}  // namespace mlx::core::cu\n";
-  EXPECT_EQ(BuildAndRun("mlx_ep_gqa_decode_compile", text, nvcc.string(), "-x cu -std=c++17 -arch=sm_90 -c",
-                        /*run_it=*/false),
-            "");
+  text += kMlxKernelsEnd;
+  EXPECT_EQ(BuildAndRun("mlx_ep_gqa_decode_compile", text, nvcc, kNvccCompileFlags, /*run_it=*/false), "");
 }
 
 TEST(GqaDecodeKernel, ValuesOnTheHostEmulation) {

@@ -34,6 +34,26 @@ inline std::string BuildAndRun(const std::string& name, const std::string& progr
   return rc == 0 ? "" : "run failed:\n" + output;
 }
 
+/** nvcc's path, or "" when the CUDA toolkit is absent. */
+inline std::string FindNvcc() {
+  for (const char* candidate : {"/usr/local/cuda/bin/nvcc", "/usr/bin/nvcc"})
+    if (std::filesystem::exists(candidate)) return candidate;
+  return "";
+}
+
+/** What an nvcc compile test puts before its kernels, as MLX's cuda_kernel orders a kernel's
+ *  text: the CUDA headers, the kernel's own `header`, then mlx::core::cu with a stand-in for
+ *  MLX's Shape. The kernels follow; close with kMlxKernelsEnd. */
+inline std::string MlxKernelsBegin(const std::string& header) {
+  return "#include <cstdint>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + header +
+         "namespace mlx::core::cu {\nstruct Shape { int32_t v[8]; __device__ int32_t operator[](int i) const "
+         "{ return v[i]; } };\n";
+}
+inline constexpr const char* kMlxKernelsEnd = "}  // namespace mlx::core::cu\n";
+
+/** nvcc's flags for those tests: CUDA source whatever the file's name, an object file only. */
+inline constexpr const char* kNvccCompileFlags = "-x cu -std=c++17 -arch=sm_90 -c";
+
 /** CUDA's headers (cuda_fp16.h for the half types on the host), or "" when absent. */
 inline std::string CudaIncludeDir() {
   const std::filesystem::path dir = "/usr/local/cuda/include";

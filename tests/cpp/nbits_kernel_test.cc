@@ -5,10 +5,7 @@
 // their values on a GPU against ORT's CPU EP.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "host_program.h"
@@ -17,10 +14,9 @@
 namespace mlx_ep {
 namespace {
 
-std::string FindNvcc() {
-  for (const char* candidate : {"/usr/local/cuda/bin/nvcc", "/usr/bin/nvcc"})
-    if (std::filesystem::exists(candidate)) return candidate;
-  return "";
+std::string RowsBody() {
+  const std::string source = NBitsKernelSourceForTests();
+  return source.substr(source.find("// kernel body:"));
 }
 
 // What MLX's generated kernel puts around the body (mlx/backend/cuda/custom_kernel.cpp).
@@ -34,10 +30,7 @@ std::string Wrapper(const std::string& name, const std::string& t, const std::st
          ";\n  constexpr int BLOCK = " + std::to_string(block) +
          ";\n  constexpr int ROWS = " + std::to_string(rows) +
          ";\n  constexpr int ZP = " + std::to_string(zp) +
-         ";\n  constexpr bool HAS_BIAS = " + (bias ? "true" : "false") + ";\n" +
-         std::string(NBitsKernelSourceForTests())
-             .substr(std::string(NBitsKernelSourceForTests()).find("// kernel body:")) +
-         "\n}\n";
+         ";\n  constexpr bool HAS_BIAS = " + (bias ? "true" : "false") + ";\n" + RowsBody() + "\n}\n";
 }
 
 // The dequantizing kernel's wrapper: inputs b, scales, zp; output w.
@@ -56,11 +49,7 @@ TEST(NBitsKernel, CompilesForEveryCase) {
   if (nvcc.empty()) GTEST_SKIP() << "no nvcc";
   const std::string source = NBitsKernelSourceForTests();
   const std::string header = source.substr(0, source.find("// kernel body:"));
-  // As MLX orders it: its headers, the kernel's header, then the kernels in mlx::core::cu.
-  std::string text =
-      "#include <cstdint>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + header +
-      "namespace mlx::core::cu {\nstruct Shape { int32_t v[8]; __device__ int32_t operator[](int i) "
-      "const { return v[i]; } };\n";
+  std::string text = MlxKernelsBegin(header);
   int count = 0;
   for (const char* t : {"__half", "__nv_bfloat16", "float"})
     for (int bits : {2, 4, 8})
@@ -83,17 +72,8 @@ TEST(NBitsKernel, CompilesForEveryCase) {
                                     bits, bits == 2 ? 16 : 32, zp, out);
         }
       }
-  text += "}  // namespace mlx::core::cu\n";
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "mlx_ep_nbits_kernel_test";
-  std::filesystem::create_directories(dir);
-  const std::filesystem::path cu = dir / "kernels.cu";
-  std::ofstream(cu) << text;
-  const std::string command = nvcc + " -std=c++17 -arch=sm_90 -c -o " + (dir / "kernels.o").string() + " " +
-                              cu.string() + " > " + (dir / "log.txt").string() + " 2>&1";
-  const int rc = std::system(command.c_str());
-  std::ifstream log(dir / "log.txt");
-  const std::string output((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  EXPECT_EQ(rc, 0) << output << "\nsource: " << cu;
+  text += kMlxKernelsEnd;
+  EXPECT_EQ(BuildAndRun("mlx_ep_nbits_kernel_test", text, nvcc, kNvccCompileFlags, /*run_it=*/false), "");
   EXPECT_GT(count, 60);
 }
 
