@@ -148,17 +148,32 @@ Claim ClaimMatMulNBits(const NodeView& v) {
   return Claim::Yes();
 }
 
-/** Zero points as float32 [N, k_blocks] (unpacked from uint8), or nullopt when absent. */
-std::optional<mx::array> ZeroPoints(const OpContext& c, const NBits& a, mx::Stream s) {
+/** zero_points as the op gives them (packed uint8 or A's float type), their size checked. */
+std::optional<mx::array> RawZeroPoints(const OpContext& c, const NBits& a) {
   if (!c.has_input(3)) return std::nullopt;
   const mx::array& z = c.input(3);
-  if (z.dtype() != mx::uint8) {
-    if (z.size() != static_cast<size_t>(a.N * a.k_blocks)) c.Fail("zero_points must be [N, k_blocks]");
+  const size_t expected = z.dtype() == mx::uint8 ? static_cast<size_t>(a.N * ((a.k_blocks * a.bits + 7) / 8))
+                                                 : static_cast<size_t>(a.N * a.k_blocks);
+  if (z.size() != expected)
+    c.Fail("zero_points has " + std::to_string(z.size()) + " values, expected " + std::to_string(expected));
+  return z;
+}
+
+/** B as [N, k_blocks, blob] (the op's shape; a view of a flat B). */
+mx::array PackedB(const OpContext& c, const NBits& a, mx::Stream s) {
+  return mx::reshape(c.input(1),
+                     {static_cast<int>(a.N), static_cast<int>(a.k_blocks), static_cast<int>(a.blob)}, s);
+}
+
+/** Zero points as float32 [N, k_blocks] (unpacked from uint8), or nullopt when absent. */
+std::optional<mx::array> ZeroPoints(const OpContext& c, const NBits& a, mx::Stream s) {
+  const std::optional<mx::array> raw = RawZeroPoints(c, a);  // its size checked
+  if (!raw) return std::nullopt;
+  const mx::array& z = *raw;
+  if (z.dtype() != mx::uint8)
     return mx::astype(mx::reshape(z, {static_cast<int>(a.N), static_cast<int>(a.k_blocks)}, s), mx::float32,
                       s);
-  }
   const int zb = static_cast<int>((a.k_blocks * a.bits + 7) / 8);
-  if (z.size() != static_cast<size_t>(a.N * zb)) c.Fail("zero_points must be [N, ceil(k_blocks * bits / 8)]");
   mx::array q = UnpackBits(mx::reshape(z, {static_cast<int>(a.N), zb}, s), static_cast<int>(a.bits), s);
   q = mx::slice(q, {0, 0}, {static_cast<int>(a.N), static_cast<int>(a.k_blocks)}, s);
   return mx::astype(q, mx::float32, s);
@@ -168,8 +183,7 @@ std::optional<mx::array> ZeroPoints(const OpContext& c, const NBits& a, mx::Stre
 mx::array DequantizedB(const OpContext& c, const NBits& a, const mx::array& scales,
                        const std::optional<mx::array>& zp, mx::Stream s) {
   const int N = static_cast<int>(a.N), kb = static_cast<int>(a.k_blocks), bs = static_cast<int>(a.block_size);
-  const mx::array packed = mx::reshape(c.input(1), {N, kb, static_cast<int>(a.blob)}, s);
-  const mx::array q = mx::astype(UnpackBits(packed, static_cast<int>(a.bits), s), mx::float32, s);
+  const mx::array q = mx::astype(UnpackBits(PackedB(c, a, s), static_cast<int>(a.bits), s), mx::float32, s);
   const mx::array scale = mx::expand_dims(scales, -1, s);
   mx::array w = [&] {
     if (zp && c.input(3).dtype() != mx::uint8)  // ORT: q * scale + (-scale * zp)
@@ -226,23 +240,11 @@ mx::array HalfPrefillProduct(const mx::array& x, const mx::array& w, mx::Stream 
   return FlatFreeMatmul(mx::concatenate({x, x}, -1, s), mx::transpose(pair, s), s);
 }
 
-/** zero_points as the op gives them (packed uint8 or A's float type), their size checked. */
-std::optional<mx::array> RawZeroPoints(const OpContext& c, const NBits& a) {
-  if (!c.has_input(3)) return std::nullopt;
-  const mx::array& z = c.input(3);
-  const size_t expected = z.dtype() == mx::uint8 ? static_cast<size_t>(a.N * ((a.k_blocks * a.bits + 7) / 8))
-                                                 : static_cast<size_t>(a.N * a.k_blocks);
-  if (z.size() != expected)
-    c.Fail("zero_points has " + std::to_string(z.size()) + " values, expected " + std::to_string(expected));
-  return z;
-}
-
 /** A GPU prefill whose B one custom kernel dequantizes (NBitsDequantizeKernelWanted) into what
  *  `mode` multiplies: a2 is A as [rows, K] (or its own unit-batch shape), x the same in float32. */
 mx::array PrefillByKernel(const OpContext& c, const NBits& a, const mx::array& a2, const mx::array& x,
                           HalfPrefill mode, mx::Stream s) {
-  const mx::array b = mx::reshape(
-      c.input(1), {static_cast<int>(a.N), static_cast<int>(a.k_blocks), static_cast<int>(a.blob)}, s);
+  const mx::array b = PackedB(c, a, s);
   const NBitsDequantized out = mode == HalfPrefill::kSplit  ? NBitsDequantized::kSplit
                                : mode == HalfPrefill::kHalf ? NBitsDequantized::kHalf
                                                             : NBitsDequantized::kFloat32;
@@ -262,8 +264,7 @@ bool QuantizedMatmulFits(const NBits& a, int64_t rows) {
  *  are and computes in float32 (quantized_cuda.cc); A in its own shape. */
 mx::array TranslateByKernel(const OpContext& c, const NBits& a, const mx::array& A) {
   const mx::Stream s = c.stream;
-  const mx::array b = mx::reshape(
-      c.input(1), {static_cast<int>(a.N), static_cast<int>(a.k_blocks), static_cast<int>(a.blob)}, s);
+  const mx::array b = PackedB(c, a, s);
   const std::optional<mx::array> bias = c.has_input(5) ? std::optional<mx::array>(c.input(5)) : std::nullopt;
   return NBitsRowsKernel(A, b, c.input(2), RawZeroPoints(c, a), bias, static_cast<int>(a.bits),
                          static_cast<int>(a.block_size), s);
