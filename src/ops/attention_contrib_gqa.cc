@@ -360,11 +360,90 @@ mx::array Attend(const OpContext& c, const mx::array& qf, const AttendedKv& kv, 
   return mx::where(mask.any, y, mx::array(0.f), s);
 }
 
+/** The node's outputs from the attention's `out` [B, S, H * D] (T) and the step's new rows `k`,
+ *  `v` [B, Hkv, S, D]: present's length checked against total_sequence_length (see the header),
+ *  present declared an in-place update of past in the shared-buffer layout. */
+std::vector<mx::array> Outputs(const OpContext& c, const mx::array& out, const mx::array& k,
+                               const mx::array& v, const mx::array& present_k, const mx::array& present_v,
+                               const Step& st) {
+  const mx::Stream s = c.stream;
+  const int batch = k.shape(0), seq = k.shape(2), len = present_k.shape(2);
+  // The shape ORT would give present (see the header): a run whose total_sequence_length asks for
+  // another fails with the reason before anything is written (never reached when the trace knew
+  // the total: present was sized from it).
+  const mx::array total = mx::reshape(c.input(kTotalLength), {}, s);
+  const mx::array fits = c.has_input(kPastKey) ? mx::less_equal(total, mx::array(len, mx::int32), s)
+                                               : mx::equal(total, mx::array(seq, mx::int32), s);
+  if (const Tensor* now = c.trace_value(kTotalLength); now && now->NumElements() == 1) {
+    // total_sequence_length is data only because the attention mask's length is a dynamic dim
+    // (the trace of one mask length would size present from it): one function serves every
+    // length that fits present, and runs where it does not are traced for their own shapes.
+    const int64_t total_now = now->ToInt64()[0];
+    if (c.has_input(kPastKey) ? total_now > len : total_now != seq)
+      c.FailDynamic("present's length follows total_sequence_length");
+    c.Assume(fits, "total_sequence_length fits present");
+  } else {
+    c.Require(fits, c.has_input(kPastKey)
+                        ? "total_sequence_length exceeds past_key's " + std::to_string(len) +
+                              " rows: ORT's present would be past + new rows, a shape this compiled graph "
+                              "cannot have (present keeps past's shape here: bind present to past's buffer, "
+                              "or let total_sequence_length fold from the attention mask's shape)"
+                        : "total_sequence_length differs from the sequence length (" + std::to_string(seq) +
+                              ") without past_key");
+  }
+  // The shared-buffer layout (present is past's shape): present = past with the new rows at
+  // offset_b. When ORT gives past's own buffer as present's, only those rows are written.
+  if (c.has_input(kPastKey) && len == c.input(kPastKey).shape(2)) {
+    const mx::array offsets = mx::reshape(st.offset, {batch}, s);
+    c.UpdateInPlace(1, kPastKey, 2, k, offsets);
+    c.UpdateInPlace(2, kPastValue, 2, v, offsets);
+  }
+  std::vector<mx::array> outs = {out};
+  if (c.num_outputs() > 1) outs.push_back(present_k);
+  if (c.num_outputs() > 2) outs.push_back(present_v);
+  while (outs.size() < c.num_outputs())
+    outs.push_back(mx::zeros({0}, out.dtype(), s));  // unused output_qk slot
+  return outs;
+}
+
+/** A decode step (one query row, the shared-buffer layout) in one custom CUDA kernel where it
+ *  applies (ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=kernel, attention_gqa_cuda.cc); nullopt for the
+ *  composed paths: softcap, attention_bias, head_sink and smooth_softmax stay with them. */
+std::optional<GqaDecodeStep> StepByKernel(const OpContext& c, int heads, int kv_heads) {
+  const Node& n = c.node;
+  const mx::array& query = c.input(kQuery);
+  if (!DecodeStepByKernelWanted() || !c.has_input(kPastKey) || query.ndim() != 3 || query.shape(1) != 1)
+    return std::nullopt;
+  if (c.has_input(kBias) || c.has_input(kHeadSink) || n.AttrFloat("softcap", 0.f) > 0.f ||
+      n.AttrInt("smooth_softmax", 0) == 1)
+    return std::nullopt;
+  const mx::array& past_k = c.input(kPastKey);
+  if (past_k.ndim() != 4 || PresentLength(c) != past_k.shape(2)) return std::nullopt;
+  const int width = c.has_input(kKey) ? query.shape(2) / heads : query.shape(2) / (heads + 2 * kv_heads);
+  const float scale_attr = n.AttrFloat("scale", 0.f);
+  auto optional = [&](size_t i) {
+    return c.has_input(i) ? std::optional<mx::array>(c.input(i)) : std::nullopt;
+  };
+  const int64_t window = n.AttrInt("local_window_size", -1);
+  return DecodeStepByKernel(
+      {query, optional(kKey), optional(kValue), past_k, c.input(kPastValue), c.input(kSeqlensK),
+       c.input(kTotalLength), optional(kCos), optional(kSin), optional(kPositionIds), heads, kv_heads, width,
+       n.AttrInt("rotary_interleaved", 0) == 1, window > 0 ? static_cast<int>(window) : 0,
+       scale_attr == 0.f ? 1.f / std::sqrt(static_cast<float>(width)) : scale_attr},
+      c.stream);
+}
+
 std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
   const Node& n = c.node;
   const mx::Stream s = c.stream;
   const int heads = static_cast<int>(n.AttrInt("num_heads", 0)),
             kv_heads = static_cast<int>(n.AttrInt("kv_num_heads", 0));
+  if (std::optional<GqaDecodeStep> step = StepByKernel(c, heads, kv_heads)) {
+    const Step st = StepOf(c, step->key.shape(0), 1);
+    const mx::array past_k = PastRows(c, step->key, kPastKey), past_v = PastRows(c, step->value, kPastValue);
+    return Outputs(c, step->out, step->key, step->value, Present(c, step->key, st, past_k),
+                   Present(c, step->value, st, past_v), st);
+  }
   auto [q, k, v] = SplitQkv(c, heads, kv_heads);
   const mx::Dtype t = q.dtype();
   const int batch = q.shape(0), seq = q.shape(2);
@@ -407,41 +486,7 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
                              optional(kBias), optional(kHeadSink)},
                             len);
   mx::array y = fused ? *fused : Attend(c, mx::astype(q, mx::float32, s), kv, st, len);
-  // The shape ORT would give present (see the header): a run whose total_sequence_length asks for
-  // another fails with the reason before anything is written (never reached when the trace knew
-  // the total: present was sized from it).
-  const mx::array total = mx::reshape(c.input(kTotalLength), {}, s);
-  const mx::array fits = c.has_input(kPastKey) ? mx::less_equal(total, mx::array(len, mx::int32), s)
-                                               : mx::equal(total, mx::array(seq, mx::int32), s);
-  if (const Tensor* now = c.trace_value(kTotalLength); now && now->NumElements() == 1) {
-    // total_sequence_length is data only because the attention mask's length is a dynamic dim
-    // (the trace of one mask length would size present from it): one function serves every
-    // length that fits present, and runs where it does not are traced for their own shapes.
-    const int64_t total_now = now->ToInt64()[0];
-    if (c.has_input(kPastKey) ? total_now > len : total_now != seq)
-      c.FailDynamic("present's length follows total_sequence_length");
-    c.Assume(fits, "total_sequence_length fits present");
-  } else {
-    c.Require(fits, c.has_input(kPastKey)
-                        ? "total_sequence_length exceeds past_key's " + std::to_string(len) +
-                              " rows: ORT's present would be past + new rows, a shape this compiled graph "
-                              "cannot have (present keeps past's shape here: bind present to past's buffer, "
-                              "or let total_sequence_length fold from the attention mask's shape)"
-                        : "total_sequence_length differs from the sequence length (" + std::to_string(seq) +
-                              ") without past_key");
-  }
-  // The shared-buffer layout (present is past's shape): present = past with the new rows at
-  // offset_b. When ORT gives past's own buffer as present's, only those rows are written.
-  if (c.has_input(kPastKey) && len == c.input(kPastKey).shape(2)) {
-    const mx::array offsets = mx::reshape(st.offset, {batch}, s);
-    c.UpdateInPlace(1, kPastKey, 2, k, offsets);
-    c.UpdateInPlace(2, kPastValue, 2, v, offsets);
-  }
-  std::vector<mx::array> outs = {mx::astype(MergeHeads(y, s), t, s)};
-  if (c.num_outputs() > 1) outs.push_back(present_k);
-  if (c.num_outputs() > 2) outs.push_back(present_v);
-  while (outs.size() < c.num_outputs()) outs.push_back(mx::zeros({0}, t, s));  // unused output_qk slot
-  return outs;
+  return Outputs(c, mx::astype(MergeHeads(y, s), t, s), k, v, present_k, present_v, st);
 }
 
 }  // namespace

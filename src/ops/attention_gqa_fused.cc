@@ -23,8 +23,9 @@
 //    computes the scores in T. With rotary embedding the rotation's fused kernel writes both rows
 //    (GqaCoreInputs::q_doubled), so the duplicate costs no copy kernel. Or, with
 //    ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=gemv, no cuDNN at all: DecodeCoreByGemv (off: slower on
-//    the H200, more primitives than it saves); or =kernel, one custom CUDA kernel over the past
-//    buffer and the new row, no Concatenate either (attention_gqa_cuda.cc; off until measured).
+//    the H200, more primitives than it saves); or =kernel, where the whole decode step is one
+//    custom CUDA kernel before any of this (DecodeStepByKernel, attention_gqa_cuda.cc; off until
+//    measured).
 // Numerics against ORT (float32 scores): cuDNN accumulates Q K^T in float32, scales by `scale`
 // in float32, adds the mask and runs the softmax in float32; like every FlashAttention-style
 // kernel (and ORT's own CUDA EP) it rounds the probabilities to T for the P V product
@@ -87,14 +88,6 @@ std::pair<mx::array, mx::array> ConcatKeyMask(const OpContext& c, const GqaCoreI
  *  is measured on a GPU. */
 bool DecodeByGemv() {
   static const bool on = EnvString(env::kDecodeAttention) == "gemv";
-  return on;
-}
-
-/** ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=kernel: a decode step's core in one custom CUDA kernel
- *  over the past buffer and the new row (DecodeCoreByKernel), no Concatenate, no cuDNN; default
- *  off until it is measured on a GPU. */
-bool DecodeByKernel() {
-  static const bool on = EnvString(env::kDecodeAttention) == "kernel";
   return on;
 }
 
@@ -177,6 +170,11 @@ std::optional<mx::array> AttendByCudnn(const GqaCoreInputs& in, mx::array keys, 
 
 }  // namespace
 
+bool DecodeStepByKernelWanted() {
+  static const bool on = EnvString(env::kDecodeAttention) == "kernel";
+  return on && UseFusedGpuPaths();
+}
+
 std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs& in) {
   if (!UseFusedGpuPaths() || !FusedCoreApplies(c, in)) return std::nullopt;
   const mx::Stream s = c.stream;
@@ -185,15 +183,11 @@ std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs&
   auto [allowed, any] = ConcatKeyMask(c, in, seq, past_len);
   const float scale_attr = c.node.AttrFloat("scale", 0.f);
   const float scale = scale_attr == 0.f ? 1.f / std::sqrt(static_cast<float>(in.q.shape(3))) : scale_attr;
-  std::optional<mx::array> y;
-  if (seq == 1 && past_len > 0 && DecodeByKernel())
-    y = DecodeCoreByKernel(in.q, *in.past_k, *in.past_v, in.k, in.v, allowed, scale, s);
-  if (!y) {
-    const mx::array keys = past_len ? mx::concatenate({*in.past_k, in.k}, 2, s) : in.k;
-    const mx::array values = past_len ? mx::concatenate({*in.past_v, in.v}, 2, s) : in.v;
-    y = seq == 1 && DecodeByGemv() ? DecodeCoreByGemv(in.q, keys, values, allowed, scale, s)
+  const mx::array keys = past_len ? mx::concatenate({*in.past_k, in.k}, 2, s) : in.k;
+  const mx::array values = past_len ? mx::concatenate({*in.past_v, in.v}, 2, s) : in.v;
+  std::optional<mx::array> y = seq == 1 && DecodeByGemv()
+                                   ? DecodeCoreByGemv(in.q, keys, values, allowed, scale, s)
                                    : AttendByCudnn(in, keys, values, allowed, scale, s);
-  }
   if (!y) return std::nullopt;
   const mx::array& out = *y;
   // A row that attends no key (a padding row of a prompt with a short window) is zero, as in ORT.

@@ -59,13 +59,40 @@ struct GqaCoreInputs {
   const std::optional<mx::array>& q_doubled;
 };
 
-/** A decode step's core (q [B, H, 1, D]) in one custom CUDA kernel over the past buffer
- *  [B, Hkv, P, D] and the new rows [B, Hkv, 1, D] where they are, `allowed` [B, 1, 1, P + 1] the
- *  key mask (attention_gqa_cuda.cc): float32 [B, H, 1, D], or nullopt off MLX's CUDA backend and
- *  for shapes it does not take (head size not 64/80/96/128, more than 8191 past rows). */
-std::optional<mx::array> DecodeCoreByKernel(const mx::array& q, const mx::array& past_k,
-                                            const mx::array& past_v, const mx::array& k, const mx::array& v,
-                                            const mx::array& allowed, float scale, mx::Stream s);
+/** What a GroupQueryAttention decode step (one query row, past buffers of the shared layout)
+ *  reads, as the node has it (attention_contrib_gqa.cc): query [B, 1, H * D], or packed QKV
+ *  [B, 1, (H + 2 Hkv) * D] when key/value are absent; past_key/past_value [B, Hkv, P, D];
+ *  seqlens_k [B] and total_sequence_length (int32); the cos/sin caches [max_position, rot / 2] and
+ *  position_ids [B, n] (int64) when given; window 0 for none. */
+struct GqaDecodeStepInputs {
+  const mx::array& query;
+  std::optional<mx::array> key, value;
+  const mx::array& past_key;
+  const mx::array& past_value;
+  const mx::array& seqlens_k;
+  const mx::array& total_length;
+  std::optional<mx::array> cos_cache, sin_cache, position_ids;
+  int heads, kv_heads, head_size;
+  bool interleaved;
+  int window;
+  float scale;
+};
+
+/** A decode step's results: the output [B, 1, H * D], the rotated key rows and the value rows
+ *  [B, Hkv, 1, D] (the in-place update's rows), all in the query's dtype. */
+struct GqaDecodeStep {
+  mx::array out, key, value;
+};
+
+/** ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=kernel on the fused GPU paths: a decode step in one custom
+ *  CUDA kernel (DecodeStepByKernel). Off by default until it is measured on a GPU. */
+bool DecodeStepByKernelWanted();
+
+/** The whole decode step (rotation, masks, attention, the new rows) in one custom CUDA kernel
+ *  over the node's inputs where they are (attention_gqa_cuda.cc); nullopt off MLX's CUDA backend
+ *  and for shapes it does not take (head size over 128, more than 8191 past rows). No softcap,
+ *  attention_bias or head_sink: the caller declines those. */
+std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s);
 
 /** That kernel's device code as NVRTC compiles it (header, then its body), for host tests. */
 const char* GqaDecodeKernelSourceForTests();

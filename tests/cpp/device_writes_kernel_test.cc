@@ -13,6 +13,27 @@
 namespace mlx_ep {
 namespace {
 
+// Both kernels as MLX's cuda_kernel wraps them (its parameters, then T), compiled by NVRTC as MLX
+// compiles them on the GPU, for each dtype the writes take.
+TEST(DeviceWritesKernel, CompilesLikeMlx) {
+  if (!NvrtcAvailable()) GTEST_SKIP() << "no NVRTC (the CUDA toolkit)";
+  std::string text = MlxKernelsBegin("");
+  int count = 0;
+  for (const char* t : {"__half", "__nv_bfloat16", "float", "int64_t", "uint8_t", "bool"}) {
+    const std::string T = t, n = std::to_string(count++);
+    text += "__global__ void one" + n + "(const " + T + "* src, const int32_t* offsets, const " + T +
+            "* dst, const int32_t* ok, const int64_t* params, int32_t* done) {\n  using T = " + T + ";\n" +
+            DeviceWritesSourceForTests(0) + "}\n";
+    text += "__global__ void all" + n + "(const " + T + "* src0, const " + T + "* src1, const " + T +
+            "* src2, const int32_t* off0, const int32_t* off1, const int32_t* off2, const " + T +
+            "* dst0, const " + T + "* dst1, const " + T +
+            "* dst2, const int32_t* ok, const int64_t* params, int32_t* done) {\n" + "  using T = " + T +
+            ";\n" + DeviceWritesSourceForTests(3) + "}\n";
+  }
+  text += kMlxKernelsEnd;
+  EXPECT_EQ(CompileLikeMlx("mlx_ep_device_writes_compile", text), "");
+}
+
 TEST(DeviceWritesKernel, ValuesOnTheHostEmulation) {
   if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;

@@ -1,5 +1,6 @@
-// Builds and runs a host program at test time (the kernel emulation tests: nbits_kernel_test.cc,
-// device_writes_kernel_test.cc, with cuda_host_emulation.h).
+// Builds and runs a host program at test time: the kernel tests (nbits_kernel_test.cc,
+// device_writes_kernel_test.cc, gqa_decode_kernel_test.cc) compile the EP's CUDA kernel sources
+// with NVRTC as MLX does on a GPU, and run them on the host through cuda_host_emulation.h.
 #pragma once
 
 #include <cstdio>
@@ -15,16 +16,18 @@ inline std::string ReadFile(const std::filesystem::path& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-/** Compiles `program` with `compiler` and `flags` in a folder `name` of the temporary directory
- *  and, unless `run_it` is false (an object file only), runs it: "" when that succeeds, else the
- *  logs. */
+/** Compiles `program` with `compiler` and `flags` (and `libs` after the source) in a folder `name`
+ *  of the temporary directory and, unless `run_it` is false (an object file only), runs it: ""
+ *  when that succeeds, else the logs. */
 inline std::string BuildAndRun(const std::string& name, const std::string& program,
-                               const std::string& compiler, const std::string& flags, bool run_it = true) {
+                               const std::string& compiler, const std::string& flags, bool run_it = true,
+                               const std::string& libs = "") {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / name;
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "program.cc") << program;
   const std::string build = compiler + " " + flags + " -o " + (dir / "program").string() + " " +
-                            (dir / "program.cc").string() + " > " + (dir / "build.txt").string() + " 2>&1";
+                            (dir / "program.cc").string() + " " + libs + " > " +
+                            (dir / "build.txt").string() + " 2>&1";
   if (std::system(build.c_str()) != 0) return "build failed:\n" + ReadFile(dir / "build.txt");
   if (!run_it) return "";
   const std::string run = (dir / "program").string() + " > " + (dir / "run.txt").string() + " 2>&1";
@@ -34,25 +37,58 @@ inline std::string BuildAndRun(const std::string& name, const std::string& progr
   return rc == 0 ? "" : "run failed:\n" + output;
 }
 
-/** nvcc's path, or "" when the CUDA toolkit is absent. */
-inline std::string FindNvcc() {
-  for (const char* candidate : {"/usr/local/cuda/bin/nvcc", "/usr/bin/nvcc"})
-    if (std::filesystem::exists(candidate)) return candidate;
-  return "";
-}
-
-/** What an nvcc compile test puts before its kernels, as MLX's cuda_kernel orders a kernel's
+/** What a compile test (CompileLikeMlx) puts before its kernels, as MLX's cuda_kernel orders a kernel's
  *  text: the CUDA headers, the kernel's own `header`, then mlx::core::cu with a stand-in for
  *  MLX's Shape. The kernels follow; close with kMlxKernelsEnd. */
 inline std::string MlxKernelsBegin(const std::string& header) {
-  return "#include <cstdint>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + header +
+  return "#include <cuda/std/cstdint>\n#include <cuda_fp16.h>\n#include <cuda_bf16.h>\n" + header +
          "namespace mlx::core::cu {\nstruct Shape { int32_t v[8]; __device__ int32_t operator[](int i) const "
          "{ return v[i]; } };\n";
 }
 inline constexpr const char* kMlxKernelsEnd = "}  // namespace mlx::core::cu\n";
 
-/** nvcc's flags for those tests: CUDA source whatever the file's name, an object file only. */
-inline constexpr const char* kNvccCompileFlags = "-x cu -std=c++17 -arch=sm_90 -c";
+/** True when CUDA's runtime compiler is here (nvrtc.h and libnvrtc), for CompileLikeMlx. */
+inline bool NvrtcAvailable() {
+  return std::filesystem::exists("/usr/local/cuda/include/nvrtc.h") &&
+         std::filesystem::exists("/usr/local/cuda/lib64/libnvrtc.so");
+}
+
+/** `kernels` (MlxKernelsBegin ... kMlxKernelsEnd) compiled as MLX's CUDA backend compiles a
+ *  custom kernel on the GPU (mlx/backend/cuda/jit_module.cpp: NVRTC, no host headers,
+ *  --device-as-default-execution-space, CUDA's and CCCL's headers, the H200's architecture):
+ *  "" when it compiles, else NVRTC's log. A host program of its own links libnvrtc. */
+inline std::string CompileLikeMlx(const std::string& name, const std::string& kernels) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / name;
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "kernels.cu") << kernels;
+  const std::string driver = R"(#include <nvrtc.h>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+int main() {
+  std::ifstream in(")" + (dir / "kernels.cu").string() +
+                             R"(");
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string source = text.str();
+  nvrtcProgram program;
+  if (nvrtcCreateProgram(&program, source.c_str(), "kernels.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) return 2;
+  const char* options[] = {"--device-as-default-execution-space", "--gpu-architecture=compute_90a",
+                           "--include-path=/usr/local/cuda/include", "--include-path=/usr/local/cuda/include/cccl"};
+  const nvrtcResult result = nvrtcCompileProgram(program, 4, options);
+  size_t size = 0;
+  nvrtcGetProgramLogSize(program, &size);
+  std::string log(size, '\0');
+  nvrtcGetProgramLog(program, log.data());
+  nvrtcDestroyProgram(&program);
+  if (result != NVRTC_SUCCESS) std::printf("%s\n", log.c_str());
+  return result == NVRTC_SUCCESS ? 0 : 1;
+}
+)";
+  return BuildAndRun(name, driver, "g++", "-std=c++17 -I/usr/local/cuda/include", /*run_it=*/true,
+                     "-L/usr/local/cuda/lib64 -lnvrtc -Wl,-rpath,/usr/local/cuda/lib64");
+}
 
 /** CUDA's headers (cuda_fp16.h for the half types on the host), or "" when absent. */
 inline std::string CudaIncludeDir() {

@@ -45,8 +45,7 @@ std::string DequantizeWrapper(const std::string& name, const std::string& t, con
 }
 
 TEST(NBitsKernel, CompilesForEveryCase) {
-  const std::string nvcc = FindNvcc();
-  if (nvcc.empty()) GTEST_SKIP() << "no nvcc";
+  if (!NvrtcAvailable()) GTEST_SKIP() << "no NVRTC (the CUDA toolkit)";
   const std::string source = NBitsKernelSourceForTests();
   const std::string header = source.substr(0, source.find("// kernel body:"));
   std::string text = MlxKernelsBegin(header);
@@ -73,7 +72,7 @@ TEST(NBitsKernel, CompilesForEveryCase) {
         }
       }
   text += kMlxKernelsEnd;
-  EXPECT_EQ(BuildAndRun("mlx_ep_nbits_kernel_test", text, nvcc, kNvccCompileFlags, /*run_it=*/false), "");
+  EXPECT_EQ(CompileLikeMlx("mlx_ep_nbits_kernel_test", text), "");
   EXPECT_GT(count, 60);
 }
 

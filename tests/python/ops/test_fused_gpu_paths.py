@@ -163,17 +163,26 @@ def test_decode_core_by_gemv():
     assert "ScaledDotProductAttention" in default[-1] or query_doublings(default_log), default
 
 
-def test_decode_core_by_kernel():
+def census_total(line):
+    return int(line.split("total ")[1].split(":")[0])
+
+
+def test_decode_step_by_kernel():
     """ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=kernel (src/ops/attention_gqa_cuda.cc, off by default): a
-    decode step's core as one custom CUDA kernel over the past buffer and the new row where they
-    are: the decode cases above hold their tolerances, with a CustomKernel and neither cuDNN's
-    attention nor a doubled query row. MLX's CUDA backend only; tests/cpp/gqa_decode_kernel_test.cc
-    runs the kernel's own text on the host against a double-precision softmax."""
+    decode step (rotation, masks, attention, the new K and V rows) as one custom CUDA kernel over
+    the node's inputs where they are: the decode cases above hold their tolerances (float32 with
+    every mask layout, float16, bfloat16), with a CustomKernel and neither cuDNN's attention, a
+    softmax nor a doubled query row, in fewer primitives than without the setting. MLX's CUDA
+    backend only; tests/cpp/gqa_decode_kernel_test.cc runs the kernel's own text on the host
+    against a double-precision reference of the node."""
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
     env = {"ONNXRUNTIME_EP_MLX_DECODE_ATTENTION": "kernel", "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph"}
     census, log = census_of_tests(__file__, DECODE_CASES, env=env, timeout=600)
-    if not any("CustomKernel" in line for line in census):
-        pytest.skip("no CustomKernel in the census: not MLX's CUDA backend")
-    assert not any("ScaledDotProductAttention" in line for line in census), census
+    assert census and all("CustomKernel" in line for line in census), census
+    assert not any("ScaledDotProductAttention" in line or "Softmax" in line for line in census), census
     assert not query_doublings(log), query_doublings(log)[:3]
+    fp16 = ["test_gqa_float16[decode]"]
+    with_kernel, _ = census_of_tests(__file__, fp16, env=env)
+    default, _ = census_of_tests(__file__, fp16, env={"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1"})
+    assert census_total(with_kernel[-1]) < census_total(default[-1]) - 10, (with_kernel[-1], default[-1])
