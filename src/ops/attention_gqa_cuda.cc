@@ -235,6 +235,23 @@ std::optional<std::array<int, 6>> RowStarts(const GqaDecodeStepInputs& in) {
   return std::array<int, 6>{q_width, 0, kv_width, 0, kv_width, 0};
 }
 
+/** The rotation's constants (ROT, MAXPOS, POS_STRIDE), or nullopt for caches or position_ids
+ *  of other shapes than the kernel reads. */
+std::optional<std::array<int, 3>> RotationConstants(const GqaDecodeStepInputs& in) {
+  if (!in.cos_cache) return in.position_ids ? std::nullopt : std::optional(std::array<int, 3>{0, 1, 0});
+  const mx::array &c = *in.cos_cache, &s = *in.sin_cache;
+  if (c.ndim() != 2 || s.shape() != c.shape() || c.shape(0) == 0 || 2 * c.shape(1) > in.head_size)
+    return std::nullopt;
+  int pos_stride = 0;
+  if (const std::optional<mx::array>& ids = in.position_ids) {
+    if (ids->ndim() != 2 || ids->shape(0) != in.query.shape(0) || ids->shape(1) < 1 ||
+        ids->dtype() != mx::int64)
+      return std::nullopt;
+    pos_stride = ids->shape(1);
+  }
+  return std::array<int, 3>{2 * c.shape(1), c.shape(0), pos_stride};
+}
+
 }  // namespace
 
 const char* GqaDecodeKernelSourceForTests() {
@@ -242,10 +259,10 @@ const char* GqaDecodeKernelSourceForTests() {
   return text.c_str();
 }
 
-std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s) {
+std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in) {
   const mx::array &q = in.query, &past_k = in.past_key, &past_v = in.past_value;
-  const int D = in.head_size, batch = q.shape(0);
-  if (!CudaKernelsAvailable(s) || D < 1 || D > kMaxHeadSize || in.heads % in.kv_heads != 0)
+  const int D = in.head_size, batch = q.ndim() == 3 ? q.shape(0) : 0;
+  if (batch == 0 || D < 1 || D > kMaxHeadSize || in.kv_heads < 1 || in.heads % in.kv_heads != 0)
     return std::nullopt;
   const mx::Dtype t = q.dtype();
   if (!IsFloat(t) || past_k.dtype() != t || past_v.dtype() != t) return std::nullopt;
@@ -254,23 +271,10 @@ std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, m
   const int past = past_shape[2], keys = past + 1;
   if (past == 0 || keys > kMaxKeys) return std::nullopt;
   const std::optional<std::array<int, 6>> starts = RowStarts(in);
-  if (!starts || in.seqlens_k.size() != static_cast<size_t>(batch) || in.total_length.size() != 1)
+  const std::optional<std::array<int, 3>> rotation = RotationConstants(in);
+  if (!starts || !rotation || in.seqlens_k.size() != static_cast<size_t>(batch) ||
+      in.total_length.size() != 1)
     return std::nullopt;
-  int rot = 0, max_pos = 1;
-  if (in.cos_cache) {
-    rot = 2 * in.cos_cache->shape(1);
-    max_pos = in.cos_cache->shape(0);
-    if (in.cos_cache->ndim() != 2 || in.sin_cache->shape() != in.cos_cache->shape() || max_pos == 0 ||
-        rot > D)
-      return std::nullopt;
-  }
-  int pos_stride = 0;
-  if (in.position_ids) {
-    if (!in.cos_cache || in.position_ids->ndim() != 2 || in.position_ids->shape(0) != batch ||
-        in.position_ids->shape(1) < 1 || in.position_ids->dtype() != mx::int64)
-      return std::nullopt;
-    pos_stride = in.position_ids->shape(1);
-  }
   // Template constants become part of the kernel's name: no minus sign (a negative scale's bits).
   int32_t scale_bits;
   std::memcpy(&scale_bits, &in.scale, sizeof scale_bits);
@@ -278,12 +282,14 @@ std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, m
   const int cap = std::max(256, static_cast<int>(std::bit_ceil(static_cast<unsigned>(keys))));
   const mx::array& placeholder = in.seqlens_k;  // for absent inputs: never read
   const auto& [qs, qo, ks, ko, vs, vo] = *starts;
-  std::vector<mx::array> outs = StepKernel()(
+  const auto& [rot, max_pos, pos_stride] = *rotation;
+  return DecodeStepLaunch{
       {q, in.key ? *in.key : q, in.value ? *in.value : q, past_k, past_v, in.seqlens_k, in.total_length,
        in.cos_cache ? *in.cos_cache : placeholder, in.sin_cache ? *in.sin_cache : placeholder,
        in.position_ids ? *in.position_ids : placeholder},
-      {{batch, 1, in.heads * D}, {batch, in.kv_heads, 1, D}, {batch, in.kv_heads, 1, D}}, {t, t, t},
-      {batch * in.heads * kThreads, 1, 1}, {kThreads, 1, 1},
+      {{batch, 1, in.heads * D}, {batch, in.kv_heads, 1, D}, {batch, in.kv_heads, 1, D}},
+      t,
+      batch * in.heads * kThreads,
       {{"D", D},
        {"LCAP", cap},
        {"ROT", rot},
@@ -301,8 +307,16 @@ std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, m
        {"VS", vs},
        {"VO", vo},
        {"SCALE_BITS", scale_bits},
-       {"T", t}},
-      std::nullopt, false, s);
+       {"T", t}}};
+}
+
+std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s) {
+  if (!CudaKernelsAvailable(s)) return std::nullopt;
+  std::optional<DecodeStepLaunch> plan = PlanDecodeStep(in);
+  if (!plan) return std::nullopt;
+  const std::vector<mx::array> outs =
+      StepKernel()(plan->inputs, plan->output_shapes, {plan->dtype, plan->dtype, plan->dtype},
+                   {plan->threads, 1, 1}, {kThreads, 1, 1}, plan->constants, std::nullopt, false, s);
   return GqaDecodeStep{outs[0], outs[1], outs[2]};
 }
 

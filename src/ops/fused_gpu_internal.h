@@ -12,6 +12,11 @@
 //    fallback does not hide the masks' exactness behind its rounding (tests only).
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mlx/fast.h"
 #include "ops/op.h"
 
 namespace mlx_ep {
@@ -93,6 +98,21 @@ bool DecodeStepByKernelWanted();
  *  and for shapes it does not take (head size over 128, more than 8191 past rows). No softcap,
  *  attention_bias or head_sink: the caller declines those. */
 std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s);
+
+/** What DecodeStepByKernel hands MLX's cuda_kernel: the kernel's inputs (absent ones replaced by
+ *  another), its three outputs' shapes (all of `dtype`), the threads of its grid (128 a block)
+ *  and the constants its body names. */
+struct DecodeStepLaunch {
+  std::vector<mx::array> inputs;
+  std::vector<mx::Shape> output_shapes;
+  mx::Dtype dtype;
+  int threads;
+  std::vector<std::pair<std::string, mx::fast::TemplateArg>> constants;
+};
+
+/** DecodeStepByKernel's launch on any device (a test's view of it): nullopt for what the kernel
+ *  does not take. */
+std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in);
 
 /** That kernel's device code as NVRTC compiles it (header, then its body), for host tests. */
 const char* GqaDecodeKernelSourceForTests();

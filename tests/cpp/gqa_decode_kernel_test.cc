@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
+#include <variant>
+
+#include "mlx/ops.h"
 
 #include "host_program.h"
 #include "ops/fused_gpu_internal.h"
@@ -88,6 +92,69 @@ TEST(GqaDecodeKernel, ValuesOnTheHostEmulation) {
       Parameters("T", "T", "int64_t") + ") {\n" + Body() + "\n}\n#include \"" +
       (tests / "gqa_decode_driver.inc").string() + "\"\n";
   EXPECT_EQ(BuildAndRun("mlx_ep_gqa_decode_emulation", program, "g++", EmulationFlags()), "");
+}
+
+// The launch DecodeStepByKernel makes, on the host: where each row starts in packed and separate
+// QKV (the driver's QS/QO/KS/KO/VS/VO), the rotation's constants, which inputs stand in for
+// absent ones, and the shapes it leaves to the composed paths.
+std::map<std::string, int> Ints(const DecodeStepLaunch& plan) {
+  std::map<std::string, int> ints;
+  for (const auto& [name, value] : plan.constants)
+    if (const int* i = std::get_if<int>(&value)) ints[name] = *i;
+  return ints;
+}
+
+TEST(GqaDecodeKernel, PlanOfTheLaunch) {
+  const int B = 2, H = 8, Hkv = 2, D = 64, P = 300;
+  const mx::array packed = mx::zeros({B, 1, (H + 2 * Hkv) * D}, mx::float16);
+  const mx::array past = mx::zeros({B, Hkv, P, D}, mx::float16), seqlens = mx::zeros({B}, mx::int32);
+  const mx::array total = mx::array(5, mx::int32), cache = mx::zeros({512, 16}, mx::float16);
+  const mx::array ids = mx::zeros({B, 1}, mx::int64);
+  auto plan = PlanDecodeStep({packed, std::nullopt, std::nullopt, past, past, seqlens, total, cache, cache,
+                              ids, H, Hkv, D, true, 4, 0.125f});
+  ASSERT_TRUE(plan);
+  const std::map<std::string, int> want = {
+      {"D", D},     {"LCAP", 512}, {"ROT", 32},       {"H", H},
+      {"HKV", Hkv}, {"P", P},      {"MAXPOS", 512},   {"WINDOW", 4},
+      {"QS", 768},  {"QO", 0},     {"KS", 768},       {"KO", 512},
+      {"VS", 768},  {"VO", 640},   {"POS_STRIDE", 1}, {"SCALE_BITS", 1040187392}};
+  EXPECT_EQ(Ints(*plan), want);
+  EXPECT_EQ(plan->threads, B * H * 128);
+  ASSERT_EQ(plan->output_shapes.size(), 3u);
+  EXPECT_EQ(plan->output_shapes[0], (mx::Shape{B, 1, H * D}));
+  EXPECT_EQ(plan->output_shapes[1], (mx::Shape{B, Hkv, 1, D}));
+  EXPECT_EQ(plan->inputs[1].id(), packed.id());  // key and value: the packed input again
+  EXPECT_EQ(plan->inputs[9].id(), ids.id());
+
+  // Apart, no rotation: the caches' and position_ids' places hold seqlens_k (never read).
+  const mx::array q = mx::zeros({B, 1, H * D}, mx::bfloat16), kv = mx::zeros({B, 1, Hkv * D}, mx::bfloat16);
+  const mx::array past_bf = mx::zeros({B, Hkv, P, D}, mx::bfloat16);
+  plan = PlanDecodeStep({q, kv, kv, past_bf, past_bf, seqlens, total, std::nullopt, std::nullopt,
+                         std::nullopt, H, Hkv, D, false, 0, 0.125f});
+  ASSERT_TRUE(plan);
+  const std::map<std::string, int> ints = Ints(*plan);
+  EXPECT_EQ(ints.at("QS"), H * D);
+  EXPECT_EQ(ints.at("KS"), Hkv * D);
+  EXPECT_EQ(ints.at("KO"), 0);
+  EXPECT_EQ(ints.at("ROT"), 0);
+  EXPECT_EQ(ints.at("POS_STRIDE"), 0);
+  EXPECT_EQ(plan->inputs[7].id(), seqlens.id());
+
+  // Left to the composed paths: a head over 128, 8,192 past rows, a cache dtype the past lacks, a
+  // negative scale (a minus sign in the kernel's name), query rows of another width.
+  const mx::array wide = mx::zeros({B, 1, (H + 2 * Hkv) * 160}, mx::float16);
+  const mx::array wide_past = mx::zeros({B, Hkv, P, 160}, mx::float16);
+  EXPECT_FALSE(PlanDecodeStep({wide, std::nullopt, std::nullopt, wide_past, wide_past, seqlens, total,
+                               std::nullopt, std::nullopt, std::nullopt, H, Hkv, 160, false, 0, 0.1f}));
+  const mx::array long_past = mx::zeros({B, Hkv, 8192, D}, mx::float16);
+  EXPECT_FALSE(PlanDecodeStep({packed, std::nullopt, std::nullopt, long_past, long_past, seqlens, total,
+                               std::nullopt, std::nullopt, std::nullopt, H, Hkv, D, false, 0, 0.125f}));
+  EXPECT_FALSE(PlanDecodeStep({packed, std::nullopt, std::nullopt, past_bf, past_bf, seqlens, total,
+                               std::nullopt, std::nullopt, std::nullopt, H, Hkv, D, false, 0, 0.125f}));
+  EXPECT_FALSE(PlanDecodeStep({packed, std::nullopt, std::nullopt, past, past, seqlens, total, std::nullopt,
+                               std::nullopt, std::nullopt, H, Hkv, D, false, 0, -0.125f}));
+  EXPECT_FALSE(PlanDecodeStep({q, std::nullopt, std::nullopt, past_bf, past_bf, seqlens, total, std::nullopt,
+                               std::nullopt, std::nullopt, H, Hkv, D, false, 0, 0.125f}));
 }
 
 }  // namespace
