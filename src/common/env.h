@@ -50,7 +50,8 @@ constexpr const char* kDeviceMemory =
                                          // CPU too
 constexpr const char* kDeviceWrites =
     "ONNXRUNTIME_EP_MLX_DEVICE_WRITES";  // "0": outputs and in-place rows copied by the host, not a CUDA
-                                         // kernel; "per-block": a kernel launch per block of rows
+                                         // kernel; "per-block": a kernel launch per block of rows;
+                                         // "async": one wait a run (AsyncRunEvaluation)
 constexpr const char* kNoConstantFold =
     "ONNXRUNTIME_EP_MLX_NO_CONSTANT_FOLD";  // "1": constant subgraphs stay in the compiled graph
 constexpr const char* kSpinMicros = "ONNXRUNTIME_EP_MLX_SPIN_US";  // hand-off spin bound (0: off)
@@ -63,10 +64,12 @@ constexpr const char* kAttentionVjpKernel =
     "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_KERNEL";  // "1": CUDA kernels for the tiled AttentionVJP; "force":
                                                 // try it on any device
 constexpr const char* kGraphCensus =
-    "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS";  // log the MLX primitives a run evaluates, by name ("graph": and the graph)
+    "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS";  // log the MLX primitives a run evaluates, by name ("graph": and the
+                                        // graph)
 constexpr const char* kDecodeAttention =
-    "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION";  // "gemv": GQA decode core as float32 one-row products (GPU paths);
-                                            // "kernel": one custom CUDA kernel (attention_gqa_cuda.cc)
+    "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION";  // "gemv": GQA decode core as float32 one-row products (GPU
+                                            // paths); "kernel": the whole decode step as one
+                                            // custom CUDA kernel (attention_gqa_cuda.cc)
 constexpr const char* kNbitsPrefill =
     "ONNXRUNTIME_EP_MLX_NBITS_PREFILL";  // "split" (default), "half" or "float32": ops/quantized.cc
 constexpr const char* kNbitsKernel =

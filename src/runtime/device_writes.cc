@@ -142,6 +142,11 @@ bool DeviceWritesEnabled() {
   return enabled;
 }
 
+bool AsyncRunEvaluation() {
+  static const bool on = EnvString(env::kDeviceWrites) == "async";
+  return on;
+}
+
 mx::array OffsetsInRange(const std::vector<std::pair<mx::array, int64_t>>& offsets_and_room, mx::Stream s) {
   // One concatenation per distinct room (in practice one: every KV buffer of a model has the same
   // length), then its min and max: a handful of primitives for any number of layers.

@@ -317,6 +317,7 @@ bool PartitionRunner::WriteOutput(const mx::array& a, void* dst, std::vector<mx:
       return true;
     }
   }
+  mx::eval({a});  // AsyncRunEvaluation only started it
   std::memcpy(dst, a.data<uint8_t>(), a.nbytes());
   return false;
 }
@@ -364,7 +365,7 @@ std::vector<mx::array> PartitionRunner::EvaluateChecked(const std::vector<InputT
     given.assign(n, nullptr);
     aliased.assign(n, false);
     ProbeInPlace(inputs, outputs, *used.in_place, sink, given, aliased);
-    used.offsets_ok = EvalExceptAliased(outputs, *used.in_place, aliased, /*has_checks=*/false);
+    used.offsets_ok = EvalExceptAliased(outputs, *used.in_place, aliased, /*has_checks=*/false, used.pending);
     return outputs;
   }
 }
@@ -407,13 +408,18 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   // Copy out while `arrays` still holds the inputs: MLX never donated an input buffer to an
   // output, and an output that aliases an input (Identity) still points at live memory.
   std::vector<mx::array> writes;  // device writes: kernels evaluated once, after the outputs
-  if (!WriteInPlace(outputs, *used.in_place, given, aliased, used.offsets_ok, writes)) {
-    // An offset out of range (an op's in-place rows past the buffer): nothing was written;
-    // every output whole, from a second evaluation (only on such inputs).
+  // An offset out of range (an op's in-place rows past the buffer): nothing was written; every
+  // output whole, from a second evaluation (only on such inputs).
+  auto whole = [&] {
     outputs = Evaluate(inputs, arrays, used);
     mx::eval(outputs);
     aliased.assign(aliased.size(), false);
-  }
+  };
+  bool verdict_pending = false;
+  uint64_t device_rows_bytes = 0;
+  if (!WriteInPlace(outputs, *used.in_place, given, aliased, used.offsets_ok, writes, verdict_pending,
+                    device_rows_bytes))
+    whole();
   // The buffers ProbeInPlace was given already; noting those ORT gives later that are aliased.
   auto give = [&](size_t k, const std::vector<int64_t>& shape, size_t bytes) -> void* {
     if (given[k]) return given[k];
@@ -422,9 +428,29 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
       if (e.output == k && dst && dst == inputs[e.input].data) alias_seen_[k] = true;
     return dst;
   };
-  WriteOutputs(outputs, give, aliased, DeviceWritesEnabled() ? &writes : nullptr);
-  // Evaluated before ORT sees any output: the kernels have written when this returns.
+  std::vector<mx::array>* device_writes = DeviceWritesEnabled() ? &writes : nullptr;
+  if (!device_writes) {
+    // The host reads the outputs (adopts or copies them): the asynchronous evaluation done, and
+    // its references gone, which would keep MLX's buffers from being adopted.
+    mx::eval(used.pending);
+    used.pending.clear();
+  }
+  WriteOutputs(outputs, give, aliased, device_writes);
+  // Evaluated before ORT sees any output: the kernels have written when this returns; so has
+  // the asynchronous evaluation (its arrays, waited for: MLX ran it first on the same stream).
   if (!writes.empty()) mx::eval(writes);
+  mx::eval(used.pending);
+  if (verdict_pending) {
+    if (used.offsets_ok->item<int32_t>() == 0) {  // the row kernels wrote nothing
+      whole();
+      writes.clear();
+      WriteOutputs(outputs, give, aliased, device_writes);
+      if (!writes.empty()) mx::eval(writes);
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.bytes_out_in_place += device_rows_bytes;
+    }
+  }
   const uint64_t write_us = MicrosSince(written);
   if (traces_on_this_thread != traces_before) return;
   std::lock_guard<std::mutex> lock(mu_);

@@ -171,6 +171,9 @@ class PartitionRunner {
     /** With device writes: whether the aliased outputs' offsets are in range (int32 [1]),
      *  evaluated with the outputs (EvalExceptAliased). */
     std::optional<mx::array> offsets_ok;
+    /** What EvalExceptAliased evaluated asynchronously (AsyncRunEvaluation): waited for before
+     *  the run returns. */
+    std::vector<mx::array> pending;
   };
 
   /** The device a signature runs on: the runtime device, except that graphs holding an empty
@@ -261,21 +264,25 @@ class PartitionRunner {
   /** Evaluates the outputs (and the checks' verdict) except the `aliased` ones, and the rows and
    *  offsets of those. */
   /** With device writes, also the verdict on the aliased outputs' offsets (Evaluated::offsets_ok). */
+  /** Under AsyncRunEvaluation the evaluation is only started and its arrays go to `pending`. */
   std::optional<mx::array> EvalExceptAliased(const std::vector<mx::array>& outputs,
                                              const std::vector<InPlaceOutput>& in_place,
-                                             const std::vector<bool>& aliased, bool has_checks);
+                                             const std::vector<bool>& aliased, bool has_checks,
+                                             std::vector<mx::array>& pending);
   /** Writes the rows of each aliased in-place output into its buffer; counts the bytes. False,
    *  writing nothing, when an offset is out of range (then the outputs are written whole). With
    *  device writes (`ok` given) the writes are kernels appended to `writes`, for the caller to
-   *  evaluate. */
+   *  evaluate. Under AsyncRunEvaluation `ok` is not read first: the kernels write only if it
+   *  holds, and `verdict_pending` says the caller must read it after evaluating them (the rows'
+   *  bytes, `device_bytes`, are counted then). */
   bool WriteInPlace(const std::vector<mx::array>& outputs, const std::vector<InPlaceOutput>& in_place,
                     const std::vector<void*>& given, const std::vector<bool>& aliased,
-                    const std::optional<mx::array>& ok, std::vector<mx::array>& writes);
-  /** WriteInPlace's device kernels; false (nothing written) when an offset is out of range or a
-   *  buffer is not EP memory. */
+                    const std::optional<mx::array>& ok, std::vector<mx::array>& writes, bool& verdict_pending,
+                    uint64_t& device_bytes);
+  /** WriteInPlace's device kernels; false (nothing launched) when a buffer is not EP memory. */
   bool WriteInPlaceOnDevice(const std::vector<mx::array>& outputs, const std::vector<InPlaceOutput>& in_place,
                             const std::vector<void*>& given, const std::vector<bool>& aliased,
-                            const mx::array& ok, std::vector<mx::array>& writes);
+                            const mx::array& ok, std::vector<mx::array>& writes, uint64_t& device_bytes);
   /** Evaluate, then the outputs (but those written in place: `aliased`, their buffers `given`)
    *  and the runtime checks; a failed assumption of a dynamic function retraces for the shapes.
    *  Throws the message of any other failed check. */

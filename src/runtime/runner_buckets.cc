@@ -144,9 +144,12 @@ std::optional<std::vector<mx::array>> PartitionRunner::EvaluateBucketed(
   for (size_t k = 0; k < n; ++k)
     if (axes[k] >= 0 && !aliased[k]) outputs[k] = FirstRows(outputs[k], axes[k], b.length, s);
   for (const InPlaceOutput& e : in_place) outputs[e.rows] = FirstRows(outputs[e.rows], e.axis, b.length, s);
-  std::optional<mx::array> offsets_ok = EvalExceptAliased(outputs, in_place, aliased, /*has_checks=*/false);
+  std::vector<mx::array> pending;
+  std::optional<mx::array> offsets_ok =
+      EvalExceptAliased(outputs, in_place, aliased, /*has_checks=*/false, pending);
   used = Evaluated{entry->check_messages, {}, std::nullopt, entry->in_place};
   used.offsets_ok = std::move(offsets_ok);
+  used.pending = std::move(pending);
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.bucketed_runs;
   return outputs;

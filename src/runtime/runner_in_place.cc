@@ -22,8 +22,8 @@ RowsLayout Layout(const std::vector<mx::array>& outputs, const InPlaceOutput& e)
 
 std::optional<mx::array> PartitionRunner::EvalExceptAliased(const std::vector<mx::array>& outputs,
                                                             const std::vector<InPlaceOutput>& in_place,
-                                                            const std::vector<bool>& aliased,
-                                                            bool has_checks) {
+                                                            const std::vector<bool>& aliased, bool has_checks,
+                                                            std::vector<mx::array>& pending) {
   const size_t n = plan_.output_names.size();
   std::vector<mx::array> needed;
   for (size_t k = 0; k < n; ++k)
@@ -42,6 +42,12 @@ std::optional<mx::array> PartitionRunner::EvalExceptAliased(const std::vector<mx
       needed.push_back(*(ok = OffsetsInRange(offsets, mx::default_stream(RuntimeDevice()))));
   }
   if (EnvFlag(env::kGraphCensus)) LogCensus(needed);
+  if (AsyncRunEvaluation()) {
+    // Started, not waited for (device_writes.h); nothing is adopted then (the writes copy).
+    mx::async_eval(needed);
+    pending = std::move(needed);
+    return ok;
+  }
   mx::eval(needed);  // `needed` dies here: a second reference would keep outputs from being adopted
   return ok;
 }
@@ -68,8 +74,28 @@ void PartitionRunner::ProbeInPlace(const std::vector<InputTensor>& inputs,
 bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
                                    const std::vector<InPlaceOutput>& in_place,
                                    const std::vector<void*>& given, const std::vector<bool>& aliased,
-                                   const std::optional<mx::array>& ok, std::vector<mx::array>& writes) {
-  if (ok && WriteInPlaceOnDevice(outputs, in_place, given, aliased, *ok, writes)) return true;
+                                   const std::optional<mx::array>& ok, std::vector<mx::array>& writes,
+                                   bool& verdict_pending, uint64_t& device_bytes) {
+  verdict_pending = false;
+  device_bytes = 0;
+  const size_t before = writes.size();
+  if (ok && WriteInPlaceOnDevice(outputs, in_place, given, aliased, *ok, writes, device_bytes)) {
+    if (AsyncRunEvaluation()) {
+      verdict_pending = true;  // read after the writes, which check it themselves
+      return true;
+    }
+    if (ok->item<int32_t>() == 0) {  // evaluated with the outputs: one small read
+      writes.erase(writes.begin() + static_cast<std::ptrdiff_t>(before), writes.end());
+      return false;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.bytes_out_in_place += device_bytes;
+    return true;
+  }
+  std::vector<mx::array> read;  // what the host reads, evaluated (AsyncRunEvaluation started it only)
+  for (const InPlaceOutput& e : in_place)
+    if (aliased[e.output]) read.insert(read.end(), {outputs[e.rows], outputs[e.offsets]});
+  mx::eval(read);
   for (const InPlaceOutput& e : in_place) {
     if (!aliased[e.output]) continue;
     const mx::array& offsets = outputs[e.offsets];
@@ -101,29 +127,21 @@ bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
 bool PartitionRunner::WriteInPlaceOnDevice(const std::vector<mx::array>& outputs,
                                            const std::vector<InPlaceOutput>& in_place,
                                            const std::vector<void*>& given, const std::vector<bool>& aliased,
-                                           const mx::array& ok, std::vector<mx::array>& writes) {
-  std::vector<std::pair<const InPlaceOutput*, mx::array>> targets;
+                                           const mx::array& ok, std::vector<mx::array>& writes,
+                                           uint64_t& device_bytes) {
+  std::vector<RowsWrite> blocks;
   for (const InPlaceOutput& e : in_place) {
     if (!aliased[e.output]) continue;
     const mx::array& out = outputs[e.output];
     std::optional<mx::array> dst = WrapDeviceMemory(given[e.output], out.shape(), out.dtype());
     if (!dst || !dst->flags().row_contiguous) return false;  // not EP memory: the host writes
-    targets.emplace_back(&e, *dst);
-  }
-  if (ok.item<int32_t>() == 0) return false;  // evaluated with the outputs: one small read
-  const mx::Stream s = mx::default_stream(RuntimeDevice());
-  uint64_t in_place_bytes = 0;
-  std::vector<RowsWrite> blocks;
-  for (const auto& [e, dst] : targets) {
-    blocks.push_back({dst, outputs[e->rows], outputs[e->offsets], e->axis});
-    in_place_bytes += outputs[e->rows].nbytes();
+    blocks.push_back({*dst, outputs[e.rows], outputs[e.offsets], e.axis});
+    device_bytes += outputs[e.rows].nbytes();
   }
   if (!blocks.empty()) {
-    std::vector<mx::array> launches = WriteAllRowsInto(blocks, ok, s);
+    std::vector<mx::array> launches = WriteAllRowsInto(blocks, ok, mx::default_stream(RuntimeDevice()));
     writes.insert(writes.end(), launches.begin(), launches.end());
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  stats_.bytes_out_in_place += in_place_bytes;
   return true;
 }
 

@@ -183,6 +183,19 @@ def test_split_decoder_with_memory_patterns_in_ep_memory():
     check_in_child_process(function="check_split_decoder_in_device_memory", ONNXRUNTIME_EP_MLX_DECLINE_OPS="Sigmoid",
                            ONNXRUNTIME_EP_MLX_DEVICE_MEMORY="1" if on_gpu() else "force")
 
+@pytest.mark.parametrize("function", ["check_state_stays_on_device", "check_split_decoder_in_device_memory"])
+def test_asynchronous_run_evaluation(function):
+    """ONNXRUNTIME_EP_MLX_DEVICE_WRITES=async (runtime/device_writes.h, AsyncRunEvaluation): a run's
+    graph only started, the host waiting once after the device writes (on a CUDA GPU, which MLX
+    orders after the graph on its stream) or before the host reads the outputs (elsewhere): the
+    same states and tokens, and on MLX's CPU device still no byte copied by the host."""
+    env = {"ONNXRUNTIME_EP_MLX_DEVICE_WRITES": "async",
+           "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY": "1" if on_gpu() else "force"}
+    if function == "check_split_decoder_in_device_memory":
+        env["ONNXRUNTIME_EP_MLX_DECLINE_OPS"] = "Sigmoid"
+    check_in_child_process(function=function, **env)
+
+
 def test_host_inputs_are_wrapped_on_the_cpu_device():
     if on_gpu():
         pytest.skip("the CPU device's path: host memory wrapped without a copy")
