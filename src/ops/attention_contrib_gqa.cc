@@ -45,6 +45,7 @@
 #include <cmath>
 
 #include "ops/attention_gqa_cpu.h"
+#include "ops/attention_gqa_step.h"
 #include "ops/attention_internal.h"
 #include "ops/claim_util.h"
 #include "ops/fused_gpu_internal.h"
@@ -406,13 +407,18 @@ std::vector<mx::array> Outputs(const OpContext& c, const mx::array& out, const m
   return outs;
 }
 
-/** A decode step (one query row, the shared-buffer layout) in one custom CUDA kernel where it
- *  applies (ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=kernel, attention_gqa_cuda.cc); nullopt for the
- *  composed paths: softcap, attention_bias, head_sink and smooth_softmax stay with them. */
+/** A decode step (one query row, the shared-buffer layout) as one primitive where it applies
+ *  (attention_gqa_step.h): on MLX's CUDA backend the custom kernel
+ *  (ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=kernel), on its CPU device the CPU kernels' step (with
+ *  GroupQueryAttention's CPU kernel, unless ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL=core; not when the
+ *  GPU's graphs are forced onto the CPU). nullopt for the composed paths: softcap,
+ *  attention_bias, head_sink and smooth_softmax stay with them. */
 std::optional<GqaDecodeStep> StepByKernel(const OpContext& c, int heads, int kv_heads) {
   const Node& n = c.node;
   const mx::array& query = c.input(kQuery);
-  if (!DecodeStepByKernelWanted() || !c.has_input(kPastKey) || query.ndim() != 3 || query.shape(1) != 1)
+  const bool cuda = DecodeStepByKernelWanted();
+  const bool cpu = !FusedGpuPathsOnCpu() && gqa_cpu::StepWanted(c);
+  if ((!cuda && !cpu) || !c.has_input(kPastKey) || query.ndim() != 3 || query.shape(1) != 1)
     return std::nullopt;
   if (c.has_input(kBias) || c.has_input(kHeadSink) || n.AttrFloat("softcap", 0.f) > 0.f ||
       n.AttrInt("smooth_softmax", 0) == 1)
@@ -425,12 +431,26 @@ std::optional<GqaDecodeStep> StepByKernel(const OpContext& c, int heads, int kv_
     return c.has_input(i) ? std::optional<mx::array>(c.input(i)) : std::nullopt;
   };
   const int64_t window = n.AttrInt("local_window_size", -1);
-  return DecodeStepByKernel(
-      {query, optional(kKey), optional(kValue), past_k, c.input(kPastValue), c.input(kSeqlensK),
-       c.input(kTotalLength), optional(kCos), optional(kSin), optional(kPositionIds), heads, kv_heads, width,
-       n.AttrInt("rotary_interleaved", 0) == 1, window > 0 ? static_cast<int>(window) : 0,
-       scale_attr == 0.f ? 1.f / std::sqrt(static_cast<float>(width)) : scale_attr},
-      c.stream);
+  const GqaDecodeStepInputs in{query,
+                               optional(kKey),
+                               optional(kValue),
+                               past_k,
+                               c.input(kPastValue),
+                               c.input(kSeqlensK),
+                               c.input(kTotalLength),
+                               optional(kCos),
+                               optional(kSin),
+                               optional(kPositionIds),
+                               heads,
+                               kv_heads,
+                               width,
+                               n.AttrInt("rotary_interleaved", 0) == 1,
+                               window > 0 ? static_cast<int>(window) : 0,
+                               scale_attr == 0.f ? 1.f / std::sqrt(static_cast<float>(width)) : scale_attr};
+  if (cuda)
+    if (std::optional<GqaDecodeStep> step = DecodeStepByKernel(in, c.stream)) return step;
+  if (!cpu) return std::nullopt;
+  return DecodeStepOnCpu(in, gqa_cpu::PortableLoops(), c.stream);
 }
 
 std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {

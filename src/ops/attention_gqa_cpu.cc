@@ -200,16 +200,17 @@ class GqaAttentionCpu : public mx::UnaryPrimitive {
   GqaAttentionCpu(mx::Stream stream, Params p) : mx::UnaryPrimitive(stream), p_(p) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
-    DispatchCpuKernel(name(), stream(), inputs, out, [p = p_](const std::vector<mx::array>& in, mx::array& y) {
-      switch (in[0].dtype()) {
-        case mx::float32:
-          return Compute<float>(in, y, p);
-        case mx::float16:
-          return Compute<mx::float16_t>(in, y, p);
-        default:
-          return Compute<mx::bfloat16_t>(in, y, p);
-      }
-    });
+    DispatchCpuKernel(name(), stream(), inputs, out,
+                      [p = p_](const std::vector<mx::array>& in, mx::array& y) {
+                        switch (in[0].dtype()) {
+                          case mx::float32:
+                            return Compute<float>(in, y, p);
+                          case mx::float16:
+                            return Compute<mx::float16_t>(in, y, p);
+                          default:
+                            return Compute<mx::bfloat16_t>(in, y, p);
+                        }
+                      });
   }
 
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
@@ -251,6 +252,10 @@ bool Wanted(const OpContext& c) {
   return true;
 }
 
+bool StepWanted(const OpContext& c) { return EnvString(env::kGqaCpuKernel) != "core" && Wanted(c); }
+
+bool PortableLoops() { return EnvString(env::kGqaCpuKernel) == "portable"; }
+
 mx::array Attend(const OpContext& c, const Inputs& in, int present_len) {
   const mx::Stream s = c.stream;
   const Node& n = c.node;
@@ -264,7 +269,7 @@ mx::array Attend(const OpContext& c, const Inputs& in, int present_len) {
   p.scale = scale == 0.f ? 1.f / std::sqrt(static_cast<float>(q.shape(3))) : scale;
   p.softcap = n.AttrFloat("softcap", 0.f);
   p.smooth_softmax = n.AttrInt("smooth_softmax", 0) == 1;
-  p.portable = EnvString(env::kGqaCpuKernel) == "portable";
+  p.portable = PortableLoops();
   auto flat = [&](const mx::array& a) { return RowContiguous(a, s); };
   std::vector<mx::array> inputs = {flat(q), flat(in.k), flat(in.v),
                                    flat(mx::reshape(in.seqlens_k, {q.shape(0)}, s)),

@@ -28,6 +28,14 @@ struct Inputs {
  *  for tests). Logs the choice under ONNXRUNTIME_EP_MLX_VERBOSE. */
 bool Wanted(const OpContext& c);
 
+/** Whether a decode step takes the whole-step primitive (attention_gqa_step.h, DecodeStepOnCpu)
+ *  around the kernel: Wanted, unless ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL=core (the kernel for the
+ *  attention core only, the rest composed: A/B and tests). */
+bool StepWanted(const OpContext& c);
+
+/** ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL=portable: the portable loops even where AVX2 runs. */
+bool PortableLoops();
+
 /** The attention output [B, H, S, D] in float32 (rows attending no key 0), exactly as
  *  attention_contrib_gqa.cc's Attend computes it; `present_len` is present's length L (a new row
  *  at offset_b + s' >= L is not attended). Fails the node on inconsistent shapes. */

@@ -36,7 +36,7 @@
 
 #include "mlx/fast.h"
 #include "mlx/ops.h"
-#include "ops/fused_gpu_internal.h"
+#include "ops/attention_gqa_step.h"
 #include "runtime/device.h"
 
 namespace mlx_ep {

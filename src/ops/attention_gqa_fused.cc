@@ -47,6 +47,7 @@
 
 #include "common/env.h"
 #include "mlx/fast.h"
+#include "ops/attention_gqa_step.h"
 #include "ops/fused_gpu_internal.h"
 
 namespace mlx_ep {

@@ -12,11 +12,6 @@
 //    fallback does not hide the masks' exactness behind its rounding (tests only).
 #pragma once
 
-#include <string>
-#include <utility>
-#include <vector>
-
-#include "mlx/fast.h"
 #include "ops/op.h"
 
 namespace mlx_ep {
@@ -63,59 +58,6 @@ struct GqaCoreInputs {
    *  so (no copy kernel then); else the core duplicates the row itself. */
   const std::optional<mx::array>& q_doubled;
 };
-
-/** What a GroupQueryAttention decode step (one query row, past buffers of the shared layout)
- *  reads, as the node has it (attention_contrib_gqa.cc): query [B, 1, H * D], or packed QKV
- *  [B, 1, (H + 2 Hkv) * D] when key/value are absent; past_key/past_value [B, Hkv, P, D];
- *  seqlens_k [B] and total_sequence_length (int32); the cos/sin caches [max_position, rot / 2] and
- *  position_ids [B, n] (int64) when given; window 0 for none. */
-struct GqaDecodeStepInputs {
-  const mx::array& query;
-  std::optional<mx::array> key, value;
-  const mx::array& past_key;
-  const mx::array& past_value;
-  const mx::array& seqlens_k;
-  const mx::array& total_length;
-  std::optional<mx::array> cos_cache, sin_cache, position_ids;
-  int heads, kv_heads, head_size;
-  bool interleaved;
-  int window;
-  float scale;
-};
-
-/** A decode step's results: the output [B, 1, H * D], the rotated key rows and the value rows
- *  [B, Hkv, 1, D] (the in-place update's rows), all in the query's dtype. */
-struct GqaDecodeStep {
-  mx::array out, key, value;
-};
-
-/** ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=kernel on the fused GPU paths: a decode step in one custom
- *  CUDA kernel (DecodeStepByKernel). Off by default until it is measured on a GPU. */
-bool DecodeStepByKernelWanted();
-
-/** The whole decode step (rotation, masks, attention, the new rows) in one custom CUDA kernel
- *  over the node's inputs where they are (attention_gqa_cuda.cc); nullopt off MLX's CUDA backend
- *  and for shapes it does not take (head size over 128, more than 8191 past rows). No softcap,
- *  attention_bias or head_sink: the caller declines those. */
-std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s);
-
-/** What DecodeStepByKernel hands MLX's cuda_kernel: the kernel's inputs (absent ones replaced by
- *  another), its three outputs' shapes (all of `dtype`), the threads of its grid (128 a block)
- *  and the constants its body names. */
-struct DecodeStepLaunch {
-  std::vector<mx::array> inputs;
-  std::vector<mx::Shape> output_shapes;
-  mx::Dtype dtype;
-  int threads;
-  std::vector<std::pair<std::string, mx::fast::TemplateArg>> constants;
-};
-
-/** DecodeStepByKernel's launch on any device (a test's view of it): nullopt for what the kernel
- *  does not take. */
-std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in);
-
-/** That kernel's device code as NVRTC compiles it (header, then its body), for host tests. */
-const char* GqaDecodeKernelSourceForTests();
 
 /** GroupQueryAttention's attention core [B, H, S, D] (query's dtype) through
  *  mx::fast::scaled_dot_product_attention where that is fused and exact for the node (see

@@ -12,7 +12,7 @@
 #include "mlx/ops.h"
 
 #include "host_program.h"
-#include "ops/fused_gpu_internal.h"
+#include "ops/attention_gqa_step.h"
 
 namespace mlx_ep {
 namespace {

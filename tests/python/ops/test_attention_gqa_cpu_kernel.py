@@ -137,3 +137,29 @@ def test_odd_lengths_as_composed(lengths, extra):
     for composed, kernel in zip(outs["0"], outs["1"]):
         np.testing.assert_array_equal(np.isnan(kernel), np.isnan(composed))
         assert_close(np.nan_to_num(kernel), np.nan_to_num(composed), rtol=1e-5, atol=1e-5)
+
+
+# Decode cases of test_attention_contrib_gqa.py that the whole-step primitive takes: separate and
+# packed QKV, full / partial / interleaved rotation, position_ids, a window, float16, and an entry
+# whose new row lies at the buffer's end.
+STEP_CASES = ["test_decode_shared_buffer[4-2-packed-12_7]", "test_decode_shared_buffer[2-2-separate-4_9]",
+              "test_rotary[decode-partial-1]", "test_rotary[decode-full-0]", "test_rotary_packed_decode[packed]",
+              "test_position_ids[1-decode]", "test_local_window[decode-3]", "test_float16[plain-decode]",
+              "test_scores_options[decode-scale]"]
+
+
+@on_cpu
+def test_decode_step_primitive():
+    """A decode step's node is one GqaDecodeStepCpu (src/ops/attention_gqa_step_cpu.cc: the split,
+    the rotation, attention through this kernel's loops, the output's layout and the new K / V
+    rows) in those cases, which hold ORT's CPU EP's values; ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL=core
+    gives the composed rest around the attention kernel back, in more primitives."""
+    from harness import census_of_tests
+    test_file = os.path.join(os.path.dirname(os.path.abspath(__file__)), "test_attention_contrib_gqa.py")
+    step, _ = census_of_tests(test_file, STEP_CASES)
+    core, _ = census_of_tests(test_file, STEP_CASES, env={KERNEL: "core"})
+    assert len(step) == len(core) >= len(STEP_CASES), (step, core)
+    assert all("GqaDecodeStepCpu" in line and "GqaAttentionCpu" not in line for line in step), step
+    assert all("GqaAttentionCpu" in line and "GqaDecodeStepCpu" not in line for line in core), core
+    total = lambda line: int(line.split("total ")[1].split(":")[0])  # noqa: E731
+    assert all(total(a) + 5 < total(b) for a, b in zip(step, core)), list(zip(step, core))
