@@ -270,24 +270,23 @@ mx::array Attend(const OpContext& c, const Inputs& in, int present_len) {
   p.softcap = n.AttrFloat("softcap", 0.f);
   p.smooth_softmax = n.AttrInt("smooth_softmax", 0) == 1;
   p.portable = PortableLoops();
-  auto flat = [&](const mx::array& a) { return RowContiguous(a, s); };
-  std::vector<mx::array> inputs = {flat(q), flat(in.k), flat(in.v),
-                                   flat(mx::reshape(in.seqlens_k, {q.shape(0)}, s)),
-                                   flat(mx::reshape(in.total, {}, s))};
+  // Any layout: DispatchCpuKernel copies an input that is not row-major when the kernel runs.
+  std::vector<mx::array> inputs = {q, in.k, in.v, mx::reshape(in.seqlens_k, {q.shape(0)}, s),
+                                   mx::reshape(in.total, {}, s)};
   if (in.past_k) {
     p.has_past = true;
-    inputs.push_back(flat(*in.past_k));
-    inputs.push_back(flat(*in.past_v));
+    inputs.push_back(*in.past_k);
+    inputs.push_back(*in.past_v);
   }
   if (in.bias) {
     CheckBias(c, *in.bias, q, present_len);
     p.has_bias = true;
-    inputs.push_back(flat(*in.bias));
+    inputs.push_back(*in.bias);
   }
   if (in.head_sink) {
     if (in.head_sink->size() != static_cast<size_t>(p.heads)) c.Fail("head_sink must hold num_heads values");
     p.has_sink = true;
-    inputs.push_back(flat(mx::reshape(*in.head_sink, {-1}, s)));
+    inputs.push_back(mx::reshape(*in.head_sink, {-1}, s));
   }
   return mx::array(q.shape(), mx::float32, std::make_shared<GqaAttentionCpu>(s, p), std::move(inputs));
 }

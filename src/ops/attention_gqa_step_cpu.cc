@@ -20,7 +20,6 @@
 #include <variant>
 #include <vector>
 
-#include "mlx/backend/cpu/encoder.h"
 #include "mlx/primitives.h"
 #include "mlx/types/half_types.h"
 #include "ops/attention_gqa_cpu_loops.h"
@@ -221,30 +220,17 @@ class GqaDecodeStepCpu : public mx::Primitive {
   GqaDecodeStepCpu(mx::Stream stream, StepParams p) : mx::Primitive(stream), p_(p) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
-    for (const mx::array& a : inputs)
-      if (!a.flags().row_contiguous)
-        throw std::runtime_error("GqaDecodeStepCpu: inputs must be row-contiguous");
-    for (mx::array& out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
-    auto& encoder = mx::cpu::get_command_encoder(stream());
-    std::vector<mx::array> in, out;
-    for (const mx::array& a : inputs) {
-      encoder.set_input_array(a);
-      in.push_back(mx::array::unsafe_weak_copy(a));
-    }
-    for (mx::array& a : outputs) {
-      encoder.set_output_array(a);
-      out.push_back(mx::array::unsafe_weak_copy(a));
-    }
-    encoder.dispatch([in = std::move(in), out = std::move(out), p = p_]() mutable {
-      switch (in[0].dtype()) {
-        case mx::float32:
-          return ComputeStep<float>(in, out, p);
-        case mx::float16:
-          return ComputeStep<mx::float16_t>(in, out, p);
-        default:
-          return ComputeStep<mx::bfloat16_t>(in, out, p);
-      }
-    });
+    DispatchCpuTask(stream(), inputs, outputs,
+                    [p = p_](const std::vector<mx::array>& in, std::vector<mx::array>& out) {
+                      switch (in[0].dtype()) {
+                        case mx::float32:
+                          return ComputeStep<float>(in, out, p);
+                        case mx::float16:
+                          return ComputeStep<mx::float16_t>(in, out, p);
+                        default:
+                          return ComputeStep<mx::bfloat16_t>(in, out, p);
+                      }
+                    });
   }
 
   void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
@@ -267,11 +253,9 @@ std::optional<GqaDecodeStep> DecodeStepOnCpu(const GqaDecodeStepInputs& in, bool
   if (s.device != mx::Device(mx::Device::cpu)) return std::nullopt;
   std::optional<DecodeStepLaunch> plan = PlanDecodeStep(in);
   if (!plan) return std::nullopt;
-  std::vector<mx::array> inputs;
-  for (const mx::array& a : plan->inputs) inputs.push_back(RowContiguous(a, s));
   const std::vector<mx::array> outs =
       mx::array::make_arrays(plan->output_shapes, {plan->dtype, plan->dtype, plan->dtype},
-                             std::make_shared<GqaDecodeStepCpu>(s, ParamsOf(*plan, portable)), inputs);
+                             std::make_shared<GqaDecodeStepCpu>(s, ParamsOf(*plan, portable)), plan->inputs);
   return GqaDecodeStep{outs[0], outs[1], outs[2]};
 }
 

@@ -2,6 +2,8 @@
 // run loops of ours on MLX's CPU stream.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -16,36 +18,68 @@ namespace mlx_ep {
 
 namespace mx = mlx::core;
 
-/** An input for DispatchCpuKernel, whose loops index it flat: `a` itself when it is an evaluated
- *  constant that is row-contiguous already (an initializer), else mx::contiguous. A node on a
- *  constant is still a node that every run of a compiled function evaluates: MatMulNBits' Flatten
- *  and Contiguous of B and scales were 242 of the 2,566 primitives of a Qwen2-0.5B int4 decode
- *  step. */
-inline mx::array RowContiguous(const mx::array& a, mx::Stream s) {
-  if (!a.has_primitive() && a.is_available() && a.flags().row_contiguous) return a;
-  return mx::contiguous(a, false, s);
+// The primitives take their inputs in any layout: DispatchCpuTask copies one that is not
+// row-contiguous when the task runs (RowMajor), which real graphs rarely give. An mx::contiguous
+// on every computed input, as before, was a primitive of its own that every run evaluates: 7 a
+// layer of a Qwen2-0.5B decode step (168 of its 944), and before that MatMulNBits' Flatten and
+// Contiguous of B and scales (242 of 2,566).
+
+/** `a` as a row-contiguous array: `a` itself, or a copy of its elements in row-major order (any
+ *  strides, broadcasts included). Called by a primitive's task, when `a`'s data is there. */
+inline mx::array RowMajor(const mx::array& a) {
+  if (a.flags().row_contiguous) return a;
+  mx::array out(mx::allocator::malloc(a.nbytes()), a.shape(), a.dtype());
+  const size_t item = a.itemsize(), n = a.size();
+  const int nd = static_cast<int>(a.ndim());
+  const auto* src = static_cast<const uint8_t*>(a.data<void>());
+  auto* dst = static_cast<uint8_t*>(out.data<void>());
+  std::vector<int64_t> at(nd, 0);  // the element's coordinates, last fastest
+  int64_t offset = 0;              // its offset in `a`, in elements
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(dst + i * item, src + offset * static_cast<int64_t>(item), item);
+    for (int d = nd - 1; d >= 0; --d) {
+      offset += a.strides(d);
+      if (++at[d] < a.shape(d)) break;
+      offset -= a.strides(d) * a.shape(d);
+      at[d] = 0;
+    }
+  }
+  return out;
 }
 
-/** Allocates `out` and runs `compute(inputs, out)` on `stream`'s CPU command encoder, as MLX's own
- *  CPU primitives do: the encoder holds the arrays until the task has run; the task gets weak
- *  copies. The loops index their inputs flat: `name` (the primitive's) says so in the error when
- *  one is not row-contiguous. */
+/** Registers `inputs` and `outputs` with `stream`'s CPU command encoder, as MLX's own CPU
+ *  primitives do, and dispatches `compute(inputs, outputs)`: the encoder holds the arrays until
+ *  the task has run; the task gets weak copies, row-major (RowMajor). */
 template <typename Compute>
-void DispatchCpuKernel(const char* name, mx::Stream stream, const std::vector<mx::array>& inputs, mx::array& out,
-                       Compute compute) {
-  for (const mx::array& a : inputs)
-    if (!a.flags().row_contiguous) throw std::runtime_error(std::string(name) + ": inputs must be row-contiguous");
-  out.set_data(mx::allocator::malloc(out.nbytes()));
+void DispatchCpuTask(mx::Stream stream, const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs,
+                     Compute compute) {
+  for (mx::array& out : outputs) out.set_data(mx::allocator::malloc(out.nbytes()));
   auto& encoder = mx::cpu::get_command_encoder(stream);
-  std::vector<mx::array> in;
+  std::vector<mx::array> in, out;
   for (const mx::array& a : inputs) {
     encoder.set_input_array(a);
     in.push_back(mx::array::unsafe_weak_copy(a));
   }
-  encoder.set_output_array(out);
-  encoder.dispatch([in = std::move(in), out = mx::array::unsafe_weak_copy(out), compute = std::move(compute)]() mutable {
+  for (mx::array& a : outputs) {
+    encoder.set_output_array(a);
+    out.push_back(mx::array::unsafe_weak_copy(a));
+  }
+  encoder.dispatch([in = std::move(in), out = std::move(out), compute = std::move(compute)]() mutable {
+    for (mx::array& a : in) a = RowMajor(a);
     compute(in, out);
   });
+}
+
+/** DispatchCpuTask for a primitive of one output. */
+template <typename Compute>
+void DispatchCpuKernel(const char*, mx::Stream stream, const std::vector<mx::array>& inputs, mx::array& out,
+                       Compute compute) {
+  std::vector<mx::array> outputs = {out};
+  DispatchCpuTask(
+      stream, inputs, outputs,
+      [compute = std::move(compute)](const std::vector<mx::array>& in, std::vector<mx::array>& outs) mutable {
+        compute(in, outs[0]);
+      });
 }
 
 }  // namespace mlx_ep

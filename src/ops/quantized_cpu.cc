@@ -292,12 +292,12 @@ namespace {
 
 /** The primitive's inputs after [x]: B, scales, zero points; flags in `has`. */
 std::vector<mx::array> WeightInputs(const mx::array& b, const mx::array& scales,
-                                    const std::optional<mx::array>& zero_points, Inputs& has, mx::Stream s) {
-  std::vector<mx::array> inputs = {RowContiguous(b, s), RowContiguous(scales, s)};
+                                    const std::optional<mx::array>& zero_points, Inputs& has) {
+  std::vector<mx::array> inputs = {b, scales};
   if (zero_points) {
     has.packed_zp = zero_points->dtype() == mx::uint8;
     has.float_zp = !has.packed_zp;
-    inputs.push_back(RowContiguous(*zero_points, s));
+    inputs.push_back(*zero_points);
   }
   return inputs;
 }
@@ -308,11 +308,11 @@ mx::array MatMulNBits(const mx::array& x, const mx::array& b, const mx::array& s
                       const std::optional<mx::array>& zero_points, const std::optional<mx::array>& bias,
                       const NBitsShape& shape, mx::Stream s) {
   Inputs has;
-  std::vector<mx::array> inputs = {RowContiguous(x, s)};
-  for (mx::array& a : WeightInputs(b, scales, zero_points, has, s)) inputs.push_back(std::move(a));
+  std::vector<mx::array> inputs = {x};
+  for (mx::array& a : WeightInputs(b, scales, zero_points, has)) inputs.push_back(std::move(a));
   if (bias) {
     has.bias = true;
-    inputs.push_back(RowContiguous(*bias, s));
+    inputs.push_back(*bias);
   }
   // No Reshape around the primitive either (RowsByN): 218 more of those 2,566 primitives.
   return mx::array(RowsByN(x, shape.N), mx::float32, std::make_shared<MatMulNBitsCpu>(s, shape, has),
@@ -329,7 +329,7 @@ mx::array Dequantize(const mx::array& b, const mx::array& scales, const std::opt
                      const NBitsShape& shape, mx::Stream s) {
   Inputs has;
   has.dequantize = true;
-  std::vector<mx::array> inputs = WeightInputs(b, scales, zero_points, has, s);
+  std::vector<mx::array> inputs = WeightInputs(b, scales, zero_points, has);
   return mx::array({shape.N, shape.k_blocks * shape.block_size}, mx::float32,
                    std::make_shared<MatMulNBitsCpu>(s, shape, has), std::move(inputs));
 }

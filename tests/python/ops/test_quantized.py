@@ -482,3 +482,17 @@ def test_gpu_prefill_dequantize_kernel():
         if "CustomKernel" not in " ".join(census):
             pytest.skip("not MLX's CUDA backend (Metal)")
         assert not any("RightShift" in line for line in census), (mode, census[:3])
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_transposed_a_reaches_the_kernel_as_a_view(rows):
+    """A Transpose before MatMulNBits: on MLX's CPU device the kernel's primitive gets a transposed
+    view (no Contiguous node in front of it any more) and copies it to row-major order when it
+    runs (cpu_primitive.h, RowMajor); the values are ORT's."""
+    K, N, bits, block = 96, 24, 4, 32
+    a, b, scales, zps, _ = case(K, N, bits, block, (1, rows, K), kind="int")
+    model, _ = nbits_model(a, b, scales, K, N, bits, block, zp=zps)
+    graph = model.graph
+    graph.node.insert(0, helper.make_node("Transpose", ["A_t"], ["A"], perm=[0, 2, 1]))
+    graph.input[0].CopyFrom(helper.make_tensor_value_info("A_t", onnx_type(a.dtype), [1, K, rows]))
+    check_parity(model, {"A_t": np.ascontiguousarray(a.transpose(0, 2, 1))}, rtol=0, atol=0)
