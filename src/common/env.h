@@ -79,6 +79,9 @@ constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls on one input stay one product each
 constexpr const char* kGemvWeights =
     "ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS";  // "auto" (default), "1", "0" or "force": runtime/weight_layout.h
+constexpr const char* kNormCpuKernel =
+    "ONNXRUNTIME_EP_MLX_NORM_CPU_KERNEL";  // "0": row normalizations composed on the CPU
+                                           // (normalization_cpu.h)
 constexpr const char* kGqaCpuKernel =
     "ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL";  // "0": GroupQueryAttention composes MLX ops on the CPU too;
                                           // "portable": the kernel's portable loops (tests)

@@ -25,6 +25,7 @@
 #include "mlx/fast.h"
 #include "ops/claim_util.h"
 #include "ops/fused_gpu_internal.h"
+#include "ops/normalization_cpu.h"
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
@@ -208,6 +209,16 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
     if (c.num_outputs() > 1) outs.push_back(mx::zeros(stat_shape, mx::float32, s));
     return outs;
   }
+  if (!want_mean && !want_inv && dt != mx::float64) {  // MLX's CPU device: the EP's primitive
+    auto f32 = [&](const mx::array& a) { return mx::astype(a, mx::float32, s); };
+    std::optional<mx::array> bf;
+    if (b) bf = f32(*b);
+    if (auto y = RowNormOnCpu(f32(xf), f32(w), bf, eps, /*simplified=*/false, s)) {
+      outs.push_back(mx::reshape(mx::astype(*y, dt, s), x.shape(), s));
+      if (c.num_outputs() > 1) outs.push_back(mx::zeros(stat_shape, mx::float32, s));
+      return outs;
+    }
+  }
   // Composed in float32 (float64 for float64 X, like ORT). mlx::fast::layer_norm is not used on
   // MLX's CPU backend: there it is ~10x less accurate than ORT (one-chain float32 sums), which
   // breaks 1e-5 parity for rows with a large mean. Here the mean gets one refinement step
@@ -265,6 +276,25 @@ std::optional<mx::array> FusedRmsNorm(const mx::array& x, const mx::array& scale
   return mx::reshape(mx::astype(y, x.dtype(), s), x.shape(), s);
 }
 
+/** RowNormOnCpu over [axis, rank) of x flattened to [..., n], for a Scale as FusedRmsNorm takes. */
+std::optional<mx::array> CpuRmsNorm(const mx::array& x, const mx::array& scale, int axis, float eps,
+                                    mx::Stream s) {
+  const mx::Shape tail(x.shape().begin() + axis, x.shape().end());
+  bool per_element = scale.ndim() >= tail.size() && scale.ndim() <= x.ndim();
+  for (size_t k = 1; per_element && k <= scale.ndim(); ++k)
+    per_element = k <= tail.size() ? scale.shape(-k) == tail[tail.size() - k] : scale.shape(-k) == 1;
+  if (!per_element) return std::nullopt;
+  int n = 1;
+  for (int d : tail) n *= d;
+  mx::Shape flat(x.shape().begin(), x.shape().begin() + axis);  // x's own shape when axis is the last
+  flat.push_back(n);
+  std::optional<mx::array> y = RowNormOnCpu(mx::reshape(mx::astype(x, mx::float32, s), flat, s),
+                                            mx::reshape(mx::astype(scale, mx::float32, s), {n}, s),
+                                            std::nullopt, eps, /*simplified=*/true, s);
+  if (!y) return std::nullopt;
+  return mx::reshape(mx::astype(*y, x.dtype(), s), x.shape(), s);
+}
+
 std::vector<mx::array> TranslateRmsNorm(const OpContext& c) {
   const mx::Stream s = c.stream;
   const mx::array& x = c.input(0);
@@ -286,7 +316,11 @@ std::vector<mx::array> TranslateRmsNorm(const OpContext& c) {
     if (auto y = FusedRmsNorm(x, scale, static_cast<int>(axis), c.node.AttrFloat("epsilon", 1e-5f), s))
       return {*y};
   }
-  // mx::fast::rms_norm is not used on MLX's CPU backend: its CPU kernel sums in one float32 chain.
+  // mx::fast::rms_norm is not used on MLX's CPU backend: its CPU kernel sums in one float32 chain;
+  // the EP's primitive (normalization_cpu.h) where Scale holds a value per normalized position.
+  if (dt != mx::float64)
+    if (auto y = CpuRmsNorm(x, scale, static_cast<int>(axis), c.node.AttrFloat("epsilon", 1e-5f), s))
+      return {*y};
   const mx::Dtype acc = dt == mx::float64 ? mx::float64 : mx::float32;
   const mx::array xc = mx::astype(x, acc, s);
   const mx::array mean_sq = mx::multiply(AccurateSum(mx::multiply(xc, xc, s), axes, true, s),

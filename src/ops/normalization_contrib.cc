@@ -21,12 +21,14 @@
 // float32, float64 (LayerNormalization/SimplifiedLayerNormalization only) in float64.
 // On GPUs, where the normalized axis is the last one, scale/bias hold one value per position of it
 // and no statistic output is used, the translation is mx::fast::layer_norm / mx::fast::rms_norm
-// on float32 values (rounded once afterwards). Otherwise (and always on MLX's CPU backend, whose
-// fused kernels are not accurate enough) it is composed with accurate sums (the mean refined once,
-// as in normalization.cc), which also gives the statistics.
+// on float32 values (rounded once afterwards); on MLX's CPU backend (whose fused kernels are not
+// accurate enough) the EP's row-normalization primitive (normalization_cpu.h) in that case.
+// Otherwise it is composed with accurate sums (the mean refined once, as in normalization.cc),
+// which also gives the statistics.
 #include <cmath>
 
 #include "ops/claim_util.h"
+#include "ops/normalization_cpu.h"
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
@@ -94,6 +96,13 @@ Normalized Normalize(const mx::array& x, int axis, const mx::array& scale,
     std::optional<mx::array> b;
     if (bias) b = mx::reshape(*bias, {n}, s);
     return {mx::fast::layer_norm(x, w, b, eps, s), std::nullopt};
+  }
+  if (!want_stats && x.dtype() == mx::float32 && axis == rank - 1 && IsLastAxisVector(scale, n, rank) &&
+      (!bias || IsLastAxisVector(*bias, n, rank))) {
+    std::optional<mx::array> b;
+    if (bias) b = mx::reshape(*bias, {n}, s);
+    if (auto y = RowNormOnCpu(x, mx::reshape(scale, {n}, s), b, eps, simplified, s))
+      return {*y, std::nullopt};
   }
   std::vector<int> axes;
   for (int i = axis; i < rank; ++i) axes.push_back(i);

@@ -147,7 +147,9 @@ std::optional<std::vector<mx::array>> PartitionRunner::EvaluateBucketed(
   std::vector<mx::array> pending;
   std::optional<mx::array> offsets_ok =
       EvalExceptAliased(outputs, in_place, aliased, /*has_checks=*/false, pending);
-  used = Evaluated{entry->check_messages, {}, std::nullopt, entry->in_place};
+  used = Evaluated{};
+  used.check_messages = entry->check_messages;
+  used.in_place = entry->in_place;
   used.offsets_ok = std::move(offsets_ok);
   used.pending = std::move(pending);
   std::lock_guard<std::mutex> lock(mu_);

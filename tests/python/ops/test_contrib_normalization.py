@@ -6,7 +6,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from harness import (BF16, assert_declined, assert_mlx_error, check_parity, ids, onnx_type, random_array,
+from harness import (BF16, assert_declined, assert_mlx_error, check_parity, ids, mlx_device, onnx_type, random_array,
                      run_cpu)
 from harness_bf16 import check_bf16
 
@@ -282,3 +282,33 @@ def test_norm_mixed_float64_declined():
     model = contrib_model("SimplifiedLayerNormalization", [("x", np.float64, (3, 8)), ("scale", np.float32, (8,))],
                           [("y", np.float32)], domain="")
     assert_mlx_error(model, feeds)
+
+
+ROW_NORM_CASES = {
+    "test_normalization.py": ["test_layer_norm_offset_rows_output_only[100.0-1.0]",
+                              "test_layer_norm_offset_rows_output_only[10.0-0.1]"],
+    "test_contrib_normalization.py": ["test_skip_shapes[SkipLayerNormalization-2x5x8-skip5x8]",
+                                      "test_skip_shapes[SkipSimplifiedLayerNormalization-2x5x8-skip2x5x8]"],
+    "test_rms_normalization.py": ["test_float32[2x3x4x5--1-5-False]", "test_float32[2x3x4x5-1-3x4x5-False]"],
+}
+
+
+@pytest.mark.skipif(mlx_device() != "cpu", reason="the row-normalization primitive is MLX's CPU device's")
+def test_row_norm_primitive():
+    """On MLX's CPU device a row normalization whose statistics no output asks for is one
+    RowNormCpu (src/ops/normalization_cpu.cc: float64 statistics) in these cases, which hold
+    ORT's values (rows with a large mean among them); ONNXRUNTIME_EP_MLX_NORM_CPU_KERNEL=0 gives
+    the composed form back, in more primitives."""
+    import os
+    from harness import census_of_tests
+    here = os.path.dirname(os.path.abspath(__file__))
+    total = lambda line: int(line.split("total ")[1].split(":")[0])  # noqa: E731
+    for name, cases in ROW_NORM_CASES.items():
+        path = os.path.join(here, name)
+        kernel, _ = census_of_tests(path, cases)
+        composed, _ = census_of_tests(path, cases, env={"ONNXRUNTIME_EP_MLX_NORM_CPU_KERNEL": "0"})
+        # A case may run several models (test_skip_shapes: Y alone, then every output, which
+        # asks for the statistics and stays composed): one kernel line a case at least.
+        assert sum("RowNormCpu" in line for line in kernel) >= len(cases), kernel
+        assert not any("RowNormCpu" in line for line in composed), composed
+        assert sum(map(total, kernel)) < sum(map(total, composed)), (kernel, composed)

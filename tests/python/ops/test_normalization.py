@@ -171,6 +171,14 @@ def test_layer_norm_offset_rows(mean, std):
     check_parity(model, layer_norm_feeds(np.float32, shape, mean=mean, std=std))
 
 
+@pytest.mark.parametrize("mean,std", [(10.0, 0.1), (100.0, 1.0), (-3.0, 0.5)])
+def test_layer_norm_offset_rows_output_only(mean, std):
+    """The same rows with Y alone: on MLX's CPU device the row-normalization primitive
+    (src/ops/normalization_cpu.cc) takes the node, its statistics in float64."""
+    shape = (4, 768)
+    check_parity(layer_norm_model(np.float32, shape), layer_norm_feeds(np.float32, shape, mean=mean, std=std))
+
+
 @pytest.mark.parametrize("epsilon", [1e-12, 1e-3, 0.5])
 def test_layer_norm_epsilon(epsilon):
     shape = (3, 16)
