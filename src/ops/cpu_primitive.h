@@ -1,5 +1,5 @@
-// The eval_cpu of the EP's own MLX primitives (MatMulNBits' kernels, GroupQueryAttention's), which
-// run loops of ours on MLX's CPU stream.
+// The eval_cpu of the EP's own MLX primitives (MatMulNBits' kernels, GroupQueryAttention's, the
+// row normalizations), which run loops of ours on MLX's CPU stream.
 #pragma once
 
 #include <cstdint>
