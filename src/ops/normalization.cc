@@ -257,28 +257,13 @@ Claim ClaimRmsNorm(const NodeView& v) {
   return Claim::Yes();
 }
 
-/** mx::fast::rms_norm over [axis, rank) of x flattened to [rows, n] (see FusedLayerNorm), when
- *  Scale holds one value per position of X.shape[axis:] (leading dims 1); else nullopt (a Scale
- *  that broadcasts along the normalized axes, or varies along the others, stays composed). */
-std::optional<mx::array> FusedRmsNorm(const mx::array& x, const mx::array& scale, int axis, float eps,
-                                      mx::Stream s) {
-  const mx::Shape tail(x.shape().begin() + axis, x.shape().end());
-  bool per_element = scale.ndim() >= tail.size() && scale.ndim() <= x.ndim();
-  for (size_t k = 1; per_element && k <= scale.ndim(); ++k)
-    per_element = k <= tail.size() ? scale.shape(-k) == tail[tail.size() - k] : scale.shape(-k) == 1;
-  if (!per_element) return std::nullopt;
-  int n = 1;
-  for (int d : tail) n *= d;
-  mx::Shape flat(x.shape().begin(), x.shape().begin() + axis);
-  flat.push_back(n);
-  const mx::array y = mx::fast::rms_norm(mx::astype(mx::reshape(x, flat, s), mx::float32, s),
-                                         mx::astype(mx::reshape(scale, {n}, s), mx::float32, s), eps, s);
-  return mx::reshape(mx::astype(y, x.dtype(), s), x.shape(), s);
-}
-
-/** RowNormOnCpu over [axis, rank) of x flattened to [..., n], for a Scale as FusedRmsNorm takes. */
-std::optional<mx::array> CpuRmsNorm(const mx::array& x, const mx::array& scale, int axis, float eps,
-                                    mx::Stream s) {
+/** RMS normalization over [axis, rank) of x flattened to [rows, n], when Scale holds one value
+ *  per position of X.shape[axis:] (leading dims 1): mx::fast::rms_norm on float32 values when
+ *  `fused` (the GPU paths, see FusedLayerNorm), else the EP's CPU primitive (RowNormOnCpu, nullopt
+ *  off MLX's CPU device); rounded once to X's type. nullopt too for a Scale that broadcasts along
+ *  the normalized axes, or varies along the others: that stays composed. */
+std::optional<mx::array> RowRmsNorm(const mx::array& x, const mx::array& scale, int axis, float eps,
+                                    bool fused, mx::Stream s) {
   const mx::Shape tail(x.shape().begin() + axis, x.shape().end());
   bool per_element = scale.ndim() >= tail.size() && scale.ndim() <= x.ndim();
   for (size_t k = 1; per_element && k <= scale.ndim(); ++k)
@@ -288,9 +273,10 @@ std::optional<mx::array> CpuRmsNorm(const mx::array& x, const mx::array& scale, 
   for (int d : tail) n *= d;
   mx::Shape flat(x.shape().begin(), x.shape().begin() + axis);  // x's own shape when axis is the last
   flat.push_back(n);
-  std::optional<mx::array> y = RowNormOnCpu(mx::reshape(mx::astype(x, mx::float32, s), flat, s),
-                                            mx::reshape(mx::astype(scale, mx::float32, s), {n}, s),
-                                            std::nullopt, eps, /*simplified=*/true, s);
+  const mx::array xf = mx::astype(mx::reshape(x, flat, s), mx::float32, s);
+  const mx::array w = mx::astype(mx::reshape(scale, {n}, s), mx::float32, s);
+  const std::optional<mx::array> y = fused ? mx::fast::rms_norm(xf, w, eps, s)
+                                           : RowNormOnCpu(xf, w, std::nullopt, eps, /*simplified=*/true, s);
   if (!y) return std::nullopt;
   return mx::reshape(mx::astype(*y, x.dtype(), s), x.shape(), s);
 }
@@ -312,14 +298,11 @@ std::vector<mx::array> TranslateRmsNorm(const OpContext& c) {
   if (norm_size == 0) c.Fail("X.shape[axis:] holds no values");  // ORT's error too
   const mx::Dtype dt = x.dtype();
   if (x.size() == 0) return {mx::astype(x, dt, s)};
-  if (dt != mx::float64 && UseFusedGpuPaths()) {
-    if (auto y = FusedRmsNorm(x, scale, static_cast<int>(axis), c.node.AttrFloat("epsilon", 1e-5f), s))
-      return {*y};
-  }
-  // mx::fast::rms_norm is not used on MLX's CPU backend: its CPU kernel sums in one float32 chain;
-  // the EP's primitive (normalization_cpu.h) where Scale holds a value per normalized position.
+  // mx::fast::rms_norm is not used on MLX's CPU backend (its CPU kernel sums in one float32 chain):
+  // there the EP's primitive (normalization_cpu.h), else the composed form below.
   if (dt != mx::float64)
-    if (auto y = CpuRmsNorm(x, scale, static_cast<int>(axis), c.node.AttrFloat("epsilon", 1e-5f), s))
+    if (auto y = RowRmsNorm(x, scale, static_cast<int>(axis), c.node.AttrFloat("epsilon", 1e-5f),
+                            UseFusedGpuPaths(), s))
       return {*y};
   const mx::Dtype acc = dt == mx::float64 ? mx::float64 : mx::float32;
   const mx::array xc = mx::astype(x, acc, s);
