@@ -67,30 +67,9 @@ struct Job {
   float* y = nullptr;
 };
 
-/** Where row s of batch b finds its keys: past rows [past_lo, past_lo + n_past) and new rows
- *  [new_lo, new_lo + n_new) (at offset_b + s'), or none at all (`any` false: the output is 0). */
-struct KeyRange {
-  bool any = false;
-  int64_t offset = 0, past_lo = 0, n_past = 0, new_lo = 0, n_new = 0;
-};
-
 template <typename T>
 KeyRange KeysOf(const Job<T>& job, int b, int s) {
-  const int64_t total_b = static_cast<int64_t>(job.seqlens[b]) + 1;
-  KeyRange r;
-  r.offset = job.total == job.S ? 0 : total_b - job.S;  // the first prompt writes at 0
-  const int64_t causal_end = r.offset + s + 1;
-  const int64_t end = std::min(causal_end, total_b);
-  const int64_t start = job.p.window > 0 ? causal_end - job.p.window : 0;
-  r.any = start < end;
-  const int64_t lo = std::max<int64_t>(start, 0);
-  r.past_lo = lo;
-  r.n_past = std::max<int64_t>(0, std::min({end, r.offset, static_cast<int64_t>(job.P)}) - lo);
-  r.new_lo = std::max<int64_t>(lo - r.offset, 0);
-  const int64_t new_hi =
-      std::min({end - r.offset, static_cast<int64_t>(job.S), job.p.present_len - r.offset});
-  r.n_new = std::max<int64_t>(0, new_hi - r.new_lo);
-  return r;
+  return KeysOfRow(job.seqlens[b], job.total, job.S, s, job.P, job.p.present_len, job.p.window);
 }
 
 /** softcap and attention_bias on the row's scores (past keys first, then new ones). */
@@ -250,6 +229,23 @@ bool Wanted(const OpContext& c) {
     LogLine("GroupQueryAttention " + c.node.Label() +
             ": attention over the attended keys through the CPU kernel");
   return true;
+}
+
+KeyRange KeysOfRow(int32_t seqlen, int32_t total, int S, int s, int past, int present_len, int window) {
+  const int64_t total_b = static_cast<int64_t>(seqlen) + 1;
+  KeyRange r;
+  r.offset = total == S ? 0 : total_b - S;  // the first prompt writes at 0
+  const int64_t causal_end = r.offset + s + 1;
+  const int64_t end = std::min(causal_end, total_b);
+  const int64_t start = window > 0 ? causal_end - window : 0;
+  r.any = start < end;
+  const int64_t lo = std::max<int64_t>(start, 0);
+  r.past_lo = lo;
+  r.n_past = std::max<int64_t>(0, std::min({end, r.offset, static_cast<int64_t>(past)}) - lo);
+  r.new_lo = std::max<int64_t>(lo - r.offset, 0);
+  const int64_t new_hi = std::min({end - r.offset, static_cast<int64_t>(S), present_len - r.offset});
+  r.n_new = std::max<int64_t>(0, new_hi - r.new_lo);
+  return r;
 }
 
 bool StepWanted(const OpContext& c) { return EnvString(env::kGqaCpuKernel) != "core" && Wanted(c); }

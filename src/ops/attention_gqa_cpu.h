@@ -4,6 +4,7 @@
 // masking. Used by attention_contrib_gqa.cc, whose header defines the semantics.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 #include "ops/op.h"
@@ -22,6 +23,17 @@ struct Inputs {
   std::optional<mx::array> bias;       ///< attention_bias [B|1, H|1, S, <= L]
   std::optional<mx::array> head_sink;  ///< [H]
 };
+
+/** Where query row s (of S) of a batch entry finds its keys: past rows [past_lo, past_lo + n_past)
+ *  and new rows [new_lo, new_lo + n_new) (at offset + s'), or none at all (`any` false: the output
+ *  is 0). attention_contrib_gqa.cc's masks from the entry's seqlens_k and total_sequence_length,
+ *  `past` rows of past buffer, present's length, the window (<= 0: none); shared by the kernel and
+ *  the decode step's primitive (attention_gqa_step_cpu.cc). */
+struct KeyRange {
+  bool any = false;
+  int64_t offset = 0, past_lo = 0, n_past = 0, new_lo = 0, n_new = 0;
+};
+KeyRange KeysOfRow(int32_t seqlen, int32_t total, int S, int s, int past, int present_len, int window);
 
 /** Whether the node's attention takes the kernel: MLX's CPU device, unless
  *  ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL=0 ("portable": its portable loops even where AVX2 runs,

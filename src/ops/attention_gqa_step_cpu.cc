@@ -22,6 +22,7 @@
 
 #include "mlx/primitives.h"
 #include "mlx/types/half_types.h"
+#include "ops/attention_gqa_cpu.h"
 #include "ops/attention_gqa_cpu_loops.h"
 #include "ops/attention_gqa_step.h"
 #include "ops/cpu_primitive.h"
@@ -73,11 +74,10 @@ T Rotated(const StepParams& p, const T* x, const T* c, const T* s, int d) {
   return static_cast<T>(second ? x1 * si + x2 * co : x1 * co - x2 * si);
 }
 
-/** Entry b's step facts: where its new row goes, the keys its row attends ([lo, past_hi) of the
- *  past buffer, and the new row when `new_row`), and its cos/sin rows. */
+/** Entry b's step facts: the keys its row attends (gqa_cpu::KeysOfRow: its new row at `offset`,
+ *  attended when n_new is 1) and its cos/sin rows' position. */
 struct EntryFacts {
-  int64_t offset = 0, lo = 0, past_hi = 0;
-  bool any = false, new_row = false;
+  gqa_cpu::KeyRange keys;
   int64_t pos = 0;
 };
 
@@ -96,19 +96,12 @@ struct StepJob {
 template <typename T>
 EntryFacts FactsOf(const StepJob<T>& job, int b) {
   const StepParams& p = job.p;
-  const bool first = job.total == 1;
-  const int64_t total_b = static_cast<int64_t>(job.seqlens[b]) + 1;
   EntryFacts f;
-  f.offset = first ? 0 : total_b - 1;
-  const int64_t end = std::min(f.offset + 1, total_b);
-  const int64_t start = p.window > 0 ? f.offset + 1 - p.window : 0;
-  f.any = start < end;
-  f.lo = std::max<int64_t>(start, 0);
-  f.past_hi = std::max(f.lo, std::min({end, f.offset, static_cast<int64_t>(p.past)}));
-  f.new_row = f.offset >= 0 && f.offset < p.past && f.offset < end && f.offset >= start;
-  int64_t pos = f.offset;
+  f.keys = gqa_cpu::KeysOfRow(job.seqlens[b], job.total, 1, 0, p.past, p.past, p.window);
+  int64_t pos = f.keys.offset;
   if (p.pos_stride > 0)  // ORT reads position_ids[0, 0] on the first prompt
-    pos = static_cast<int32_t>(first ? job.pos_ids[0] : job.pos_ids[static_cast<int64_t>(b) * p.pos_stride]);
+    pos = static_cast<int32_t>(job.total == 1 ? job.pos_ids[0]
+                                              : job.pos_ids[static_cast<int64_t>(b) * p.pos_stride]);
   f.pos = std::clamp<int64_t>(pos, 0, p.max_pos - 1);
   return f;
 }
@@ -139,9 +132,10 @@ void AttendHead(const StepJob<T>& job, const RowOps<T>& ops, int b, int h, const
   const StepParams& p = job.p;
   const int D = p.head_size, kvh = h / (p.heads / p.kv_heads);
   T* out = job.out + (static_cast<int64_t>(b) * p.heads + h) * D;
-  const int64_t n_past = f.past_hi - f.lo, n = n_past + (f.new_row ? 1 : 0);
-  if (!f.any || n == 0) {  // no key: zeros, as in ORT; keys promised but none: the composed NaN
-    std::fill(out, out + D, static_cast<T>(f.any ? std::numeric_limits<float>::quiet_NaN() : 0.f));
+  const gqa_cpu::KeyRange& r = f.keys;
+  const int64_t n_past = r.n_past, n = n_past + r.n_new;
+  if (!r.any || n == 0) {  // no key: zeros, as in ORT; keys promised but none: the composed NaN
+    std::fill(out, out + D, static_cast<T>(r.any ? std::numeric_limits<float>::quiet_NaN() : 0.f));
     return;
   }
   const int half = p.rot / 2;
@@ -151,14 +145,14 @@ void AttendHead(const StepJob<T>& job, const RowOps<T>& ops, int b, int h, const
   x.resize(n);
   std::fill(y.begin(), y.end(), 0.f);
   const int64_t kv_row = static_cast<int64_t>(b) * p.kv_heads + kvh;
-  const int64_t past_at = (kv_row * p.past + f.lo) * D;
+  const int64_t past_at = (kv_row * p.past + r.past_lo) * D;
   if (n_past) ops.scores(qs.data(), job.past_k + past_at, n_past, D, x.data());
-  if (f.new_row) ops.scores(qs.data(), job.k_row + kv_row * D, 1, D, x.data() + n_past);
+  if (r.n_new) ops.scores(qs.data(), job.k_row + kv_row * D, 1, D, x.data() + n_past);
   float max = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < n; ++j) max = std::max(max, x[j]);
   const float sum = ops.exp_shift(x.data(), n, max);
   if (n_past) ops.accumulate(x.data(), job.past_v + past_at, n_past, D, y.data());
-  if (f.new_row) ops.accumulate(x.data() + n_past, job.v_row + kv_row * D, 1, D, y.data());
+  if (r.n_new) ops.accumulate(x.data() + n_past, job.v_row + kv_row * D, 1, D, y.data());
   const float inv = 1.f / sum;
   for (int d = 0; d < D; ++d) out[d] = static_cast<T>(y[d] * inv);
 }
@@ -175,7 +169,7 @@ void RunStep(const StepJob<T>& job) {
   for (int b = 0; b < job.B; ++b) {
     facts.push_back(FactsOf(job, b));
     NewRows(job, b, facts.back());  // before any head reads its entry's new K / V row
-    keys += facts.back().past_hi - facts.back().lo + 1;
+    keys += facts.back().keys.n_past + 1;
   }
   const int tasks = job.B * p.heads;
   auto task = [&](int t) {
