@@ -136,11 +136,7 @@ void Run(const Job<T>& job) {
     qs.resize(job.D);
     for (int s = 0; s < job.S; ++s) AttendRow(job, ops, t / H, t % H, s, x, qs);
   };
-  if (tasks == 1 || keys * H * job.D * 2 < kMinParallelWork || nbits_cpu::PoolThreads() == 1) {
-    for (int t = 0; t < tasks; ++t) task(t);
-    return;
-  }
-  nbits_cpu::RunOnPool(tasks, task);
+  nbits_cpu::RunTasks(tasks, keys * H * job.D * 2, kMinParallelWork, task);
 }
 
 /** The primitive's inputs: q, k, v, seqlens_k, total, [past_k, past_v], [bias], [head_sink]. */

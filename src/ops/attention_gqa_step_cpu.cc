@@ -178,11 +178,7 @@ void RunStep(const StepJob<T>& job) {
     y.resize(p.head_size);
     AttendHead(job, ops, t / p.heads, t % p.heads, facts[t / p.heads], x, qs, y);
   };
-  if (tasks == 1 || keys * p.heads * p.head_size * 2 < kMinParallelWork || nbits_cpu::PoolThreads() == 1) {
-    for (int t = 0; t < tasks; ++t) task(t);
-    return;
-  }
-  nbits_cpu::RunOnPool(tasks, task);
+  nbits_cpu::RunTasks(tasks, keys * p.heads * p.head_size * 2, kMinParallelWork, task);
 }
 
 /** The inputs in PlanDecodeStep's order: q, k, v, past_k, past_v, seqlens, total, cos, sin, ids. */

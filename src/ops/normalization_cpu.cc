@@ -62,11 +62,7 @@ class RowNormCpu : public mx::UnaryPrimitive {
             for (int64_t r = rows * t / tasks; r < rows * (t + 1) / tasks; ++r)
               NormalizeRow(x + r * n, w, b, n, p, out + r * n);
           };
-          if (tasks <= 1 || rows * n < kMinParallelValues) {
-            for (int t = 0; t < tasks; ++t) task(t);
-            return;
-          }
-          nbits_cpu::RunOnPool(tasks, task);
+          nbits_cpu::RunTasks(tasks, rows * n, kMinParallelValues, task);
         });
   }
 

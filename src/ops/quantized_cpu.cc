@@ -323,6 +323,14 @@ bool PanelGemmAvailable() { return HaveSgemm(); }
 
 void RunOnPool(int tasks, const std::function<void(int)>& fn) { ColumnPool::Get().Run(tasks, fn); }
 
+void RunTasks(int tasks, int64_t work, int64_t min_work, const std::function<void(int)>& fn) {
+  if (tasks <= 1 || work < min_work || PoolThreads() == 1) {
+    for (int t = 0; t < tasks; ++t) fn(t);
+    return;
+  }
+  RunOnPool(tasks, fn);
+}
+
 int PoolThreads() { return ColumnPool::Get().threads(); }
 
 mx::array Dequantize(const mx::array& b, const mx::array& scales, const std::optional<mx::array>& zero_points,

@@ -88,6 +88,10 @@ void RunOnPool(int tasks, const std::function<void(int)>& fn);
 /** The threads RunOnPool uses (the caller's included). */
 int PoolThreads();
 
+/** fn(0) ... fn(tasks - 1): on the pool (RunOnPool) when the step's `work` (multiply-adds, or
+ *  values touched) pays for waking workers, at least `min_work`; else in turn on this thread. */
+void RunTasks(int tasks, int64_t work, int64_t min_work, const std::function<void(int)>& fn);
+
 /** dequantize(B) [N, k_blocks * block_size] float32 as one primitive on CPU stream `s` (the
  *  same inputs as MatMulNBits but x and bias): for many rows of A, where a BLAS GEMM wins. */
 mx::array Dequantize(const mx::array& b, const mx::array& scales, const std::optional<mx::array>& zero_points,
