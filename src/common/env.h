@@ -51,7 +51,8 @@ constexpr const char* kDeviceMemory =
 constexpr const char* kDeviceWrites =
     "ONNXRUNTIME_EP_MLX_DEVICE_WRITES";  // "0": outputs and in-place rows copied by the host, not a CUDA
                                          // kernel; "per-block": a kernel launch per block of rows;
-                                         // "async": one wait a run (AsyncRunEvaluation)
+                                         // "async": one wait a run (AsyncRunEvaluation; the
+                                         // default on CUDA); "1": device writes, two waits
 constexpr const char* kNoConstantFold =
     "ONNXRUNTIME_EP_MLX_NO_CONSTANT_FOLD";  // "1": constant subgraphs stay in the compiled graph
 constexpr const char* kSpinMicros = "ONNXRUNTIME_EP_MLX_SPIN_US";  // hand-off spin bound (0: off)
@@ -68,13 +69,15 @@ constexpr const char* kGraphCensus =
                                         // graph)
 constexpr const char* kDecodeAttention =
     "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION";  // "gemv": GQA decode core as float32 one-row products (GPU
-                                            // paths); "kernel": the whole decode step as one
-                                            // custom CUDA kernel (attention_gqa_cuda.cc)
+                                            // paths); "sdpa": cuDNN's masked attention; "kernel"
+                                            // (default): the whole decode step as one custom
+                                            // CUDA kernel (attention_gqa_cuda.cc)
 constexpr const char* kNbitsPrefill =
     "ONNXRUNTIME_EP_MLX_NBITS_PREFILL";  // "split" (default), "half" or "float32": ops/quantized.cc
 constexpr const char* kNbitsKernel =
     "ONNXRUNTIME_EP_MLX_NBITS_KERNEL";  // "0": GPU MatMulNBits decode through mx::quantized_matmul;
-                                        // "all": its prefill's dequantization a kernel too
+                                        // "1": the decode kernel only; "all" (default): the
+                                        // prefill's dequantization a kernel too
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls on one input stay one product each
 constexpr const char* kGemvWeights =

@@ -23,9 +23,9 @@
 //    computes the scores in T. With rotary embedding the rotation's fused kernel writes both rows
 //    (GqaCoreInputs::q_doubled), so the duplicate costs no copy kernel. Or, with
 //    ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=gemv, no cuDNN at all: DecodeCoreByGemv (off: slower on
-//    the H200, more primitives than it saves); or =kernel, where the whole decode step is one
-//    custom CUDA kernel before any of this (DecodeStepByKernel, attention_gqa_cuda.cc; off until
-//    measured).
+//    the H200, more primitives than it saves). On MLX's CUDA backend the whole decode step is one
+//    custom CUDA kernel before any of this (DecodeStepByKernel, attention_gqa_cuda.cc; the
+//    default, =sdpa for the cuDNN path).
 // Numerics against ORT (float32 scores): cuDNN accumulates Q K^T in float32, scales by `scale`
 // in float32, adds the mask and runs the softmax in float32; like every FlashAttention-style
 // kernel (and ORT's own CUDA EP) it rounds the probabilities to T for the P V product
@@ -44,6 +44,7 @@
 // "force32" feeds it float32 to test the masks at the composed core's tolerances.
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include "common/env.h"
 #include "mlx/fast.h"
@@ -172,7 +173,13 @@ std::optional<mx::array> AttendByCudnn(const GqaCoreInputs& in, mx::array keys, 
 }  // namespace
 
 bool DecodeStepByKernelWanted() {
-  static const bool on = EnvString(env::kDecodeAttention) == "kernel";
+  // The default since the sixteenth session's H200 run (TinyLlama decode 6.67 -> 6.06 ms fp16,
+  // 7.83 -> 7.31 int4; docs/performance.md); "sdpa" keeps cuDNN's masked attention, "gemv" the
+  // one-row products.
+  static const bool on = [] {
+    const std::string mode = EnvString(env::kDecodeAttention);
+    return mode.empty() || mode == "kernel";
+  }();
   return on && UseFusedGpuPaths();
 }
 

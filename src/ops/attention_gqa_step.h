@@ -42,8 +42,8 @@ struct GqaDecodeStep {
   mx::array out, key, value;
 };
 
-/** ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=kernel on the fused GPU paths: a decode step in one custom
- *  CUDA kernel (DecodeStepByKernel). Off by default until it is measured on a GPU. */
+/** On the fused GPU paths, a decode step in one custom CUDA kernel (DecodeStepByKernel): the
+ *  default, unless ONNXRUNTIME_EP_MLX_DECODE_ATTENTION names another path ("sdpa", "gemv"). */
 bool DecodeStepByKernelWanted();
 
 /** The whole decode step (rotation, masks, attention, the new rows) in one custom CUDA kernel

@@ -32,8 +32,8 @@ mx::array NBitsRowsKernel(const mx::array& x, const mx::array& b, const mx::arra
 enum class NBitsDequantized { kFloat32 = 0, kHalf = 1, kSplit = 2 };
 
 /** Whether a GPU MatMulNBits prefill (more rows than NBitsKernelWanted takes) dequantizes B in
- *  one custom kernel: MLX's CUDA backend and ONNXRUNTIME_EP_MLX_NBITS_KERNEL=all (off by default
- *  until measured on a GPU; otherwise MLX ops unpack and dequantize it). */
+ *  one custom kernel: MLX's CUDA backend, unless ONNXRUNTIME_EP_MLX_NBITS_KERNEL is "0" or "1"
+ *  (then MLX ops unpack and dequantize it). */
 bool NBitsDequantizeKernelWanted(mx::Stream s);
 
 /** B (as NBitsRowsKernel takes it) dequantized as ORT's CPU EP does, w = (q - zp) * scale in

@@ -35,11 +35,13 @@ RowsLayout RowsLayoutOf(const mx::Shape& shape, int axis, int seq);
  *  runtime device a CUDA GPU, and ONNXRUNTIME_EP_MLX_DEVICE_WRITES not turned off ("0"). */
 bool DeviceWritesEnabled();
 
-/** ONNXRUNTIME_EP_MLX_DEVICE_WRITES=async: a run's graph is evaluated asynchronously
+/** Whether a run's graph is evaluated asynchronously
  *  (mx::async_eval) and the host waits once, after the device writes, which MLX runs after it on
  *  the same stream, where it waited for the graph and then for the writes (PartitionRunner::
- *  Execute). Reads on the host (host writes, the offsets' verdict) wait for their arrays. Any
- *  device, so that MLX's CPU device tests the waits; off by default until a GPU measures it. */
+ *  Execute). Reads on the host (host writes, the offsets' verdict) wait for their arrays. The
+ *  default where device writes are on (a CUDA GPU; ONNXRUNTIME_EP_MLX_DEVICE_WRITES=1 waits
+ *  twice again); ONNXRUNTIME_EP_MLX_DEVICE_WRITES=async on any device, so that MLX's CPU device
+ *  tests the waits. */
 bool AsyncRunEvaluation();
 
 /** int32 [1]: 1 when every offset of each array lies in [0, room] (its pair's room), else 0. */

@@ -151,16 +151,17 @@ def test_decode_core_by_gemv():
     """ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=gemv: a decode step's core as two float32 one-row products
     and a softmax instead of cuDNN's masked attention (src/ops/attention_gqa_fused.cc): the decode
     cases above hold their tolerances (float16, bfloat16 and float32 with every mask layout), with
-    neither a ScaledDotProductAttention nor a doubled query row in their graphs; without the
-    setting the float16 case has one or the other (on a GPU cuDNN's primitive; on the CPU MLX
-    composes its fallback, which keeps the doubling)."""
+    neither a ScaledDotProductAttention nor a doubled query row in their graphs; with =sdpa the
+    float16 case has one or the other (on a GPU cuDNN's primitive; on the CPU MLX composes its
+    fallback, which keeps the doubling)."""
     env = {"ONNXRUNTIME_EP_MLX_DECODE_ATTENTION": "gemv", "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph"}
     census, log = census_of_tests(__file__, DECODE_CASES, env=env, timeout=600)
     assert census and not any("ScaledDotProductAttention" in line for line in census), census
     assert all("Matmul" in line for line in census) and not query_doublings(log), census
     fp16 = ["test_gqa_float16[decode]"]
-    default, default_log = census_of_tests(__file__, fp16, env={"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph"})
-    assert "ScaledDotProductAttention" in default[-1] or query_doublings(default_log), default
+    sdpa, sdpa_log = census_of_tests(__file__, fp16, env={"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph",
+                                                          "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION": "sdpa"})
+    assert "ScaledDotProductAttention" in sdpa[-1] or query_doublings(sdpa_log), sdpa
 
 
 def census_total(line):
@@ -168,21 +169,22 @@ def census_total(line):
 
 
 def test_decode_step_by_kernel():
-    """ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=kernel (src/ops/attention_gqa_cuda.cc, off by default): a
-    decode step (rotation, masks, attention, the new K and V rows) as one custom CUDA kernel over
-    the node's inputs where they are: the decode cases above hold their tolerances (float32 with
-    every mask layout, float16, bfloat16), with a CustomKernel and neither cuDNN's attention, a
-    softmax nor a doubled query row, in fewer primitives than without the setting. MLX's CUDA
-    backend only; tests/cpp/gqa_decode_kernel_test.cc runs the kernel's own text on the host
-    against a double-precision reference of the node."""
+    """The default on MLX's CUDA backend (src/ops/attention_gqa_cuda.cc): a decode step (rotation,
+    masks, attention, the new K and V rows) as one custom CUDA kernel over the node's inputs where
+    they are: the decode cases above hold their tolerances (float32 with every mask layout,
+    float16, bfloat16), with a CustomKernel and neither cuDNN's attention, a softmax nor a doubled
+    query row, in fewer primitives than ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=sdpa's (cuDNN's
+    path). MLX's CUDA backend only; tests/cpp/gqa_decode_kernel_test.cc runs the kernel's own
+    text on the host against a double-precision reference of the node."""
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
-    env = {"ONNXRUNTIME_EP_MLX_DECODE_ATTENTION": "kernel", "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph"}
+    env = {"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph"}
     census, log = census_of_tests(__file__, DECODE_CASES, env=env, timeout=600)
     assert census and all("CustomKernel" in line for line in census), census
     assert not any("ScaledDotProductAttention" in line or "Softmax" in line for line in census), census
     assert not query_doublings(log), query_doublings(log)[:3]
     fp16 = ["test_gqa_float16[decode]"]
     with_kernel, _ = census_of_tests(__file__, fp16, env=env)
-    default, _ = census_of_tests(__file__, fp16, env={"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1"})
-    assert census_total(with_kernel[-1]) < census_total(default[-1]) - 10, (with_kernel[-1], default[-1])
+    sdpa, _ = census_of_tests(__file__, fp16, env={"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1",
+                                                   "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION": "sdpa"})
+    assert census_total(with_kernel[-1]) < census_total(sdpa[-1]) - 10, (with_kernel[-1], sdpa[-1])
