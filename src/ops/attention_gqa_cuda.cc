@@ -21,8 +21,12 @@
 //
 // Layout: one block of 128 threads per (batch entry, query head). The rotated query and key rows
 // in shared memory; the scores of the P + 1 keys in shared memory (up to kMaxKeys), block
-// reductions for the max and the sum; P V with each warp summing a quarter of the keys over all
-// dimensions (lanes across dimensions: V rows read coalesced), the warps' sums added at the end.
+// reductions for the max and the sum. The past rows, for the scores and for P V, are read by
+// groups of lanes, 16 bytes a lane (Lanes: 8 lanes a float16 row of 64), eight rows a group in
+// flight before their arithmetic; the groups' P V sums are added at the end with the new row's.
+// The sixteenth session's H200 run measured the first layout (each thread one key's 64 values one
+// at a time for the scores, each warp a quarter of the keys one row at a time for P V, ~256
+// dependent loads a warp): the GPU, not the host, was then most of a decode step.
 // The first query head of each KV head writes that head's K and V rows.
 #include <algorithm>
 #include <array>
@@ -49,7 +53,7 @@ constexpr int kMaxHeadSize = 128;
 constexpr const char* kHeader = R"(
 namespace mlx_ep_gqa {
 
-constexpr int kWarps = 4;  // the launch's 128 threads
+constexpr int kThreads = 128;  // the launch's
 
 // Nothing from the C library's headers, which NVRTC need not have (INFINITY, integer min/max):
 // -inf as attention_vjp_cuda.cc's kernels, which ran on the H200, spell it.
@@ -96,17 +100,131 @@ struct StepShape {
   float scale;
 };
 
+// How the block's 128 threads share a past buffer's rows, CH values of a row at a time (16-byte
+// loads where CH * sizeof(T) is 16): SUB lanes a row (the row's CHUNKS chunks, PER each), KEYS
+// rows a pass of the block, U passes' loads issued before their arithmetic (the rows are
+// independent: U * KEYS rows in flight, where one thread walking its keys waited on each load).
+template <int D, int CH>
+struct Lanes {
+  static constexpr int CHUNKS = D / CH;
+  static constexpr int SUB = CHUNKS > 16 ? 32 : CHUNKS > 8 ? 16 : CHUNKS > 4 ? 8 : CHUNKS > 2 ? 4 : CHUNKS;
+  static constexpr int PER = (CHUNKS + SUB - 1) / SUB;
+  static constexpr int KEYS = kThreads / SUB;
+  static constexpr int U = 8;
+};
+
+template <typename T, int CH>
+struct alignas(CH * sizeof(T)) Chunk {
+  T v[CH];
+};
+
+// Chunk i of this lane (lane j of its row's SUB) of row t, or zeros for a row not attended (a stale
+// row of the buffer is never read) or a chunk past the row.
+template <int D, int CH, typename T>
+__device__ __forceinline__ Chunk<T, CH> load_chunk(const T* rows, int t, bool use, int chunk) {
+  Chunk<T, CH> c;
+  if (use && chunk < D / CH) {
+    c = *reinterpret_cast<const Chunk<T, CH>*>(rows + static_cast<int64_t>(t) * D + chunk * CH);
+  } else {
+#pragma unroll
+    for (int e = 0; e < CH; ++e) c.v[e] = static_cast<T>(0.f);
+  }
+  return c;
+}
+
+// scores[t] = q . key_t * scale for the past rows t < P that are attended (0 for the others);
+// returns this thread's largest score (-inf if none).
+template <int D, int CH, typename T, typename F>
+__device__ __forceinline__ float past_scores(const float* qs, const T* keys, int P, float scale, F attended,
+                                             float* scores) {
+  using L = Lanes<D, CH>;
+  const int group = threadIdx.x / L::SUB, j = threadIdx.x % L::SUB;
+  float local_max = negative_infinity();
+  for (int base = 0; base < P; base += L::U * L::KEYS) {
+    Chunk<T, CH> c[L::U][L::PER];
+#pragma unroll
+    for (int u = 0; u < L::U; ++u) {
+      const int t = base + u * L::KEYS + group;
+      const bool use = t < P && attended(t);
+#pragma unroll
+      for (int i = 0; i < L::PER; ++i) c[u][i] = load_chunk<D, CH>(keys, t, use, j + i * L::SUB);
+    }
+#pragma unroll
+    for (int u = 0; u < L::U; ++u) {
+      float dot = 0.f;
+#pragma unroll
+      for (int i = 0; i < L::PER; ++i) {
+        const int chunk = j + i * L::SUB;
+        if (chunk < L::CHUNKS)
+#pragma unroll
+          for (int e = 0; e < CH; ++e) dot = fmaf(qs[chunk * CH + e], static_cast<float>(c[u][i].v[e]), dot);
+      }
+      for (int o = L::SUB / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+      const int t = base + u * L::KEYS + group;
+      if (t < P) {
+        const bool use = attended(t);
+        const float score = use ? dot * scale : 0.f;
+        if (j == 0) scores[t] = score;
+        if (use) local_max = fmaxf(local_max, score);
+      }
+    }
+  }
+  return local_max;
+}
+
+// Each group's sum of p_t * value_t over its past rows, in partial[group * D + d].
+template <int D, int CH, typename T, typename F>
+__device__ __forceinline__ void past_values(const float* scores, const T* values, int P, F attended,
+                                            float* partial) {
+  using L = Lanes<D, CH>;
+  const int group = threadIdx.x / L::SUB, j = threadIdx.x % L::SUB;
+  float acc[L::PER][CH];
+#pragma unroll
+  for (int i = 0; i < L::PER; ++i)
+#pragma unroll
+    for (int e = 0; e < CH; ++e) acc[i][e] = 0.f;
+  for (int base = 0; base < P; base += L::U * L::KEYS) {
+    Chunk<T, CH> c[L::U][L::PER];
+    float p[L::U];
+#pragma unroll
+    for (int u = 0; u < L::U; ++u) {
+      const int t = base + u * L::KEYS + group;
+      const bool use = t < P && attended(t);
+      p[u] = use ? scores[t] : 0.f;
+#pragma unroll
+      for (int i = 0; i < L::PER; ++i) c[u][i] = load_chunk<D, CH>(values, t, use, j + i * L::SUB);
+    }
+#pragma unroll
+    for (int u = 0; u < L::U; ++u)
+#pragma unroll
+      for (int i = 0; i < L::PER; ++i)
+#pragma unroll
+        for (int e = 0; e < CH; ++e) acc[i][e] = fmaf(p[u], static_cast<float>(c[u][i].v[e]), acc[i][e]);
+  }
+#pragma unroll
+  for (int i = 0; i < L::PER; ++i) {
+    const int chunk = j + i * L::SUB;
+    if (chunk < L::CHUNKS)
+#pragma unroll
+      for (int e = 0; e < CH; ++e) partial[group * D + chunk * CH + e] = acc[i][e];
+  }
+}
+
 template <int D, int LCAP, int ROT, bool INTERLEAVED, typename T>
 __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, const T* k_in, const T* v_in,
                                             const T* past_k, const T* past_v, const int* seqlens,
                                             const int* total_len, const T* cos_cache, const T* sin_cache,
                                             const int64_t* pos_ids, T* out, T* k_row, T* v_row) {
+  // 16-byte loads of the past rows where D allows them and the buffers are 16-byte aligned (a
+  // view into a larger allocation need not be), else one value at a time.
+  constexpr int WIDE = D % (16 / sizeof(T)) == 0 ? 16 / sizeof(T) : 1;
+  constexpr int GROUPS = Lanes<D, WIDE>::KEYS > Lanes<D, 1>::KEYS ? Lanes<D, WIDE>::KEYS : Lanes<D, 1>::KEYS;
   __shared__ float scores[LCAP];
   __shared__ float qs[D];
   __shared__ float ks[D];
   __shared__ float red[32];
-  __shared__ float partial[kWarps][D];
-  const int H = sh.heads, Hkv = sh.kv_heads, P = sh.past, L = P + 1;
+  __shared__ float partial[GROUPS * D];
+  const int H = sh.heads, Hkv = sh.kv_heads, P = sh.past;
   const int bh = blockIdx.x, b = bh / H, h = bh % H, group = H / Hkv, kvh = h / group;
   const int tid = threadIdx.x, threads = blockDim.x;
   // The step's facts for entry b (attention_contrib_gqa.cc's StepOf and KeyMask, one query row).
@@ -143,52 +261,39 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
     }
   }
   __syncthreads();
-  float local_max = negative_infinity();
-  for (int t = tid; t < L; t += threads) {
-    float score = 0.f;
-    if (attended(t)) {
-      float dot = 0.f;
-      if (t < P) {
-        const T* key = past_k + (kv * P + t) * D;
-        for (int d = 0; d < D; ++d) dot = fmaf(qs[d], static_cast<float>(key[d]), dot);
-      } else {
-        for (int d = 0; d < D; ++d) dot = fmaf(qs[d], ks[d], dot);
-      }
-      score = dot * sh.scale;
-      local_max = fmaxf(local_max, score);
-    }
-    scores[t] = score;
+  const T* keys = past_k + kv * P * D;
+  const T* values = past_v + kv * P * D;
+  const bool wide =
+      WIDE > 1 && ((reinterpret_cast<unsigned long long>(past_k) | reinterpret_cast<unsigned long long>(past_v)) & 15) == 0;
+  float local_max = wide ? past_scores<D, WIDE>(qs, keys, P, sh.scale, attended, scores)
+                         : past_scores<D, 1>(qs, keys, P, sh.scale, attended, scores);
+  if (tid < 32) {  // the new row's score, by the first warp
+    float dot = 0.f;
+    for (int d = tid; d < D; d += 32) dot = fmaf(qs[d], ks[d], dot);
+    for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    const float score = attended(P) ? dot * sh.scale : 0.f;
+    if (tid == 0) scores[P] = score;
+    if (attended(P)) local_max = fmaxf(local_max, score);
   }
-  const float top = block_reduce<true>(local_max, red);
+  const float top = block_reduce<true>(local_max, red);  // its barriers publish `scores` too
   float local_sum = 0.f;
-  for (int t = tid; t < L; t += threads) {
+  for (int t = tid; t <= P; t += threads) {
     const float p = attended(t) ? expf(scores[t] - top) : 0.f;
     scores[t] = p;
     local_sum += p;
   }
   const float sum = block_reduce<false>(local_sum, red);  // its barriers publish `scores` too
-  constexpr int PER_LANE = (D + 31) / 32;
-  const int warp = tid / 32, lane = tid & 31;
-  float acc[PER_LANE];
-  for (int i = 0; i < PER_LANE; ++i) acc[i] = 0.f;
-  for (int t = warp; t < L; t += kWarps) {
-    if (!attended(t)) continue;  // a stale row of the buffer is never read
-    const T* value = t < P ? past_v + (kv * P + t) * D : v_new;
-    const float p = scores[t];
-    for (int i = 0; i < PER_LANE; ++i) {
-      const int d = lane + 32 * i;
-      if (d < D) acc[i] = fmaf(p, static_cast<float>(value[d]), acc[i]);
-    }
-  }
-  for (int i = 0; i < PER_LANE; ++i) {
-    const int d = lane + 32 * i;
-    if (d < D) partial[warp][d] = acc[i];
-  }
+  if (wide)
+    past_values<D, WIDE>(scores, values, P, attended, partial);
+  else
+    past_values<D, 1>(scores, values, P, attended, partial);
   __syncthreads();
+  const int groups = wide ? Lanes<D, WIDE>::KEYS : Lanes<D, 1>::KEYS;
   const bool any = start < end;  // a row attending no key is zero, as in ORT
+  const float p_new = scores[P];
   for (int d = tid; d < D; d += threads) {
-    float y = 0.f;
-    for (int w = 0; w < kWarps; ++w) y += partial[w][d];
+    float y = attended(P) ? p_new * static_cast<float>(v_new[d]) : 0.f;
+    for (int g = 0; g < groups; ++g) y += partial[g * D + d];
     out[static_cast<int64_t>(bh) * D + d] = any ? static_cast<T>(y / sum) : static_cast<T>(0.f);
   }
 }

@@ -9,21 +9,31 @@
 #include <fstream>
 #include <string>
 
+#include <unistd.h>
+
 namespace mlx_ep {
+
+/** A folder of the temporary directory for `name`'s files, one per process: two builds' tests
+ *  running at once (a clean clone's beside the checkout's) must not overwrite each other's. */
+inline std::filesystem::path ScratchDir(const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / (name + "." + std::to_string(static_cast<long>(getpid())));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
 inline std::string ReadFile(const std::filesystem::path& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-/** Compiles `program` with `compiler` and `flags` (and `libs` after the source) in a folder `name`
- *  of the temporary directory and, unless `run_it` is false (an object file only), runs it: ""
+/** Compiles `program` with `compiler` and `flags` (and `libs` after the source) in ScratchDir(name)
+ *  and, unless `run_it` is false (an object file only), runs it: ""
  *  when that succeeds, else the logs. */
 inline std::string BuildAndRun(const std::string& name, const std::string& program,
                                const std::string& compiler, const std::string& flags, bool run_it = true,
                                const std::string& libs = "") {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / name;
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = ScratchDir(name);
   std::ofstream(dir / "program.cc") << program;
   const std::string build = compiler + " " + flags + " -o " + (dir / "program").string() + " " +
                             (dir / "program.cc").string() + " " + libs + " > " +
@@ -58,8 +68,7 @@ inline bool NvrtcAvailable() {
  *  --device-as-default-execution-space, CUDA's and CCCL's headers, the H200's architecture):
  *  "" when it compiles, else NVRTC's log. A host program of its own links libnvrtc. */
 inline std::string CompileLikeMlx(const std::string& name, const std::string& kernels) {
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() / name;
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path dir = ScratchDir(name);
   std::ofstream(dir / "kernels.cu") << kernels;
   const std::string driver = R"(#include <nvrtc.h>
 #include <cstdio>
