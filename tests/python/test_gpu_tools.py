@@ -1,0 +1,53 @@
+"""tools/gpu/kernel_times.py's reading of Nsight Compute's CSV, on text laid out as `ncu --csv`
+prints it (its "raw" page: a header, a units row, a row a kernel; its "details" page: a row a
+metric). The tool runs on the H200 only; these samples are written here, not captured there."""
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools" / "gpu"))
+import kernel_times  # noqa: E402
+
+RAW = '''==PROF== Connected to process 4242
+==PROF== Profiling "gemv": 0%....50%....100% - 1 pass
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","gpu__time_duration.sum"
+"","","","","","","","","","","","nsecond"
+"0","4242","python3","h200","void mlx::core::cu::gemv_single<__half, 256>(const __half *, int)","1","7","(128, 1, 1)","(512, 1, 1)","0","9.0","5,120"
+"1","4242","python3","h200","mlx_ep_gqa_decode_step_float16_64","1","7","(128, 1, 1)","(32, 1, 1)","0","9.0","12,480"
+"2","4242","python3","h200","void mlx::core::cu::gemv_single<__half, 128>(const __half *, int)","1","7","(128, 1, 1)","(512, 1, 1)","0","9.0","4,880"
+'''
+
+DETAILS = '''"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","1","python3","h","rms_norm_kernel<float>","1","7","(256, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","3.50"
+"0","1","python3","h","rms_norm_kernel<float>","1","7","(256, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes.sum","byte","1024"
+'''
+
+
+def test_raw_page_rows_and_units():
+    got = kernel_times.parse_ncu_csv(RAW)
+    assert [ns for _, ns in got] == [5120.0, 12480.0, 4880.0]
+    assert got[1][0] == "mlx_ep_gqa_decode_step_float16_64"
+
+
+def test_details_page_takes_the_time_metric_only():
+    assert kernel_times.parse_ncu_csv(DETAILS) == [("rms_norm_kernel<float>", 3500.0)]
+
+
+def test_no_kernels_when_ncu_printed_no_table():
+    assert kernel_times.parse_ncu_csv("==ERROR== ERR_NVGPUCTRPERM - no permission to access counters\n") == []
+
+
+@pytest.mark.parametrize("name,want", [
+    ("void mlx::core::cu::gemv_single<__half, 256>(const __half *, int)", "mlx::core::cu::gemv_single"),
+    ("mlx_ep_gqa_decode_step_float16_64", "mlx_ep_gqa_decode_step_float16_64"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s1688gemm<(int)1>>(Params)", "cutlass::Kernel2")])
+def test_kernel_families(name, want):
+    assert kernel_times.family(name) == want
+
+
+def test_summary_per_run_by_family():
+    s = kernel_times.summary(kernel_times.parse_ncu_csv(RAW), runs=1)
+    assert s["kernels_per_run"] == 3 and s["gpu_us_per_run"] == pytest.approx(22.48)
+    assert s["by_family"][0][0] == "mlx_ep_gqa_decode_step_float16_64"
+    assert s["by_family"][1] == ["mlx::core::cu::gemv_single", 2.0, pytest.approx(10.0)]

@@ -1,0 +1,171 @@
+"""How long each CUDA kernel of one run takes on the GPU (issue 7: kernel times per decode step).
+
+The sixteenth session's phases showed a TinyLlama decode step waiting ~2.3 ms for the GPU after
+the host had encoded it: the kernels, not only MLX's host work, are the step's time. This runs
+the step under Nsight Compute (`ncu`, which the H200 image has; nsys is not usable there) with
+profiling off until the model is warm, then on for `--runs` runs only (cudaProfilerStart/Stop),
+and sums `gpu__time_duration.sum` by kernel family. Caches and clocks are left as they are
+(`--cache-control none --clock-control none`): ncu still serializes the kernels, so a family's
+time is its kernels' own, without the gaps between them.
+
+    python3 tools/gpu/kernel_times.py llm --model DIR [--past 1024] [--json OUT]   # a decode step
+    python3 tools/gpu/kernel_times.py bert [--json OUT]                              # BERT fp16 8x128
+"""
+import argparse
+import collections
+import csv
+import ctypes
+import glob
+import io
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "tools" / "gpu")]
+METRIC = "gpu__time_duration.sum"
+UNITS_NS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
+
+
+def find_ncu():
+    """ncu on PATH, under the CUDA toolkit or Nsight Compute's own folder, or None."""
+    found = shutil.which("ncu")
+    candidates = [found] if found else []
+    candidates += sorted(glob.glob("/usr/local/cuda*/bin/ncu")) + sorted(glob.glob("/opt/nvidia/nsight-compute/*/ncu"))
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+def cudart():
+    """The CUDA runtime MLX's process uses (cudaProfilerStart/Stop act on its primary context)."""
+    names = ["libcudart.so", "libcudart.so.13", "libcudart.so.12"]
+    site = sysconfig.get_paths()["purelib"]
+    names += sorted(glob.glob(os.path.join(site, "nvidia", "*", "lib", "libcudart.so*")))
+    for name in names:
+        try:
+            return ctypes.CDLL(name)
+        except OSError:
+            continue
+    raise RuntimeError("no libcudart found (LD_LIBRARY_PATH or site-packages/nvidia/*/lib)")
+
+
+def family(name):
+    """A kernel's family: its name without template arguments, parameters or `void`."""
+    short = re.sub(r"^void\s+", "", name.strip())
+    depth, out = 0, []
+    for ch in short:  # drop <...> and (...) at any depth
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            out.append(ch)
+    return "".join(out).strip() or short[:80]
+
+
+def parse_ncu_csv(text):
+    """(kernel name, ns) per profiled kernel from `ncu --csv` output, whether its page is "raw"
+    (one row a kernel, a units row under the header) or "details" (one row a metric)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if '"Kernel Name"' in line), None)
+    if start is None:
+        return []
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    header, body = rows[0], [r for r in rows[1:] if len(r) == len(rows[0])]
+    name_at = header.index("Kernel Name")
+    if "Metric Name" in header:  # details page
+        m, u, v = header.index("Metric Name"), header.index("Metric Unit"), header.index("Metric Value")
+        return [(r[name_at], float(r[v].replace(",", "")) * UNITS_NS.get(r[u], 1.0)) for r in body if r[m] == METRIC]
+    at = header.index(METRIC)
+    scale = 1.0
+    if body and body[0][name_at] == "" and body[0][at] in UNITS_NS:  # the raw page's units row
+        scale, body = UNITS_NS[body[0][at]], body[1:]
+    return [(r[name_at], float(r[at].replace(",", "")) * scale) for r in body if r[at]]
+
+
+def summary(kernels, runs):
+    """Per run: kernel count and GPU µs by family, largest first."""
+    by_family = collections.defaultdict(lambda: [0, 0.0])
+    for name, ns in kernels:
+        entry = by_family[family(name)]
+        entry[0] += 1
+        entry[1] += ns
+    rows = sorted(([f, n / runs, ns / runs / 1e3] for f, (n, ns) in by_family.items()), key=lambda r: -r[2])
+    return {"kernels_per_run": len(kernels) / runs, "gpu_us_per_run": sum(ns for _, ns in kernels) / runs / 1e3,
+            "by_family": rows}
+
+
+def child(args):
+    """Inside ncu: warm up unprofiled, time --iters runs unprofiled, then profile --runs runs."""
+    from kernel_census import bert_run, llm_run
+    run = bert_run(tempfile.mkdtemp()) if args.what == "bert" else llm_run(args.model, args.past)
+    for _ in range(args.warmup):
+        run()
+    times = []
+    for _ in range(args.iters):
+        t0 = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - t0) * 1e3)
+    rt = cudart()
+    rt.cudaDeviceSynchronize()
+    rt.cudaProfilerStart()
+    for _ in range(args.runs):
+        run()
+    rt.cudaDeviceSynchronize()
+    rt.cudaProfilerStop()
+    print("STEP " + json.dumps({"median_ms": statistics.median(times), "min_ms": min(times)}), flush=True)
+
+
+def parent(args):
+    ncu = find_ncu()
+    if not ncu:
+        print("kernel_times: no ncu here (PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-compute)", flush=True)
+        return 1
+    cmd = [ncu, "--profile-from-start", "off", "--cache-control", "none", "--clock-control", "none",
+           "--metrics", METRIC, "--csv", "--page", "raw", "--print-units", "base", sys.executable, __file__,
+           args.what, "--child", "--runs", str(args.runs), "--warmup", str(args.warmup), "--iters",
+           str(args.iters), "--past", str(args.past)] + (["--model", args.model] if args.model else [])
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    step = next((json.loads(line[5:]) for line in p.stdout.splitlines() if line.startswith("STEP ")), None)
+    kernels = parse_ncu_csv(p.stdout)
+    if not kernels:
+        print(f"kernel_times: ncu gave no kernel times (rc {p.returncode})\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}",
+              flush=True)
+        return 1
+    result = dict(summary(kernels, args.runs), what=args.what, model=args.model, runs=args.runs,
+                  step=step, wall_s=time.perf_counter() - t0)
+    print(f"{args.what}: {result['kernels_per_run']:.0f} kernels, {result['gpu_us_per_run']:.0f} µs of GPU time "
+          f"a run (ncu, serialized); unprofiled run {step and round(step['median_ms'], 2)} ms", flush=True)
+    print("| kernel family | kernels a run | µs a run |\n| --- | ---: | ---: |")
+    for f, n, us in result["by_family"][:25]:
+        print(f"| {f[:90]} | {n:.0f} | {us:.1f} |")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["bert", "llm"])
+    ap.add_argument("--model", help="genai model directory (llm)")
+    ap.add_argument("--past", type=int, default=1024)
+    ap.add_argument("--runs", type=int, default=2, help="profiled runs (the sums are per run)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--iters", type=int, default=20, help="unprofiled runs timed before the profile")
+    ap.add_argument("--timeout", type=int, default=400)
+    ap.add_argument("--json")
+    ap.add_argument("--child", action="store_true")
+    args = ap.parse_args()
+    sys.exit(child(args) if args.child else parent(args))
+
+
+if __name__ == "__main__":
+    main()
