@@ -132,6 +132,23 @@ __device__ __forceinline__ Chunk<T, CH> load_chunk(const T* rows, int t, bool us
   return c;
 }
 
+// One pass's loads: row base + u * KEYS + group for each u, this lane's chunks of it, and whether
+// the row is attended (use[u]; its chunks are zeros when not).
+template <int D, int CH, typename T, typename F>
+__device__ __forceinline__ void load_pass(const T* rows, int base, int P, F attended,
+                                          Chunk<T, CH> (&c)[Lanes<D, CH>::U][Lanes<D, CH>::PER],
+                                          bool (&use)[Lanes<D, CH>::U]) {
+  using L = Lanes<D, CH>;
+  const int group = threadIdx.x / L::SUB, j = threadIdx.x % L::SUB;
+#pragma unroll
+  for (int u = 0; u < L::U; ++u) {
+    const int t = base + u * L::KEYS + group;
+    use[u] = t < P && attended(t);
+#pragma unroll
+    for (int i = 0; i < L::PER; ++i) c[u][i] = load_chunk<D, CH>(rows, t, use[u], j + i * L::SUB);
+  }
+}
+
 // scores[t] = q . key_t * scale for the past rows t < P that are attended (0 for the others);
 // returns this thread's largest score (-inf if none).
 template <int D, int CH, typename T, typename F>
@@ -142,13 +159,8 @@ __device__ __forceinline__ float past_scores(const float* qs, const T* keys, int
   float local_max = negative_infinity();
   for (int base = 0; base < P; base += L::U * L::KEYS) {
     Chunk<T, CH> c[L::U][L::PER];
-#pragma unroll
-    for (int u = 0; u < L::U; ++u) {
-      const int t = base + u * L::KEYS + group;
-      const bool use = t < P && attended(t);
-#pragma unroll
-      for (int i = 0; i < L::PER; ++i) c[u][i] = load_chunk<D, CH>(keys, t, use, j + i * L::SUB);
-    }
+    bool use[L::U];
+    load_pass<D, CH>(keys, base, P, attended, c, use);
 #pragma unroll
     for (int u = 0; u < L::U; ++u) {
       float dot = 0.f;
@@ -162,10 +174,9 @@ __device__ __forceinline__ float past_scores(const float* qs, const T* keys, int
       for (int o = L::SUB / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
       const int t = base + u * L::KEYS + group;
       if (t < P) {
-        const bool use = attended(t);
-        const float score = use ? dot * scale : 0.f;
+        const float score = use[u] ? dot * scale : 0.f;
         if (j == 0) scores[t] = score;
-        if (use) local_max = fmaxf(local_max, score);
+        if (use[u]) local_max = fmaxf(local_max, score);
       }
     }
   }
@@ -185,21 +196,16 @@ __device__ __forceinline__ void past_values(const float* scores, const T* values
     for (int e = 0; e < CH; ++e) acc[i][e] = 0.f;
   for (int base = 0; base < P; base += L::U * L::KEYS) {
     Chunk<T, CH> c[L::U][L::PER];
-    float p[L::U];
+    bool use[L::U];
+    load_pass<D, CH>(values, base, P, attended, c, use);
 #pragma unroll
     for (int u = 0; u < L::U; ++u) {
-      const int t = base + u * L::KEYS + group;
-      const bool use = t < P && attended(t);
-      p[u] = use ? scores[t] : 0.f;
-#pragma unroll
-      for (int i = 0; i < L::PER; ++i) c[u][i] = load_chunk<D, CH>(values, t, use, j + i * L::SUB);
-    }
-#pragma unroll
-    for (int u = 0; u < L::U; ++u)
+      const float p = use[u] ? scores[base + u * L::KEYS + group] : 0.f;
 #pragma unroll
       for (int i = 0; i < L::PER; ++i)
 #pragma unroll
-        for (int e = 0; e < CH; ++e) acc[i][e] = fmaf(p[u], static_cast<float>(c[u][i].v[e]), acc[i][e]);
+        for (int e = 0; e < CH; ++e) acc[i][e] = fmaf(p, static_cast<float>(c[u][i].v[e]), acc[i][e]);
+    }
   }
 #pragma unroll
   for (int i = 0; i < L::PER; ++i) {
@@ -263,8 +269,9 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
   __syncthreads();
   const T* keys = past_k + kv * P * D;
   const T* values = past_v + kv * P * D;
-  const bool wide =
-      WIDE > 1 && ((reinterpret_cast<unsigned long long>(past_k) | reinterpret_cast<unsigned long long>(past_v)) & 15) == 0;
+  const unsigned long long bases =
+      reinterpret_cast<unsigned long long>(past_k) | reinterpret_cast<unsigned long long>(past_v);
+  const bool wide = WIDE > 1 && (bases & 15) == 0;
   float local_max = wide ? past_scores<D, WIDE>(qs, keys, P, sh.scale, attended, scores)
                          : past_scores<D, 1>(qs, keys, P, sh.scale, attended, scores);
   if (tid < 32) {  // the new row's score, by the first warp
