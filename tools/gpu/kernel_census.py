@@ -113,6 +113,23 @@ def llm_run(model_dir, past=1024, new=1):
     return run
 
 
+def model_run(what, model_dir=None, past=1024, new=1):
+    """bert_run or llm_run: one run of BERT-base fp16, or of `new` tokens after `past`."""
+    return bert_run(tempfile.mkdtemp()) if what == "bert" else llm_run(model_dir, past, new)
+
+
+def timed_runs(run, warmup, iters):
+    """`warmup` runs, then the ms of each of `iters` more."""
+    for _ in range(warmup):
+        run()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return times
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["bert", "llm"])

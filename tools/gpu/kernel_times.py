@@ -25,7 +25,6 @@ import statistics
 import subprocess
 import sys
 import sysconfig
-import tempfile
 import time
 from pathlib import Path
 
@@ -104,15 +103,9 @@ def summary(kernels, runs):
 
 def child(args):
     """Inside ncu: warm up unprofiled, time --iters runs unprofiled, then profile --runs runs."""
-    from kernel_census import bert_run, llm_run
-    run = bert_run(tempfile.mkdtemp()) if args.what == "bert" else llm_run(args.model, args.past)
-    for _ in range(args.warmup):
-        run()
-    times = []
-    for _ in range(args.iters):
-        t0 = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - t0) * 1e3)
+    from kernel_census import model_run, timed_runs
+    run = model_run(args.what, args.model, args.past)
+    times = timed_runs(run, args.warmup, args.iters)
     rt = cudart()
     rt.cudaDeviceSynchronize()
     rt.cudaProfilerStart()

@@ -35,12 +35,10 @@ def child(args):
     """One setting: the runs, then the session's report (written when the session goes)."""
     import gc
 
+    from kernel_census import model_run, timed_runs
+
     def make():
-        if args.what == "bert":
-            from kernel_census import bert_run
-            return bert_run(tempfile.mkdtemp())
-        from kernel_census import llm_run
-        return llm_run(args.model, args.past, args.prompt)
+        return model_run(args.what, args.model, args.past, args.prompt)
 
     # A first session pays the process's one-time costs (MLX's kernel JIT, first in-place writes),
     # which would otherwise land in the report's sums over the steady runs; the measured session's
@@ -52,13 +50,7 @@ def child(args):
         del run
         gc.collect()
     run = make()
-    for _ in range(args.warmup):
-        run()
-    times = []
-    for _ in range(args.iters):
-        t0 = time.perf_counter()
-        run()
-        times.append((time.perf_counter() - t0) * 1e3)
+    times = timed_runs(run, args.warmup, args.iters)
     del run
     gc.collect()
     report = json.loads(Path(os.environ["ONNXRUNTIME_EP_MLX_REPORT"]).read_text())
