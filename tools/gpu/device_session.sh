@@ -104,8 +104,27 @@ background() {
     wheels/onnxruntime_genai_cuda-*.whl && touch "$W/installed.ort"
   ort_gpu_env
   # The LLM models for bench/bench_llm_gpu.py (PyTorch, transformers and genai's builder).
+  # BG_STEPS (given to the park call that starts this job) run beside it: see background_steps.
+  [ -n "${BG_STEPS:-}" ] && { background_steps & }
   $PY "$W/src/bench/bench_llm_gpu.py" make --work "$W/llm" ${MAKE_ARGS:-} >"$W/make.log" 2>&1 \
     && touch "$W/make.ok" || touch "$W/make.failed"
+  wait
+}
+
+background_steps() {
+  # Steps run here are bound by no device call: a parity run is no longer cut into halves at a
+  # call's 600 s (the halves lost the files they were reading at the end). Their reports go to
+  # $W/bgout; a foreground `run collect` waits for them and brings them back. BG_BUDGET (s) is
+  # each step's time as CALL_BUDGET is a call's.
+  OUT="$W/bgout" && mkdir -p "$OUT"
+  ready_to_run || { touch "$W/bg_steps.done"; return 1; }
+  local s
+  for s in $BG_STEPS; do
+    SECONDS=0 && log "background step $s"
+    CALL_BUDGET="${BG_BUDGET:-1500}" FILE_TIMEOUT="${FILE_TIMEOUT:-900}" run_step "$s"
+    log "background step $s done in ${SECONDS} s"
+  done
+  touch "$W/bg_steps.done"
 }
 
 ort_gpu_env() {  # onnxruntime-gpu first on the path, and the CUDA libraries where its EP looks
@@ -236,6 +255,11 @@ run_step() {
     primcost)  # what one MLX primitive of each kind costs on the GPU (MLX's Python API, no EP)
       timeout "${PRIMCOST_TIMEOUT:-200}" $PY "$ROOT/bench/mlx_primitive_cost.py" --json "$R/mlx_primitive_cost.json" 2>&1 \
         | tee "$R/mlx_primitive_cost.log";;
+    collect)  # the background steps' reports so far, once they are done or the call's time is up
+      wait_for "$W/bg_steps.done" /nonexistent "${COLLECT_WAIT:-$(( ${CALL_BUDGET:-560} - SECONDS - 30 ))}" \
+        || log "background steps still running: $(tail -1 "$W/bgout/run.log" 2>/dev/null)"
+      [ -d "$W/bgout/reports" ] && cp -r "$W/bgout/reports/." "$R/"
+      cp "$W/bgout/run.log" "$R/background_run.log" 2>/dev/null;;
     threads)  # CPU thread scaling on this machine's cores (MLX's CPU device)
       ONNXRUNTIME_EP_MLX_DEVICE=cpu timeout 200 $PY "$ROOT/bench/bench_concurrency.py" --threads 1,2,4,8,16 \
         --mlx-threads 4,16 --json "$R/bench_concurrency_16.json" 2>&1 | tee "$R/bench_concurrency_16.log";;
