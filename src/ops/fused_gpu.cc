@@ -45,6 +45,13 @@ bool FusedGpuPathsOnCpu() { return UseFusedGpuPaths() && OnCpu(); }
 
 bool FusedGpuPathsFloat32() { return Mode() == FusedMode::kForce32; }
 
+mx::array FastLayerNorm(const mx::array& x, const mx::array& w, const std::optional<mx::array>& b,
+                        float eps, bool recenter, mx::Stream s) {
+  if (!recenter) return mx::fast::layer_norm(x, w, b, eps, s);
+  const mx::array shifted = mx::subtract(x, mx::mean(x, -1, /*keepdims=*/true, s), s);
+  return mx::fast::layer_norm(shifted, w, b, eps, s);
+}
+
 mx::array SharedArange(int n) {
   static std::mutex mu;
   // Never destroyed: arrays must not outlive MLX's allocator at exit.

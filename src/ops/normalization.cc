@@ -124,7 +124,8 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
 // each thread sums its N_READS-strided share of the row, then a warp tree and a block reduction
 // add the partial sums (blocked, not one chain: error ~log2(n) ulps instead of MLX CPU's ~n), and
 // layer_norm takes two passes over the row (the mean, then sum((x - mean)^2)), so the variance
-// has no cancellation. What they do in T (norm rounded to T, times w, plus b, in T) is exact
+// has no cancellation; its mean's rounding does move a row whose mean is large against its spread,
+// so float32 rows are recentered first (FastLayerNorm, fused_gpu_internal.h). What they do in T (norm rounded to T, times w, plus b, in T) is exact
 // here because T is float32: the input is widened first, as ORT computes (float16 in float).
 // rms_norm is one pass (sum of x^2, reduced the same way).
 mx::array FusedLayerNorm(const mx::array& x2d, const mx::array& w, const std::optional<mx::array>& b,
@@ -133,7 +134,7 @@ mx::array FusedLayerNorm(const mx::array& x2d, const mx::array& w, const std::op
   auto f32 = [&](const mx::array& a) { return mx::astype(a, mx::float32, s); };
   std::optional<mx::array> bf;
   if (b) bf = f32(*b);
-  return mx::astype(mx::fast::layer_norm(f32(x2d), f32(w), bf, eps, s), dt, s);
+  return mx::astype(FastLayerNorm(f32(x2d), f32(w), bf, eps, /*recenter=*/dt == mx::float32, s), dt, s);
 }
 
 Claim ClaimLayerNorm(const NodeView& v) {

@@ -21,13 +21,16 @@
 // float32, float64 (LayerNormalization/SimplifiedLayerNormalization only) in float64.
 // On GPUs, where the normalized axis is the last one, scale/bias hold one value per position of it
 // and no statistic output is used, the translation is mx::fast::layer_norm / mx::fast::rms_norm
-// on float32 values (rounded once afterwards); on MLX's CPU backend (whose fused kernels are not
-// accurate enough) the EP's row-normalization primitive (normalization_cpu.h) in that case.
+// on float32 values (rounded once afterwards; float32 rows recentered first, FastLayerNorm;
+// ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS switches it, as for the ai.onnx forms); on MLX's CPU backend
+// (whose fused kernels are not accurate enough) the EP's row-normalization primitive
+// (normalization_cpu.h) in that case.
 // Otherwise it is composed with accurate sums (the mean refined once, as in normalization.cc),
 // which also gives the statistics.
 #include <cmath>
 
 #include "ops/claim_util.h"
+#include "ops/fused_gpu_internal.h"
 #include "ops/normalization_cpu.h"
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
@@ -78,16 +81,17 @@ struct Normalized {
 };
 
 /** (x - mean) / std * scale + bias over [axis, rank) of `x` (compute dtype); `scale` and `bias`
- *  (compute dtype) broadcast against x. Fused MLX kernels where they apply (see the top). */
+ *  (compute dtype) broadcast against x. Fused MLX kernels where they apply (see the top);
+ *  `float32_input`: the node's input is float32 (FastLayerNorm recenters its rows then). */
 Normalized Normalize(const mx::array& x, int axis, const mx::array& scale,
                      const std::optional<mx::array>& bias, float eps, bool simplified, bool want_stats,
-                     mx::Stream s) {
+                     bool float32_input, mx::Stream s) {
   const int rank = static_cast<int>(x.ndim());
   const int n = x.shape(-1);
   // Not on MLX's CPU backend: there the fused kernels fall back to one-chain float32 reductions,
   // measured ~10x further from float64 truth than ORT (LayerNorm, H = 4096: 2x the 1e-5 parity
   // tolerance from ORT, the composed form 0.4x).
-  const bool fused = RuntimeDevice() != mx::Device(mx::Device::cpu) && !want_stats &&
+  const bool fused = UseFusedGpuPaths() && !want_stats &&
                      x.dtype() == mx::float32 && axis == rank - 1 && IsLastAxisVector(scale, n, rank) &&
                      (!bias || IsLastAxisVector(*bias, n, rank));
   if (fused) {
@@ -95,7 +99,7 @@ Normalized Normalize(const mx::array& x, int axis, const mx::array& scale,
     if (simplified) return {mx::fast::rms_norm(x, w, eps, s), std::nullopt};
     std::optional<mx::array> b;
     if (bias) b = mx::reshape(*bias, {n}, s);
-    return {mx::fast::layer_norm(x, w, b, eps, s), std::nullopt};
+    return {FastLayerNorm(x, w, b, eps, float32_input, s), std::nullopt};
   }
   if (!want_stats && x.dtype() == mx::float32 && axis == rank - 1 && IsLastAxisVector(scale, n, rank) &&
       (!bias || IsLastAxisVector(*bias, n, rank))) {
@@ -200,7 +204,7 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
   std::optional<mx::array> b;
   if (bias) b = mx::astype(*bias, acc, s);
   Normalized r = Normalize(mx::astype(x, acc, s), static_cast<int>(axis), mx::astype(scale, acc, s), b, eps,
-                           kSimplified, wanted(mean_slot) || wanted(inv_slot), s);
+                           kSimplified, wanted(mean_slot) || wanted(inv_slot), dt == mx::float32, s);
   outs.push_back(mx::astype(r.y, y_dt, s));
   for (size_t k = 1; k < c.num_outputs(); ++k) {
     if (!wanted(k)) {
@@ -292,7 +296,8 @@ std::vector<mx::array> TranslateSkipLayerNorm(const OpContext& c) {
       outs.push_back(mx::full(stat_shape, NAN, mx::float32, s));
   } else {
     const float eps = c.node.AttrFloat("epsilon", 1e-12f);
-    Normalized r = Normalize(sum, rank - 1, gamma, beta, eps, kSimplified, wanted(1) || wanted(2), s);
+    Normalized r = Normalize(sum, rank - 1, gamma, beta, eps, kSimplified, wanted(1) || wanted(2),
+                             dt == mx::float32, s);
     outs.push_back(mx::astype(r.y, dt, s));
     if (c.num_outputs() > 1)
       outs.push_back(wanted(1) ? r.stats->mean : mx::zeros(stat_shape, mx::float32, s));

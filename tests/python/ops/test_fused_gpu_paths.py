@@ -1,7 +1,7 @@
 """The GPU-only fused translations (src/ops/fused_gpu_internal.h) forced onto MLX's CPU device.
 
 ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS=force builds the graphs a GPU builds: ai.onnx LayerNormalization
-and RMSNormalization through mx::fast::layer_norm / rms_norm, GroupQueryAttention's core through
+and RMSNormalization (and ORT's contrib Skip/Simplified forms) through mx::fast::layer_norm / rms_norm, GroupQueryAttention's core through
 mx::fast::scaled_dot_product_attention (past buffer and new rows concatenated, one bool mask, a
 decode row duplicated). On the CPU MLX runs its fallbacks of those kernels, which are less
 accurate than its CUDA kernels (one-chain float32 sums; SDPA scores rounded to T), so the cases
@@ -16,7 +16,8 @@ import pytest
 from harness import BF16, census_of_tests, check_parity, mlx_device, random_array, run_cpu
 from harness_bf16 import check_bf16
 from test_attention_contrib_gqa import check, gqa
-from test_normalization import layer_norm_feeds, layer_norm_model
+from test_contrib_normalization import norm_case, skip_case
+from test_normalization import layer_norm_exact, layer_norm_feeds, layer_norm_model
 from test_rms_normalization import rms_model
 
 ENV = "ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS"
@@ -103,6 +104,44 @@ def test_layer_norm_bf16(forced):
     shape = (3, 32)
     feeds = {k: v.astype(BF16).astype(np.float32) for k, v in layer_norm_feeds(np.float32, shape).items()}
     check_bf16(layer_norm_model(BF16, shape), feeds, run_cpu(layer_norm_model(np.float32, shape), feeds))
+
+
+# Rows whose mean is large against their spread. The fused kernel's own float32 mean is off by
+# ~log2(n) ulps of the row's magnitude, which moved every output by ~1e-5 at mean 100 on the H200
+# (seventeenth session); the rows are recentered first (FastLayerNorm). The reference is the exact
+# rows (float64): ORT's CPU EP is itself up to ~5e-6 from them here (its float32 squares), so its
+# Y cannot judge 1e-5 here. On the CPU MLX's fallback sums in one chain, a harder test of the same
+# recentering.
+OFFSET_ROWS = [(10.0, 0.1), (100.0, 1.0), (-3.0, 0.5), (1000.0, 1.0)]
+
+
+def offset_rows(feeds, mean, std):
+    return {**feeds, "x": (feeds["x"].astype(np.float64) * std + mean).astype(np.float32)}
+
+
+@pytest.mark.parametrize("mean,std", OFFSET_ROWS)
+def test_layer_norm_offset_rows(forced, mean, std):
+    shape = (4, 768)
+    feeds = offset_rows(layer_norm_feeds(np.float32, shape), mean, std)
+    exact = [layer_norm_exact(feeds["x"], feeds["scale"], feeds["bias"])]
+    check_parity(layer_norm_model(np.float32, shape), feeds, expected=exact)
+
+
+@pytest.mark.parametrize("mean,std", OFFSET_ROWS)
+@pytest.mark.parametrize("op", ["SkipLayerNormalization", "LayerNormalization"])
+def test_contrib_layer_norm_offset_rows(forced, op, mean, std):
+    """com.microsoft SkipLayerNormalization and ai.onnx LayerNormalization-16 (ORT's contrib form)
+    through normalization_contrib.cc's fused path, on the same rows (the skip sum offset)."""
+    if op == "SkipLayerNormalization":
+        model, feeds = skip_case(op, (2, 3, 768), (2, 3, 768))
+        feeds = offset_rows(feeds, mean, std)
+        rows = feeds["x"] + feeds["skip"] + feeds["bias"]  # ORT's float32 sum, as the EP's
+        exact = layer_norm_exact(rows, feeds["gamma"], feeds["beta"], 1e-12)
+    else:
+        model, feeds = norm_case(op, (4, 768), -1, (768,))
+        feeds = offset_rows(feeds, mean, std)
+        exact = layer_norm_exact(feeds["x"], feeds["scale"], feeds["bias"])
+    check_parity(model, feeds, expected=[exact])
 
 
 @pytest.mark.parametrize("xshape,axis,sshape", [((2, 3, 4, 5), -1, (5,)), ((2, 3, 4, 5), 1, (3, 4, 5)),

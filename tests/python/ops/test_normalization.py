@@ -4,7 +4,8 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from harness import BF16, assert_close, check_parity, make_graph_model, make_model, random_array, run_cpu, run_mlx
+from harness import (BF16, assert_close, check_parity, make_graph_model, make_model, mlx_device, random_array, run_cpu,
+                     run_mlx)
 from harness_bf16 import check_bf16
 
 
@@ -171,12 +172,26 @@ def test_layer_norm_offset_rows(mean, std):
     check_parity(model, layer_norm_feeds(np.float32, shape, mean=mean, std=std))
 
 
+def layer_norm_exact(x, scale, bias=None, epsilon=1e-5):
+    """LayerNormalization of float32 rows over the last axis in float64 (ONNX's definition, no
+    rounding but the last), as float32."""
+    x = np.asarray(x, np.float64)
+    centered = x - x.mean(-1, keepdims=True)
+    y = centered / np.sqrt((centered * centered).mean(-1, keepdims=True) + epsilon) * scale
+    return (y if bias is None else y + bias).astype(np.float32)
+
+
 @pytest.mark.parametrize("mean,std", [(10.0, 0.1), (100.0, 1.0), (-3.0, 0.5)])
 def test_layer_norm_offset_rows_output_only(mean, std):
-    """The same rows with Y alone: on MLX's CPU device the row-normalization primitive
-    (src/ops/normalization_cpu.cc) takes the node, its statistics in float64."""
+    """The same rows with Y alone. On MLX's CPU device the row-normalization primitive
+    (src/ops/normalization_cpu.cc) takes the node with ORT's own arithmetic: parity with ORT.
+    On a GPU mx::fast::layer_norm does (recentered, FastLayerNorm), whose arithmetic is not ORT's,
+    and ORT's float32 squares put its own Y up to ~5e-6 from the exact rows (measured at mean 10
+    and 100): there the exact rows are the reference, at the same float32 tolerance."""
     shape = (4, 768)
-    check_parity(layer_norm_model(np.float32, shape), layer_norm_feeds(np.float32, shape, mean=mean, std=std))
+    feeds = layer_norm_feeds(np.float32, shape, mean=mean, std=std)
+    exact = None if mlx_device() == "cpu" else [layer_norm_exact(feeds["x"], feeds["scale"], feeds["bias"])]
+    check_parity(layer_norm_model(np.float32, shape), feeds, expected=exact)
 
 
 @pytest.mark.parametrize("epsilon", [1e-12, 1e-3, 0.5])
