@@ -8,7 +8,10 @@ the GPU (inputs already there, one synchronise per run). Medians of interleaved 
     python3 bench/bench_bert_gpu.py [--batch 8] [--seq 128] [--iters 30] [--layers 12] [--json FILE]
 
 Needs torch, transformers and onnxruntime-gpu (the GPU machine's image; tools/gpu/device_run.sh
-STEPS=bert). TF32 stays off everywhere unless MLX_ENABLE_TF32=1 / --tf32 (then on for all peers).
+STEPS=bert). Every peer multiplies float32 in the same mode: TF32 off by default (the MLX EP's
+`use_tf32=0`, ORT's CUDA EP's `use_tf32=0`, which is not its default, torch's allow_tf32 off);
+`--tf32` (or MLX_ENABLE_TF32=1) turns it on for all three. MLX reads the mode once per process, so
+each mode is a run of its own (`--precisions fp32 --tf32` for the second).
 """
 import argparse
 import json
@@ -71,19 +74,22 @@ def torch_runner(model, feeds, half):
     return run
 
 
-def ort_session(path, providers):
+def ort_session(path, ep, tf32):
+    """A session on the MLX EP or ORT's CUDA EP, float32 products in TF32 or not (the provider
+    option has the same name in both)."""
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    if providers[0] == "MLXExecutionProvider":
-        mlx_ep.append_to_session_options(so)
+    options = {"use_tf32": "1" if tf32 else "0"}
+    if ep == "mlx":
+        mlx_ep.append_to_session_options(so, options)
         return ort.InferenceSession(str(path), so)
-    return ort.InferenceSession(str(path), so, providers=providers)
+    return ort.InferenceSession(str(path), so, providers=[("CUDAExecutionProvider", options), "CPUExecutionProvider"])
 
 
-def bench_precision(path, model, feeds, half, iters):
-    row = {"precision": "fp16" if half else "fp32"}
-    mlx = ort_session(path, ["MLXExecutionProvider"])
-    cuda = ort_session(path, ["CUDAExecutionProvider", "CPUExecutionProvider"])
+def bench_precision(path, model, feeds, half, iters, tf32):
+    row = {"precision": "fp16" if half else "fp32", "tf32": tf32}
+    mlx = ort_session(path, "mlx", tf32)
+    cuda = ort_session(path, "cuda", tf32)
     ref = cuda.run(None, feeds)[0]
     got = mlx.run(None, feeds)[0]
     row["max_abs_diff_vs_cuda"] = float(np.max(np.abs(got.astype(np.float32) - ref.astype(np.float32))))
@@ -112,12 +118,15 @@ def main():
     p.add_argument("--seq", type=int, default=128)
     p.add_argument("--layers", type=int, default=12)
     p.add_argument("--iters", type=int, default=30)
+    p.add_argument("--precisions", default="fp16,fp32", help="which of fp16, fp32 to run")
+    p.add_argument("--tf32", action="store_true", help="every peer multiplies float32 in TF32")
     p.add_argument("--json")
     args = p.parse_args()
     import torch
 
-    torch.backends.cuda.matmul.allow_tf32 = os.environ.get("MLX_ENABLE_TF32") == "1"
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32
+    tf32 = args.tf32 or os.environ.get("MLX_ENABLE_TF32") == "1"
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
     mlx_ep.register_execution_provider_library()
     rng = np.random.default_rng(0)
     feeds = {"input_ids": rng.integers(0, 30000, (args.batch, args.seq)).astype(np.int64),
@@ -130,13 +139,16 @@ def main():
 
         fp16 = Path(tmp) / "bert_fp16.onnx"
         onnx.save(convert_float_to_float16(onnx.load(str(fp32)), keep_io_types=True), str(fp16))
+        wanted = args.precisions.split(",")
         for path, half in ((fp16, True), (fp32, False)):
-            row = bench_precision(path, model, feeds, half, args.iters)
+            if ("fp16" if half else "fp32") not in wanted:
+                continue
+            row = bench_precision(path, model, feeds, half, args.iters, tf32)
             rows.append(row)
             print(json.dumps(row), flush=True)
     cols = ["mlx_run", "mlx_iobinding", "cuda_run", "cuda_iobinding", "torch_eager"]
-    print(f"BERT-base ({args.layers} layers) batch {args.batch} x {args.seq}, TF32 "
-          f"{'on' if os.environ.get('MLX_ENABLE_TF32') == '1' else 'off'}, medians of {args.iters}, ms")
+    print(f"BERT-base ({args.layers} layers) batch {args.batch} x {args.seq}, TF32 {'on' if tf32 else 'off'} "
+          f"for every peer, medians of {args.iters}, ms")
     print("| precision | partitions | " + " | ".join(cols) + " | CUDA iobinding / MLX best | torch / MLX best | max abs diff vs CUDA |")
     print("|---|---|" + "---|" * (len(cols) + 3))
     for r in rows:

@@ -206,7 +206,10 @@ run_step() {
     bert)  # BERT-base fp16/fp32 8x128 against ORT's CUDA EP (run and IOBinding) and PyTorch eager
       wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
       ( ort_gpu_env && timeout "${BERT_TIMEOUT:-300}" $PY "$ROOT/bench/bench_bert_gpu.py" --json "$R/bench_bert_gpu.json" 2>&1 \
-        | tee "$R/bench_bert_gpu.log" );;
+        | tee "$R/bench_bert_gpu.log" )
+      # fp32 again with TF32 on for every peer (MLX reads the mode once per process: a run of its own)
+      ( ort_gpu_env && timeout "${BERT_TIMEOUT:-300}" $PY "$ROOT/bench/bench_bert_gpu.py" --precisions fp32 --tf32 \
+          --json "$R/bench_bert_gpu_tf32.json" 2>&1 | tee "$R/bench_bert_gpu_tf32.log" );;
     pytest)  # PYTEST_FILES with the parity step's reference: onnxruntime-gpu 1.31 and genai beside it
       # (the image's onnxruntime 1.30 fails test_quantized's GatherBlockQuantized cases, and
       # test_llm needs onnxruntime_genai: both seen in the thirteenth session)
