@@ -51,3 +51,37 @@ def test_summary_per_run_by_family():
     assert s["kernels_per_run"] == 3 and s["gpu_us_per_run"] == pytest.approx(22.48)
     assert s["by_family"][0][0] == "mlx_ep_gqa_decode_step_float16_64"
     assert s["by_family"][1] == ["mlx::core::cu::gemv_single", 2.0, pytest.approx(10.0)]
+
+
+# A torch.profiler Chrome trace as export_chrome_trace writes it (events of other categories
+# beside the kernels; "ts"/"dur" in µs); written here, not captured on the H200.
+TRACE = {"traceEvents": [
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 100.0, "dur": 8.0},
+    {"ph": "X", "cat": "kernel", "name": "void mlx::core::cu::gemv_single<__half, 256>(const __half *, int)",
+     "ts": 120.0, "dur": 10.0},
+    {"ph": "X", "cat": "kernel", "name": "mlx_ep_gqa_decode_step_float16_64", "ts": 125.0, "dur": 10.0},
+    {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoD", "ts": 140.0, "dur": 2.0},
+    {"ph": "X", "cat": "kernel", "name": "void mlx::core::cu::gemv_single<__half, 128>(const __half *, int)",
+     "ts": 150.0, "dur": 5.0},
+    {"ph": "i", "cat": "kernel", "name": "an instant, not a kernel", "ts": 151.0},
+]}
+
+
+def test_chrome_trace_kernels_only():
+    got = kernel_times.parse_chrome_trace(TRACE)
+    assert [(start, dur) for _, start, dur in got] == [(120.0, 10.0), (125.0, 10.0), (150.0, 5.0)]
+
+
+def test_busy_time_is_the_union_of_intervals():
+    kernels = kernel_times.parse_chrome_trace(TRACE)
+    assert kernel_times.busy_us(kernels) == 20.0  # [120, 135) and [150, 155)
+    assert kernel_times.busy_us([("a", 0.0, 10.0), ("b", 2.0, 3.0), ("c", 9.0, 4.0)]) == 13.0
+    assert kernel_times.busy_us([]) == 0.0
+
+
+def test_timeline_summary_per_run():
+    kernels = kernel_times.parse_chrome_trace(TRACE)
+    s = kernel_times.timeline_summary(kernels, 1, [0.5])
+    assert s["kernels_per_run"] == 3 and s["gpu_us_per_run"] == 25.0
+    assert s["busy_us_per_run"] == 20.0 and s["span_us_per_run"] == 35.0 and s["wall_ms_per_run"] == 0.5
+    assert s["by_family"][0][0] == "mlx::core::cu::gemv_single" and s["by_family"][0][1:] == [2, 15.0]

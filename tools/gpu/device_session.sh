@@ -252,15 +252,19 @@ run_step() {
       done
       [ -n "${PHASES_BERT-1}" ] && timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" bert \
         ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} ${PHASES_ROUNDS:+--rounds "$PHASES_ROUNDS"} --json "$R/phases_bert.json" 2>&1 | tee -a "$R/phases.log";;
-    kernels)  # each CUDA kernel family's GPU time in one run (ncu): TinyLlama decode steps, BERT fp16
+    kernels)  # each CUDA kernel family's GPU time in one run: TinyLlama decode steps, BERT fp16;
+      # KERNELS_VIA: "timeline" (CUPTI through torch.profiler: real start and end, the GPU's busy
+      # time against the run's span), "ncu" (each kernel's own time, serialized), both by default
       wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; tail -40 "$W/make.log"; return 1; }
-      local k
-      for k in ${KERNELS_MODELS:-fp16 int4}; do
-        timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" llm --model "$W/llm/$k" \
-          --json "$R/kernel_times_$k.json" 2>&1 | tee -a "$R/kernel_times.log"
-      done
-      [ -n "${KERNELS_BERT-1}" ] && timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" bert \
-        --json "$R/kernel_times_bert.json" 2>&1 | tee -a "$R/kernel_times.log";;
+      local k v
+      for v in ${KERNELS_VIA:-timeline ncu}; do
+        for k in ${KERNELS_MODELS:-fp16 int4}; do
+          timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" \
+            --json "$R/kernel_times_${v}_$k.json" 2>&1 | tee -a "$R/kernel_times.log"
+        done
+        [ -n "${KERNELS_BERT-1}" ] && timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" bert \
+          --via "$v" --json "$R/kernel_times_${v}_bert.json" 2>&1 | tee -a "$R/kernel_times.log"
+      done;;
     primcost)  # what one MLX primitive of each kind costs on the GPU (MLX's Python API, no EP)
       timeout "${PRIMCOST_TIMEOUT:-200}" $PY "$ROOT/bench/mlx_primitive_cost.py" --json "$R/mlx_primitive_cost.json" 2>&1 \
         | tee "$R/mlx_primitive_cost.log";;

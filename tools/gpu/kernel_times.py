@@ -10,6 +10,12 @@ time is its kernels' own, without the gaps between them.
 
     python3 tools/gpu/kernel_times.py llm --model DIR [--past 1024] [--json OUT]   # a decode step
     python3 tools/gpu/kernel_times.py bert [--json OUT]                              # BERT fp16 8x128
+
+`--via timeline` instead records the runs through CUPTI (torch.profiler, in this process: CUPTI
+traces every kernel of the process, MLX's too, CUDA graphs' nodes included) with the kernels' real
+start and end: nothing is serialized or replayed, so besides each family's time it gives the GPU's
+busy time (the union of the kernels' intervals) against the run's span and wall time, i.e. how
+long the GPU sat idle waiting for the host.
 """
 import argparse
 import collections
@@ -89,6 +95,36 @@ def parse_ncu_csv(text):
     return [(r[name_at], float(r[at].replace(",", "")) * scale) for r in body if r[at]]
 
 
+def parse_chrome_trace(trace):
+    """(kernel name, start µs, duration µs) of each GPU kernel in a torch.profiler Chrome trace
+    (its events of category "kernel"), by start."""
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    kernels = [(e["name"], float(e["ts"]), float(e.get("dur", 0.0))) for e in events
+               if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    return sorted(kernels, key=lambda k: k[1])
+
+
+def busy_us(kernels):
+    """The GPU's busy time: the union of the kernels' [start, start + duration) intervals, µs."""
+    total, end = 0.0, float("-inf")
+    for _, start, dur in kernels:
+        if start + dur <= end:
+            continue
+        total += start + dur - max(start, end)
+        end = start + dur
+    return total
+
+
+def timeline_summary(kernels, runs, wall_ms):
+    """summary() of the traced kernels plus the GPU's busy time and span a run (first start to
+    last end, over all runs) against the runs' mean wall time."""
+    result = summary([(name, dur * 1e3) for name, _, dur in kernels], runs)
+    span = (kernels[-1][1] + kernels[-1][2] - kernels[0][1]) if kernels else 0.0
+    result.update(busy_us_per_run=busy_us(kernels) / runs, span_us_per_run=span / runs,
+                  wall_ms_per_run=statistics.mean(wall_ms))
+    return result
+
+
 def summary(kernels, runs):
     """Per run: kernel count and GPU µs by family, largest first."""
     by_family = collections.defaultdict(lambda: [0, 0.0])
@@ -116,6 +152,49 @@ def child(args):
     print("STEP " + json.dumps({"median_ms": statistics.median(times), "min_ms": min(times)}), flush=True)
 
 
+def timeline(args):
+    """The runs through CUPTI (torch.profiler) in this process: every kernel's real start and end."""
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from kernel_census import model_run, timed_runs
+    run = model_run(args.what, args.model, args.past)
+    times = timed_runs(run, args.warmup, args.iters)
+    torch.cuda.synchronize()
+    walls = []
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.runs):
+            t0 = time.perf_counter()
+            run()
+            walls.append((time.perf_counter() - t0) * 1e3)
+        torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "trace.json")
+        prof.export_chrome_trace(path)
+        kernels = parse_chrome_trace(json.loads(Path(path).read_text()))
+    if not kernels:
+        print("kernel_times: the profiler recorded no kernel (CUPTI saw none of MLX's?)", flush=True)
+        return 1
+    result = dict(timeline_summary(kernels, args.runs, walls), what=args.what, model=args.model, runs=args.runs,
+                  via="timeline", step={"median_ms": statistics.median(times), "min_ms": min(times)})
+    print(f"{args.what}: {result['kernels_per_run']:.0f} kernels a run, {result['gpu_us_per_run']:.0f} µs of kernel "
+          f"time, GPU busy {result['busy_us_per_run']:.0f} µs of a {result['span_us_per_run']:.0f} µs span "
+          f"(first kernel to last); traced runs {result['wall_ms_per_run']:.2f} ms wall, unprofiled "
+          f"{result['step']['median_ms']:.2f} ms (CUPTI timeline)", flush=True)
+    print_families(result)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+def print_families(result):
+    print("| kernel family | kernels a run | µs a run |\n| --- | ---: | ---: |")
+    for f, n, us in result["by_family"][:25]:
+        print(f"| {f[:90]} | {n:.0f} | {us:.1f} |")
+
+
 def parent(args):
     ncu = find_ncu()
     if not ncu:
@@ -137,9 +216,7 @@ def parent(args):
                   step=step, wall_s=time.perf_counter() - t0)
     print(f"{args.what}: {result['kernels_per_run']:.0f} kernels, {result['gpu_us_per_run']:.0f} µs of GPU time "
           f"a run (ncu, serialized); unprofiled run {step and round(step['median_ms'], 2)} ms", flush=True)
-    print("| kernel family | kernels a run | µs a run |\n| --- | ---: | ---: |")
-    for f, n, us in result["by_family"][:25]:
-        print(f"| {f[:90]} | {n:.0f} | {us:.1f} |")
+    print_families(result)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
     return 0
@@ -155,9 +232,13 @@ def main():
     ap.add_argument("--iters", type=int, default=20, help="unprofiled runs timed before the profile")
     ap.add_argument("--timeout", type=int, default=400)
     ap.add_argument("--json")
+    ap.add_argument("--via", choices=["ncu", "timeline"], default="ncu",
+                    help="ncu: each kernel's own time, serialized; timeline: CUPTI's real start and end")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
-    sys.exit(child(args) if args.child else parent(args))
+    if args.child:
+        sys.exit(child(args))
+    sys.exit(timeline(args) if args.via == "timeline" else parent(args))
 
 
 if __name__ == "__main__":
