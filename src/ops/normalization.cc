@@ -125,8 +125,9 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
 // add the partial sums (blocked, not one chain: error ~log2(n) ulps instead of MLX CPU's ~n), and
 // layer_norm takes two passes over the row (the mean, then sum((x - mean)^2)), so the variance
 // has no cancellation; its mean's rounding does move a row whose mean is large against its spread,
-// so float32 rows are recentered first (FastLayerNorm, fused_gpu_internal.h). What they do in T (norm rounded to T, times w, plus b, in T) is exact
-// here because T is float32: the input is widened first, as ORT computes (float16 in float).
+// so float32 rows are recentered first (FastLayerNorm, fused_gpu_internal.h). What they do in T
+// (norm rounded to T, times w, plus b, in T) is exact here because T is float32: the input is
+// widened first, as ORT computes (float16 in float).
 // rms_norm is one pass (sum of x^2, reduced the same way).
 mx::array FusedLayerNorm(const mx::array& x2d, const mx::array& w, const std::optional<mx::array>& b,
                          float eps, mx::Stream s) {
