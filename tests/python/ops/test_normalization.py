@@ -186,8 +186,8 @@ def test_layer_norm_offset_rows_output_only(mean, std):
     """The same rows with Y alone. On MLX's CPU device the row-normalization primitive
     (src/ops/normalization_cpu.cc) takes the node with ORT's own arithmetic: parity with ORT.
     On a GPU mx::fast::layer_norm does (recentered, FastLayerNorm), whose arithmetic is not ORT's,
-    and ORT's float32 squares put its own Y up to ~5e-6 from the exact rows (measured at mean 10
-    and 100): there the exact rows are the reference, at the same float32 tolerance."""
+    and ORT's own Y is up to ~5e-6 from the exact rows (measured at mean 10 and 100): there the
+    exact rows are the reference, at the same float32 tolerance."""
     shape = (4, 768)
     feeds = layer_norm_feeds(np.float32, shape, mean=mean, std=std)
     exact = None if mlx_device() == "cpu" else [layer_norm_exact(feeds["x"], feeds["scale"], feeds["bias"])]
