@@ -5,10 +5,11 @@ and RMSNormalization (and ORT's contrib Skip/Simplified forms) through mx::fast:
 rms_norm, GroupQueryAttention's core through mx::fast::scaled_dot_product_attention (past buffer
 and new rows concatenated, one bool mask, a decode row duplicated). On the CPU MLX runs its
 fallbacks of those kernels, which are less accurate than its CUDA kernels (one-chain float32 sums;
-SDPA scores rounded to T), so the cases here are those that hold at the usual tolerances anyway. "force32" feeds the attention float32,
-which checks the masks and the concatenated keys at float32 parity over the layouts that matter
-(padding, shared buffer, windows, packed QKV, rotary, subsequent prompts). On a GPU the same
-tests run the fused kernels themselves (the default there, =force is then the same).
+SDPA scores rounded to T), so the cases here are those that hold at the usual tolerances anyway.
+"force32" feeds the attention float32, which checks the masks and the concatenated keys at float32
+parity over the layouts that matter (padding, shared buffer, windows, packed QKV, rotary,
+subsequent prompts). On a GPU the same tests run the fused kernels themselves (the default there,
+=force is then the same).
 """
 import numpy as np
 import pytest
