@@ -149,7 +149,7 @@ def child(args):
         run()
     rt.cudaDeviceSynchronize()
     rt.cudaProfilerStop()
-    print("STEP " + json.dumps({"median_ms": statistics.median(times), "min_ms": min(times)}), flush=True)
+    print("STEP " + json.dumps(step_times(times)), flush=True)
 
 
 def timeline(args):
@@ -178,21 +178,27 @@ def timeline(args):
         print("kernel_times: the profiler recorded no kernel (CUPTI saw none of MLX's?)", flush=True)
         return 1
     result = dict(timeline_summary(kernels, args.runs, walls), what=args.what, model=args.model, runs=args.runs,
-                  via="timeline", step={"median_ms": statistics.median(times), "min_ms": min(times)})
+                  via="timeline", step=step_times(times))
     print(f"{args.what}: {result['kernels_per_run']:.0f} kernels a run, {result['gpu_us_per_run']:.0f} µs of kernel "
           f"time, GPU busy {result['busy_us_per_run']:.0f} µs of a {result['span_us_per_run']:.0f} µs span "
           f"(first kernel to last); traced runs {result['wall_ms_per_run']:.2f} ms wall, unprofiled "
           f"{result['step']['median_ms']:.2f} ms (CUPTI timeline)", flush=True)
-    print_families(result)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    return 0
+    return report(result, args.json)
 
 
-def print_families(result):
+def step_times(times):
+    """The unprofiled runs' median and minimum, ms."""
+    return {"median_ms": statistics.median(times), "min_ms": min(times)}
+
+
+def report(result, json_path):
+    """Prints the families' table, writes `result` to json_path (if given); 0."""
     print("| kernel family | kernels a run | µs a run |\n| --- | ---: | ---: |")
     for f, n, us in result["by_family"][:25]:
         print(f"| {f[:90]} | {n:.0f} | {us:.1f} |")
+    if json_path:
+        Path(json_path).write_text(json.dumps(result, indent=1))
+    return 0
 
 
 def parent(args):
@@ -216,10 +222,7 @@ def parent(args):
                   step=step, wall_s=time.perf_counter() - t0)
     print(f"{args.what}: {result['kernels_per_run']:.0f} kernels, {result['gpu_us_per_run']:.0f} µs of GPU time "
           f"a run (ncu, serialized); unprofiled run {step and round(step['median_ms'], 2)} ms", flush=True)
-    print_families(result)
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
-    return 0
+    return report(result, args.json)
 
 
 def main():
