@@ -116,14 +116,10 @@ def test_layer_norm_bf16(forced):
 OFFSET_ROWS = [(10.0, 0.1), (100.0, 1.0), (-3.0, 0.5), (1000.0, 1.0)]
 
 
-def offset_rows(feeds, mean, std):
-    return {**feeds, "x": (feeds["x"].astype(np.float64) * std + mean).astype(np.float32)}
-
-
 @pytest.mark.parametrize("mean,std", OFFSET_ROWS)
 def test_layer_norm_offset_rows(forced, mean, std):
     shape = (4, 768)
-    feeds = offset_rows(layer_norm_feeds(np.float32, shape), mean, std)
+    feeds = layer_norm_feeds(np.float32, shape, mean=mean, std=std)
     exact = [layer_norm_exact(feeds["x"], feeds["scale"], feeds["bias"])]
     check_parity(layer_norm_model(np.float32, shape), feeds, expected=exact)
 
@@ -133,14 +129,13 @@ def test_layer_norm_offset_rows(forced, mean, std):
 def test_contrib_layer_norm_offset_rows(forced, op, mean, std):
     """com.microsoft SkipLayerNormalization and ai.onnx LayerNormalization-16 (ORT's contrib form)
     through normalization_contrib.cc's fused path, on the same rows (the skip sum offset)."""
-    if op == "SkipLayerNormalization":
-        model, feeds = skip_case(op, (2, 3, 768), (2, 3, 768))
-        feeds = offset_rows(feeds, mean, std)
+    skip = op == "SkipLayerNormalization"
+    model, feeds = skip_case(op, (2, 3, 768), (2, 3, 768)) if skip else norm_case(op, (4, 768), -1, (768,))
+    feeds["x"] = (feeds["x"].astype(np.float64) * std + mean).astype(np.float32)
+    if skip:
         rows = feeds["x"] + feeds["skip"] + feeds["bias"]  # ORT's float32 sum, as the EP's
         exact = layer_norm_exact(rows, feeds["gamma"], feeds["beta"], 1e-12)
     else:
-        model, feeds = norm_case(op, (4, 768), -1, (768,))
-        feeds = offset_rows(feeds, mean, std)
         exact = layer_norm_exact(feeds["x"], feeds["scale"], feeds["bias"])
     check_parity(model, feeds, expected=[exact])
 
