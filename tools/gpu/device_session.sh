@@ -157,10 +157,12 @@ ready_to_run() {
 pytest_files() {  # every file with MLX on the GPU, $PARALLEL at a time, each in its own process
   local R="$OUT/reports" G && mkdir -p "$R" && G=$(gpu_count)
   # File i runs on GPU i mod G (a host of several GPUs).
-  local i=0 f
+  local i=0 f watch
+  stall_watch "$R" & watch=$!
   for f in "$@"; do echo "$((i % G)) $f" && i=$((i + 1)); done | xargs -P "${PARALLEL:-6}" -L1 bash -c \
     'n=$(basename $1 .py); CUDA_VISIBLE_DEVICES=$0 timeout '"${FILE_TIMEOUT:-420}"' python3 -m pytest -q -p no:cacheprovider -rfE -o faulthandler_timeout='"${STALL_S:-300}"' "$1" \
        > '"$R"'/pytest_$n.log 2>&1; echo "$1 (GPU $0): rc=$? $(tail -1 '"$R"'/pytest_$n.log)"' | tee -a "$OUT/run.log"
+  kill "$watch" 2>/dev/null
 }
 
 stall_watch() {  # stall_watch REPORTS: while test files run, a file whose log has not grown for
@@ -214,12 +216,10 @@ run_step() {
       ( ort_gpu_env && CONFORMANCE_GPUS=$G timeout "${CONF_TIMEOUT:-$left}" $PY "$ROOT/tests/conformance/run_conformance.py" \
           --shard "$part" --budget $((left - 60)) --jobs "${CONF_JOBS:-$((C / 3 > 6 ? C / 3 : 6))}" --out-dir "$R" --list-failures >"$R/conformance.log" 2>&1 ) &
       local conf=$!
-      stall_watch "$R" & local watch=$!
       ( ort_gpu_env && PARALLEL="${PARALLEL:-$((C / 3 > 5 ? C / 3 : 5))}" FILE_TIMEOUT="${FILE_TIMEOUT:-$((left < 420 ? left : 420))}" \
-          timeout "${PARITY_TIMEOUT:-$left}" bash -c "$(declare -f pytest_files gpu_count log); OUT=$OUT; \
+          timeout "${PARITY_TIMEOUT:-$left}" bash -c "$(declare -f pytest_files stall_watch gpu_count log); OUT=$OUT; \
           pytest_files $(parity_files | awk -v k="$k" -v n="$n" '(NR - 1) % n == k' | tr '\n' ' ')" )
       wait $conf; log "conformance rc=$?: $(tail -3 "$R/conformance.log" | tr '\n' ' ')"
-      kill "$watch" 2>/dev/null
       # Files still running when the step's time ran out: each file's `timeout` made a process
       # group of its own, out of reach of the step's timeout, so they ran on beside the steps after
       # it (the seventeenth session's decode steps measured 21-24 ms beside four of them, 5.9 ms in
@@ -236,9 +236,7 @@ run_step() {
       # (the image's onnxruntime 1.30 fails test_quantized's GatherBlockQuantized cases, and
       # test_llm needs onnxruntime_genai: both seen in the thirteenth session)
       wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
-      stall_watch "$R" & local watch=$!
-      ( ort_gpu_env && pytest_files ${PYTEST_FILES:?} )
-      kill "$watch" 2>/dev/null;;
+      ( ort_gpu_env && pytest_files ${PYTEST_FILES:?} );;
     prompts)  # what a new prompt length costs, with and without prompt buckets (ORT CPU and CUDA EPs too)
       wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
       ( ort_gpu_env && timeout "${PROMPTS_TIMEOUT:-240}" $PY "$ROOT/bench/bench_prompt_lengths.py" --cuda \
