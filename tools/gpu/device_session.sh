@@ -169,13 +169,16 @@ stall_watch() {  # stall_watch REPORTS: while test files run, a file whose log h
   # STALL_S s (default 300) gets its process's native stacks dumped once, to REPORTS/stall_NAME.txt
   # (cuda-gdb attaches to a running process, as root). The seventeenth session's parity had four
   # files stop making progress mid-run (einsum, indexing, pad, paged_attention) with no evidence.
-  local R="$1" gdb pid log name
+  local R="$1" gdb tpid pid log name
   gdb=$(command -v cuda-gdb || ls /usr/local/cuda*/bin/cuda-gdb 2>/dev/null | head -1)
   [ -n "$gdb" ] || return 0
   while sleep 30; do
-    for pid in $(pgrep -f -- "-m pytest -q -p no:cacheprovider -rfE"); do
-      [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == python* ]] || continue  # not `timeout`, not the shells
-      log=$(readlink "/proc/$pid/fd/1" 2>/dev/null) && [ -f "$log" ] || continue
+    # Each file's `timeout` holds its log as stdout; pytest itself points its fd 1 at a capture
+    # file while a test runs, so the log is read from the `timeout` and the stacks from its child.
+    for tpid in $(pgrep -f -- "-m pytest -q -p no:cacheprovider -rfE"); do
+      [ "$(cat "/proc/$tpid/comm" 2>/dev/null)" = timeout ] || continue  # not pytest, not the shells
+      log=$(readlink "/proc/$tpid/fd/1" 2>/dev/null) && [ -f "$log" ] || continue
+      pid=$(pgrep -P "$tpid" | head -1) && [[ "$(cat "/proc/$pid/comm" 2>/dev/null)" == python* ]] || continue
       name=$(basename "$log" .log)
       [ -e "$R/stall_$name.txt" ] && continue
       [ $(( $(date +%s) - $(stat -c %Y "$log") )) -ge "${STALL_S:-300}" ] || continue
