@@ -12,6 +12,7 @@
 #include "mlx/backend/cuda/cuda.h"
 #include "mlx/fast.h"
 #include "mlx/ops.h"
+#include "mlx/primitives.h"
 #include "runtime/device.h"
 #include "runtime/memory.h"
 
@@ -152,6 +153,14 @@ bool AsyncRunEvaluation() {
     return v ? EnvString(env::kDeviceWrites) == "async" : DeviceWritesEnabled();
   }();
   return on;
+}
+
+bool AsyncRunEvaluation(const std::vector<mx::array>& arrays) {
+  if (!AsyncRunEvaluation()) return false;
+  if (RuntimeDevice() == mx::Device(mx::Device::cpu)) return true;
+  return std::none_of(arrays.begin(), arrays.end(), [](const mx::array& a) {
+    return a.has_primitive() && a.primitive().stream().device == mx::Device::cpu;
+  });
 }
 
 mx::array OffsetsInRange(const std::vector<std::pair<mx::array, int64_t>>& offsets_and_room, mx::Stream s) {

@@ -44,6 +44,18 @@ bool DeviceWritesEnabled();
  *  tests the waits. */
 bool AsyncRunEvaluation();
 
+/** AsyncRunEvaluation for a run that evaluates `arrays`: false where one of them is work of
+ *  MLX's CPU device while the runtime device is a GPU (a graph holding an empty tensor runs there,
+ *  PartitionRunner::ChooseDevice). The device writes, on the GPU's stream, would wait for the CPU
+ *  stream's asynchronous evaluation inside a kernel (MLX's event_wait_kernel spins until
+ *  event_signal_kernel, launched on another stream once the CPU is done, raises a flag), and when
+ *  that signal is the process's first, CUDA's lazy module loading holds its launch until the
+ *  spinning kernel ends: never. On the H200 every parity file's first empty-tensor test hung there
+ *  (seventeenth and eighteenth sessions); MLX alone hangs the same way, and finishes with
+ *  CUDA_MODULE_LOADING=EAGER (tools/gpu/cpu_gpu_event.py; docs/reliability.md, "A GPU waiting for
+ *  the CPU"). */
+bool AsyncRunEvaluation(const std::vector<mx::array>& arrays);
+
 /** int32 [1]: 1 when every offset of each array lies in [0, room] (its pair's room), else 0. */
 mx::array OffsetsInRange(const std::vector<std::pair<mx::array, int64_t>>& offsets_and_room, mx::Stream s);
 

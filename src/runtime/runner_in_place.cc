@@ -42,7 +42,7 @@ std::optional<mx::array> PartitionRunner::EvalExceptAliased(const std::vector<mx
       needed.push_back(*(ok = OffsetsInRange(offsets, mx::default_stream(RuntimeDevice()))));
   }
   if (EnvFlag(env::kGraphCensus)) LogCensus(needed);
-  if (AsyncRunEvaluation()) {
+  if (AsyncRunEvaluation(needed)) {
     // Started, not waited for (device_writes.h); nothing is adopted then (the writes copy).
     mx::async_eval(needed);
     pending = std::move(needed);
