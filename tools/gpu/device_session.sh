@@ -239,7 +239,9 @@ run_step() {
       # (the image's onnxruntime 1.30 fails test_quantized's GatherBlockQuantized cases, and
       # test_llm needs onnxruntime_genai: both seen in the thirteenth session)
       wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
-      ( ort_gpu_env && pytest_files ${PYTEST_FILES:?} );;
+      # Paths are the repository's: the background job runs elsewhere (the eighteenth session's
+      # BG_STEPS pytest found none of its files).
+      ( ort_gpu_env && cd "$ROOT" && pytest_files ${PYTEST_FILES:?} );;
     prompts)  # what a new prompt length costs, with and without prompt buckets (ORT CPU and CUDA EPs too)
       wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
       ( ort_gpu_env && timeout "${PROMPTS_TIMEOUT:-240}" $PY "$ROOT/bench/bench_prompt_lengths.py" --cuda \
@@ -290,6 +292,9 @@ run_step() {
         [ -n "${KERNELS_BERT-1}" ] && timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" bert \
           --via "$v" --json "$R/kernel_times_${v}_bert.json" 2>&1 | tee -a "$R/kernel_times.log"
       done;;
+    events)  # MLX alone: does a GPU stream waiting for the CPU stream's async evaluation go on?
+      timeout "${EVENTS_TIMEOUT:-150}" $PY "$ROOT/tools/gpu/cpu_gpu_event.py" --json "$R/cpu_gpu_event.json" 2>&1 \
+        | tee "$R/cpu_gpu_event.log";;
     primcost)  # what one MLX primitive of each kind costs on the GPU (MLX's Python API, no EP)
       timeout "${PRIMCOST_TIMEOUT:-200}" $PY "$ROOT/bench/mlx_primitive_cost.py" --json "$R/mlx_primitive_cost.json" 2>&1 \
         | tee "$R/mlx_primitive_cost.log";;
