@@ -154,8 +154,11 @@ def check_in_child_process(function="check_state_stays_on_device", **env):
     here = os.path.dirname(os.path.abspath(__file__))
     code = (f"import sys; sys.path[:0] = [{os.path.join(here, '..', '..', 'python')!r}, {here!r}]; "
             f"import test_device_memory as t; t.{function}()")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env={**os.environ, **env}, timeout=120)
+    except subprocess.TimeoutExpired as e:
+        pytest.fail(f"{function} did not finish in 120 s (a hang): {e.stderr}")
     assert proc.returncode == 0, proc.stderr
 
 
@@ -194,6 +197,43 @@ def test_asynchronous_run_evaluation(function):
     if function == "check_split_decoder_in_device_memory":
         env["ONNXRUNTIME_EP_MLX_DECLINE_OPS"] = "Sigmoid"
     check_in_child_process(function=function, **env)
+
+
+def check_empty_operand_runs():
+    """Einsum ij,jk->ik of a (3, 0) and a (0, 2) operand (zeros (3, 2)), then the same over (3, 4)
+    and (4, 2), as a fresh process's first runs. A graph with an empty tensor runs on MLX's CPU
+    device (PartitionRunner::ChooseDevice) while its non-empty output is written into ORT's
+    buffer on the GPU: evaluated asynchronously, that hung on the H200 (docs/reliability.md, "A
+    GPU waiting for the CPU")."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    w = helper.make_tensor_value_info("w", TensorProto.FLOAT, None)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("Einsum", ["x", "w"], ["y"], equation="ij,jk->ik")],
+                              "einsum", [x, w], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)], ir_version=8)
+    so = ort.SessionOptions()
+    mlx_ep.append_to_session_options(so)
+    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    sess = ort.InferenceSession(model.SerializeToString(), so)
+    rng = np.random.default_rng(3)
+    for k in (0, 4, 0):
+        feeds = {"x": rng.standard_normal((3, k)).astype(np.float32),
+                 "w": rng.standard_normal((k, 2)).astype(np.float32)}
+        (got,) = sess.run(None, feeds)
+        np.testing.assert_allclose(got, feeds["x"] @ feeds["w"], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("writes", ["default", "1"])
+def test_empty_operand_with_device_memory(writes):
+    """check_empty_operand_runs in a fresh process, the device writes' one wait a run (the default
+    on a CUDA GPU) and two waits (=1); on MLX's CPU device with device memory forced and the one
+    wait asked for (=async), the same code path short of the GPU."""
+    env = {"ONNXRUNTIME_EP_MLX_DEVICE_MEMORY": "1" if on_gpu() else "force"}
+    if writes == "1":
+        env["ONNXRUNTIME_EP_MLX_DEVICE_WRITES"] = "1"
+    elif not on_gpu():
+        env["ONNXRUNTIME_EP_MLX_DEVICE_WRITES"] = "async"
+    check_in_child_process(function="check_empty_operand_runs", **env)
 
 
 def test_host_inputs_are_wrapped_on_the_cpu_device():
