@@ -59,8 +59,7 @@ mx::array Launch(const mx::array& dst, const mx::array& src, const mx::array& of
                  const std::vector<int64_t>& params, mx::Stream s) {
   const int64_t total = params[0] * params[3] * params[4];
   const int threads = static_cast<int>(std::clamp<int64_t>(total, 1, kMaxThreads));
-  const mx::array p(params.begin(), {static_cast<int>(params.size())}, mx::int64);
-  return RowsIntoKernel()({src, offsets, dst, ok, p}, {{1}}, {mx::int32}, {threads, 1, 1},
+  return RowsIntoKernel()({src, offsets, dst, ok, KernelParams(params)}, {{1}}, {mx::int32}, {threads, 1, 1},
                           {kThreadsPerBlock, 1, 1}, {{"T", dst.dtype()}}, std::nullopt, false, s)[0];
 }
 
@@ -119,13 +118,24 @@ mx::array LaunchAll(const std::vector<const RowsWrite*>& blocks, const mx::array
     most = std::max(most, l.outer * l.seq * l.inner);
   }
   inputs.push_back(ok);
-  inputs.emplace_back(params.begin(), mx::Shape{static_cast<int>(params.size())}, mx::int64);
+  inputs.push_back(KernelParams(params));
   const int threads = static_cast<int>(std::clamp<int64_t>(most, 1, kMaxThreads));
   return AllRowsIntoKernel(n)(inputs, {{1}}, {mx::int32}, {threads, n, 1}, {kThreadsPerBlock, 1, 1},
                               {{"T", blocks[0]->dst.dtype()}}, std::nullopt, false, s)[0];
 }
 
 }  // namespace
+
+mx::array KernelParams(const std::vector<int64_t>& params) {
+  constexpr size_t kMaxKept = 256;  // distinct layouts: a model's few, times the prompt lengths seen
+  static std::mutex mu;
+  static auto* kept = new std::map<std::vector<int64_t>, mx::array>;  // never destroyed: process exit
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = kept->find(params); it != kept->end()) return it->second;
+  if (kept->size() >= kMaxKept) kept->clear();  // the arrays live on in the graphs that hold them
+  return kept->emplace(params, mx::array(params.begin(), {static_cast<int>(params.size())}, mx::int64))
+      .first->second;
+}
 
 std::string DeviceWritesSourceForTests(int n) { return n == 0 ? RowsIntoSource() : AllRowsIntoSource(n); }
 

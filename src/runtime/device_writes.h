@@ -74,6 +74,16 @@ struct RowsWrite {
 std::vector<mx::array> WriteAllRowsInto(const std::vector<RowsWrite>& blocks, const mx::array& ok,
                                         mx::Stream s);
 
+/** The write kernels' params (int64 [n]) as an array kept for the process, one per distinct
+ *  value. Made from host data, such an array lives in managed memory; made afresh each run, its
+ *  pages were written by the host just before a kernel read them, which the GPU must fault over
+ *  each time: the likely reason why the eighteenth session's H200 timeline had each write launch
+ *  at ~200 µs whatever it wrote (a decode step's 64 KB of logits 223 µs, its 44 KV rows of 512 B
+ *  215 µs). A kept array's pages stay on the GPU after its first run (not yet measured there).
+ *  Arrays without a primitive are shared between MLX threads as the partitions' constants are
+ *  (docs/reliability.md, "Threads"). */
+mx::array KernelParams(const std::vector<int64_t>& params);
+
 /** The write kernels' bodies as MLX's cuda_kernel receives them (n = 0: one block's; n >= 1: the
  *  all-blocks kernel for n blocks), for a test that runs them on the host. */
 std::string DeviceWritesSourceForTests(int n);

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "host_program.h"
 #include "runtime/device_writes.h"
@@ -49,6 +50,19 @@ TEST(DeviceWritesKernel, ValuesOnTheHostEmulation) {
       DeviceWritesSourceForTests(2) + "}\n#include \"" + (tests / "device_writes_driver.inc").string() +
       "\"\n";
   EXPECT_EQ(BuildAndRun("mlx_ep_device_writes_emulation", program, "g++", EmulationFlags()), "");
+}
+
+// The kernels' params: one kept array per distinct value (device_writes.h, KernelParams), with
+// the values given.
+TEST(DeviceWritesParams, OneKeptArrayPerValue) {
+  const std::vector<int64_t> p = {1, 1, 2048, 1, 64, 2047}, q = {1, 1, 2048, 8, 64, 2040};
+  mx::array a = KernelParams(p), again = KernelParams(p), other = KernelParams(q);
+  EXPECT_EQ(a.id(), again.id());
+  EXPECT_NE(a.id(), other.id());
+  ASSERT_EQ(a.dtype(), mx::int64);
+  ASSERT_EQ(a.size(), p.size());
+  EXPECT_EQ(std::vector<int64_t>(a.data<int64_t>(), a.data<int64_t>() + a.size()), p);
+  EXPECT_EQ(std::vector<int64_t>(other.data<int64_t>(), other.data<int64_t>() + other.size()), q);
 }
 
 }  // namespace
