@@ -48,12 +48,12 @@ bool AsyncRunEvaluation();
  *  MLX's CPU device while the runtime device is a GPU (a graph holding an empty tensor runs there,
  *  PartitionRunner::ChooseDevice). The device writes, on the GPU's stream, would wait for the CPU
  *  stream's asynchronous evaluation inside a kernel (MLX's event_wait_kernel spins until
- *  event_signal_kernel, launched on another stream once the CPU is done, raises a flag), and when
- *  that signal is the process's first, CUDA's lazy module loading holds its launch until the
- *  spinning kernel ends: never. On the H200 every parity file's first empty-tensor test hung there
- *  (seventeenth and eighteenth sessions); MLX alone hangs the same way, and finishes with
- *  CUDA_MODULE_LOADING=EAGER (tools/gpu/cpu_gpu_event.py; docs/reliability.md, "A GPU waiting for
- *  the CPU"). */
+ *  event_signal_kernel, launched on another stream once the CPU is done, raises a flag). On the
+ *  H200 that wait never ended: every parity file's first empty-tensor test hung there (seventeenth
+ *  and eighteenth sessions). MLX alone hangs the same way and finishes with
+ *  CUDA_MODULE_LOADING=EAGER, so CUDA's lazy loading most likely holds the signal kernel's launch
+ *  until the context is idle, which the spinning kernel never lets it be (tools/gpu/
+ *  cpu_gpu_event.py; docs/reliability.md, "A GPU waiting for the CPU"). */
 bool AsyncRunEvaluation(const std::vector<mx::array>& arrays);
 
 /** int32 [1]: 1 when every offset of each array lies in [0, room] (its pair's room), else 0. */
