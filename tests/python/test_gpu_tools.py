@@ -85,3 +85,30 @@ def test_timeline_summary_per_run():
     assert s["kernels_per_run"] == 3 and s["gpu_us_per_run"] == 25.0
     assert s["busy_us_per_run"] == 20.0 and s["span_us_per_run"] == 35.0 and s["wall_ms_per_run"] == 0.5
     assert s["by_family"][0][0] == "mlx::core::cu::gemv_single" and s["by_family"][0][1:] == [2, 15.0]
+
+
+# Two runs marked as kernel_times' timeline marks them: run 1's last launch ends at 30, its kernels
+# run until 45 (write 12 µs after the launch, a norm 3 µs); run 2 has no launch call (left out).
+TAILS_TRACE = {"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "kernel_times_run", "ts": 0.0, "dur": 50.0},
+    {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernelEx", "ts": 5.0, "dur": 3.0},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 25.0, "dur": 5.0},
+    {"ph": "X", "cat": "cuda_runtime", "name": "cudaEventSynchronize", "ts": 31.0, "dur": 18.0},
+    {"ph": "X", "cat": "kernel", "name": "mlx::core::cu::rms_norm_small<__half>", "ts": 20.0, "dur": 13.0},
+    {"ph": "X", "cat": "kernel", "name": "mlx::core::cu::custom_kernel_mlx_ep_rows_into_float16_t", "ts": 33.0,
+     "dur": 12.0},
+    {"ph": "X", "cat": "user_annotation", "name": "kernel_times_run", "ts": 60.0, "dur": 10.0},
+    {"ph": "X", "cat": "kernel", "name": "mlx::core::cu::gemv_single", "ts": 61.0, "dur": 2.0},
+]}
+
+
+def test_run_tails_wait_after_the_last_launch():
+    tails = kernel_times.run_tails(TAILS_TRACE)
+    assert len(tails) == 1
+    assert tails[0]["wait_us"] == 20.0  # the run ends at 50, its last launch call at 30
+    assert tails[0]["kernels_after_last_launch_us"] == {
+        "mlx::core::cu::rms_norm_small": 3.0, "mlx::core::cu::custom_kernel_mlx_ep_rows_into_float16_t": 12.0}
+    s = kernel_times.tails_summary(tails)
+    assert s["wait_us_median"] == 20.0 and s["runs"] == 1
+    assert s["after_last_launch"][0] == ["mlx::core::cu::custom_kernel_mlx_ep_rows_into_float16_t", 12.0]
+    assert kernel_times.tails_summary([]) is None

@@ -15,7 +15,8 @@ time is its kernels' own, without the gaps between them.
 traces every kernel of the process, MLX's too, CUDA graphs' nodes included) with the kernels' real
 start and end: nothing is serialized or replayed, so besides each family's time it gives the GPU's
 busy time (the union of the kernels' intervals) against the run's span and wall time, i.e. how
-long the GPU sat idle waiting for the host.
+long the GPU sat idle waiting for the host, and, from the host's side of the same trace, how long
+each run waited after its last launch call and for which kernels (run_tails).
 """
 import argparse
 import collections
@@ -115,6 +116,47 @@ def busy_us(kernels):
     return total
 
 
+RUN_MARK = "kernel_times_run"  # the record_function name around each traced run
+
+
+def run_tails(trace):
+    """Per run marked RUN_MARK in a torch.profiler Chrome trace (a user annotation on the host's
+    clock, which the trace shares with the kernels): the host's wait at the end, from the end of its
+    last launch call (a CUDA runtime or driver event whose name holds "Launch") to the run's end,
+    and the kernel families that ran then (each kernel's µs after that last launch), which are what
+    the run waited for. Runs without a launch call (CUPTI saw none) are left out."""
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    spans = [e for e in events if e.get("ph") == "X"]
+    marks = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in spans
+                   if e.get("name") == RUN_MARK and e.get("cat") in ("user_annotation", "cpu_op"))
+    launches = [float(e["ts"]) + float(e.get("dur", 0.0)) for e in spans
+                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "Launch" in e.get("name", "")]
+    kernels = parse_chrome_trace(trace)
+    tails = []
+    for start, end in marks:
+        last = max((t for t in launches if start <= t <= end), default=None)
+        if last is None:
+            continue
+        after = collections.defaultdict(float)
+        for name, k_start, dur in kernels:
+            if k_start < end and k_start + dur > last:
+                after[family(name)] += min(k_start + dur, end) - max(k_start, last)
+        tails.append({"wait_us": end - last, "kernels_after_last_launch_us": dict(after)})
+    return tails
+
+
+def tails_summary(tails):
+    """The median wait over runs and, per family, the mean µs it ran after the last launch."""
+    if not tails:
+        return None
+    families = collections.defaultdict(float)
+    for t in tails:
+        for f, us in t["kernels_after_last_launch_us"].items():
+            families[f] += us / len(tails)
+    return {"wait_us_median": statistics.median(t["wait_us"] for t in tails), "runs": len(tails),
+            "after_last_launch": sorted(([f, us] for f, us in families.items()), key=lambda r: -r[1])}
+
+
 def timeline_summary(kernels, runs, wall_ms):
     """summary() of the traced kernels plus the GPU's busy time and span a run (first start to
     last end, over all runs) against the runs' mean wall time."""
@@ -157,32 +199,43 @@ def timeline(args):
     import tempfile
 
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     from kernel_census import model_run, timed_runs
     run = model_run(args.what, args.model, args.past)
     times = timed_runs(run, args.warmup, args.iters)
     torch.cuda.synchronize()
     walls = []
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+    # The host's side too (ProfilerActivity.CPU): each run as a user annotation, so that its end
+    # can be set against its last launch call (run_tails).
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(args.runs):
             t0 = time.perf_counter()
-            run()
+            with record_function(RUN_MARK):
+                run()
             walls.append((time.perf_counter() - t0) * 1e3)
         torch.cuda.synchronize()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "trace.json")
         prof.export_chrome_trace(path)
-        kernels = parse_chrome_trace(json.loads(Path(path).read_text()))
+        trace = json.loads(Path(path).read_text())
+        kernels = parse_chrome_trace(trace)
+        tails = tails_summary(run_tails(trace))
     if not kernels:
         print("kernel_times: the profiler recorded no kernel (CUPTI saw none of MLX's?)", flush=True)
         return 1
     result = dict(timeline_summary(kernels, args.runs, walls), what=args.what, model=args.model, runs=args.runs,
-                  via="timeline", step=step_times(times))
+                  via="timeline", step=step_times(times), tail=tails)
     print(f"{args.what}: {result['kernels_per_run']:.0f} kernels a run, {result['gpu_us_per_run']:.0f} µs of kernel "
           f"time, GPU busy {result['busy_us_per_run']:.0f} µs of a {result['span_us_per_run']:.0f} µs span "
           f"(first kernel to last); traced runs {result['wall_ms_per_run']:.2f} ms wall, unprofiled "
           f"{result['step']['median_ms']:.2f} ms (CUPTI timeline)", flush=True)
+    if tails:
+        after = ", ".join(f"{f[:60]} {us:.0f}" for f, us in tails["after_last_launch"][:6])
+        print(f"{args.what}: after its last launch a run waited {tails['wait_us_median']:.0f} µs (median of "
+              f"{tails['runs']}) for: {after} (µs a run)", flush=True)
+    else:
+        print(f"{args.what}: no launch call in the trace: the wait after the last launch is unknown", flush=True)
     return report(result, args.json)
 
 
