@@ -211,16 +211,16 @@ def check_empty_operand_runs():
     graph = helper.make_graph([helper.make_node("Einsum", ["x", "w"], ["y"], equation="ij,jk->ik")],
                               "einsum", [x, w], [y])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 12)], ir_version=8)
-    so = ort.SessionOptions()
-    mlx_ep.append_to_session_options(so)
-    so.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    sess = ort.InferenceSession(model.SerializeToString(), so)
+    from harness import assert_ran_on_mlx, mlx_session, profiled_nodes
+
+    sess = mlx_session(model, profile=True)
     rng = np.random.default_rng(3)
     for k in (0, 4, 0):
         feeds = {"x": rng.standard_normal((3, k)).astype(np.float32),
                  "w": rng.standard_normal((k, 2)).astype(np.float32)}
         (got,) = sess.run(None, feeds)
         np.testing.assert_allclose(got, feeds["x"] @ feeds["w"], rtol=1e-5, atol=1e-6)
+    assert_ran_on_mlx(profiled_nodes(sess), "einsum over empty and non-empty operands")
 
 
 @pytest.mark.parametrize("writes", ["default", "1"])
