@@ -96,12 +96,17 @@ def parse_ncu_csv(text):
     return [(r[name_at], float(r[at].replace(",", "")) * scale) for r in body if r[at]]
 
 
+def trace_spans(trace):
+    """The complete events ("ph": "X": a start and a duration) of a torch.profiler Chrome trace."""
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    return [e for e in events if e.get("ph") == "X"]
+
+
 def parse_chrome_trace(trace):
     """(kernel name, start µs, duration µs) of each GPU kernel in a torch.profiler Chrome trace
     (its events of category "kernel"), by start."""
-    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
-    kernels = [(e["name"], float(e["ts"]), float(e.get("dur", 0.0))) for e in events
-               if e.get("ph") == "X" and e.get("cat") == "kernel"]
+    kernels = [(e["name"], float(e["ts"]), float(e.get("dur", 0.0))) for e in trace_spans(trace)
+               if e.get("cat") == "kernel"]
     return sorted(kernels, key=lambda k: k[1])
 
 
@@ -125,8 +130,7 @@ def run_tails(trace):
     last launch call (a CUDA runtime or driver event whose name holds "Launch") to the run's end,
     and the kernel families that ran then (each kernel's µs after that last launch), which are what
     the run waited for. Runs without a launch call (CUPTI saw none) are left out."""
-    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
-    spans = [e for e in events if e.get("ph") == "X"]
+    spans = trace_spans(trace)
     marks = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in spans
                    if e.get("name") == RUN_MARK and e.get("cat") in ("user_annotation", "cpu_op"))
     launches = [float(e["ts"]) + float(e.get("dur", 0.0)) for e in spans
