@@ -85,6 +85,9 @@ constexpr const char* kGemvWeights =
 constexpr const char* kNormCpuKernel =
     "ONNXRUNTIME_EP_MLX_NORM_CPU_KERNEL";  // "0": row normalizations composed on the CPU
                                            // (normalization_cpu.h)
+constexpr const char* kConvCpuKernel =
+    "ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL";  // "0": depthwise convolutions composed on the CPU
+                                           // (ops/conv_depthwise_cpu.cc)
 constexpr const char* kGqaCpuKernel =
     "ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL";  // "0": GroupQueryAttention composes MLX ops on the CPU too;
                                           // "portable": the kernel's portable loops (tests)

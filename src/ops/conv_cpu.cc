@@ -8,7 +8,8 @@
 //    is viewed (mx::as_strided) as (N, G, C/G, *K, *O) windows, copied once to the column matrix
 //    (N, G, C/G * K, O) and multiplied by W (G, M/G, C/G * K), which MLX's matmul runs in BLAS.
 //  - Depthwise convolutions (one input channel per group) are a sum over the kernel positions of
-//    strided views of the padded input times per-channel weights: elementwise, no tiny GEMMs.
+//    strided views of the padded input times per-channel weights: elementwise, no tiny GEMMs; 1-D
+//    and 2-D ones as one primitive of the EP's that computes that sum (conv_depthwise_cpu.cc).
 //  - Negative paddings (SAME with kernel < stride) crop the input, as ORT does.
 #include <algorithm>
 #include <optional>
@@ -102,6 +103,8 @@ mx::array DepthwiseSum(const mx::array& xp, const mx::array& w, int groups, cons
 
 mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g, mx::Stream s) {
   const int n = x.shape(0), m = w.shape(0), cg = w.shape(1);
+  if (cg == 1 && groups > 1)
+    if (auto y = DepthwiseConvOnCpu(x, w, groups, g, s)) return *y;
   const mx::array xp = PadOrCrop(x, g.lo, g.hi, s);
   mx::Shape out_shape = {n, m};
   out_shape.insert(out_shape.end(), g.out.begin(), g.out.end());

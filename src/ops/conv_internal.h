@@ -57,6 +57,12 @@ struct ConvGeometry {
  *  convolutions a sum over kernel positions, instead of mx::conv_general. */
 mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g, mx::Stream s);
 
+/** A 1-D or 2-D depthwise convolution (X (N, groups, *S), W (M, 1, *K), float32) as one primitive
+ *  of the EP's on MLX's CPU stream (ops/conv_depthwise_cpu.cc), X unpadded; nullopt elsewhere (other
+ *  devices, dtypes or ranks) or with ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL=0 (ConvCpu's composed sum). */
+std::optional<mx::array> DepthwiseConvOnCpu(const mx::array& x, const mx::array& w, int groups,
+                                            const ConvGeometry& g, mx::Stream s);
+
 /** The dtype a node computes in: float32 for float16/bfloat16 nodes with a bias (conv + bias then
  *  round once, as ORT's float kernels do), else the input dtype (MLX's convolution accumulates in
  *  float32 and rounds once). */

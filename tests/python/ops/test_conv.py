@@ -16,8 +16,8 @@ import pytest
 from onnx import helper
 
 import onnxruntime_ep_mlx as mlx_ep
-from harness import (NO_KERNEL, BF16, EP, assert_mlx_error, check_parity, make_graph_model, make_model,
-                     node_model, run_cpu)
+from harness import (NO_KERNEL, BF16, EP, assert_mlx_error, census_of_tests, check_parity, make_graph_model,
+                     make_model, mlx_device, node_model, run_cpu)
 from harness_bf16 import check_bf16
 
 OPSET = 22
@@ -253,6 +253,64 @@ def test_mobilenet_block():
              helper.make_node("Conv", ["r2", "w3"], ["y"], name="pw")]
     model = make_graph_model(nodes, [("x", np.float32, list(x.shape))], [("y", np.float32, None)], inits, OPSET)
     check_parity(model, {"x": x})
+
+
+# Depthwise convolutions (one input channel per group; on MLX's CPU device one primitive of the
+# EP's, src/ops/conv_depthwise_cpu.cc): the geometries where its ranges of valid output positions
+# could be off by one.
+DEPTHWISE_CASES = [
+    ((1, 3, 7, 7), (3, 1, 2, 2), {"group": 3, "auto_pad": "SAME_LOWER", "strides": [4, 4]}),  # pads < 0
+    ((1, 3, 7, 8), (3, 1, 2, 3), {"group": 3, "auto_pad": "SAME_UPPER", "strides": [4, 5]}),
+    ((2, 6, 9, 10), (6, 1, 3, 3), {"group": 6, "dilations": [2, 3], "pads": [2, 3, 1, 0]}),
+    ((1, 2, 4, 4), (2, 1, 3, 2), {"group": 2, "pads": [4, 0, 1, 5]}),  # pads larger than the kernel
+    ((1, 2, 8, 9), (6, 1, 3, 3), {"group": 2, "strides": [2, 3], "pads": [0, 1, 2, 0]}),  # multiplier 3
+    ((1, 3, 5, 5), (3, 1, 5, 5), {"group": 3}),  # kernel = input
+    ((2, 5, 17), (10, 1, 4), {"group": 5, "strides": [2], "dilations": [3], "pads": [2, 4]}),
+    ((1, 4, 9), (4, 1, 3), {"group": 4, "strides": [3], "pads": [0, 2]}),
+    ((2, 32, 24, 24), (32, 1, 5, 5), {"group": 32, "pads": [2, 2, 2, 2]}),  # split over threads
+    ((1, 16, 15, 13), (16, 1, 3, 3), {"group": 16, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+]
+
+
+@pytest.mark.parametrize("data", ["ints", "uniform"])
+@pytest.mark.parametrize("case", DEPTHWISE_CASES, ids=[case_id(c) for c in DEPTHWISE_CASES])
+def test_depthwise(case, data):
+    """Small integers (exact: a wrong position cannot hide) and positive non-integer data (rounding)."""
+    x_shape, w_shape, attrs = case
+    rng = np.random.default_rng(sum(x_shape) + len(w_shape))
+    if data == "ints":
+        x, w, b = ints(x_shape, rng), ints(w_shape, rng), ints((w_shape[0],), rng)
+    else:
+        x, w, b = (rng.uniform(0.5, 1.5, shape).astype(np.float32) for shape in (x_shape, w_shape, (w_shape[0],)))
+    check("Conv", x, w, b, attrs)
+
+
+def test_depthwise_non_finite_weights():
+    """A weight of inf or NaN at a kernel position that reaches into the padding: ORT multiplies
+    the padding's zeros too (0 * inf = NaN), and so does the EP."""
+    x = np.ones((1, 3, 4, 5), np.float32)
+    w = np.ones((3, 1, 3, 3), np.float32)
+    w[0, 0, 0, 0], w[1, 0, 2, 1], w[2, 0, 1, 1] = np.inf, np.nan, -np.inf
+    model, feeds = conv_model("Conv", x, w, None, {"group": 3, "pads": [1, 1, 1, 1]})
+    expected = run_cpu(model, feeds)
+    assert np.isnan(expected[0][0, 0, 0, 0]) and np.isinf(expected[0][0, 0, 1, 1])  # the case is what it says
+    check_parity(model, feeds)
+
+
+@pytest.mark.skipif(mlx_device() != "cpu", reason="the depthwise primitive is MLX's CPU device's")
+def test_depthwise_primitive():
+    """On MLX's CPU device a 1-D or 2-D depthwise convolution is one DepthwiseConvCpu, where the
+    composed sum (ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL=0, which must pass the same cases) takes a
+    Slice and an ExpandDims per kernel position: the primitive count drops."""
+    cases = ["test_depthwise[x2x5x17-w10x1x4-group=5_strides=[2]_dilations=[3]_pads=[2,4]-uniform]",
+             "test_depthwise[x1x3x7x7-w3x1x2x2-group=3_auto_pad=SAME_LOWER_strides=[4,4]-ints]",
+             "test_mobilenet_block"]
+    total = lambda line: int(line.split("total ")[1].split(":")[0])  # noqa: E731
+    kernel, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL": "1"})
+    composed, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL": "0"})
+    assert sum("DepthwiseConvCpu" in line for line in kernel) == len(cases), kernel
+    assert not any("DepthwiseConvCpu" in line for line in composed), composed
+    assert sum(map(total, kernel)) + 10 < sum(map(total, composed)), (kernel, composed)
 
 
 # ---- declined and failing nodes ------------------------------------------------------------------

@@ -1,0 +1,176 @@
+// Depthwise convolutions (one input channel per group) on MLX's CPU device as one primitive of
+// the EP's (conv_internal.h, DepthwiseConvOnCpu), part of the convolution family.
+//
+// The composed form (ConvCpu's DepthwiseSum) is a Slice, an ExpandDims and the weight's Slice and
+// Reshape per kernel position plus the Pad and the fused sum: ~37 MLX primitives for a 3x3
+// kernel, ~100 for a 5x5, each evaluated every run. MobileNetV3's depthwise layers made 780 of
+// its 987 primitives a run, and on small inputs a primitive's evaluation costs more than its
+// arithmetic. Here: one primitive, the padding read as zeros in place.
+//
+// Each output sums its kernel positions in the composed form's order (row-major over the kernel),
+// in float32 from zero; positions in the padding add nothing, except where the weight is not
+// finite: 0 * inf is NaN in the composed form and in ORT's kernels (they multiply the padding's
+// zeros too), so such planes take every position.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
+
+#include "common/env.h"
+#include "mlx/primitives.h"
+#include "ops/conv_internal.h"
+#include "ops/cpu_primitive.h"
+#include "ops/quantized_cpu.h"
+
+namespace mlx_ep {
+namespace conv_util {
+namespace {
+
+/** The geometry of a 1-D or 2-D depthwise convolution as 2-D (a 1-D one has height 1). */
+struct Depthwise2d {
+  int64_t in_h = 1, in_w = 1, out_h = 1, out_w = 1;
+  int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
+  int pad_h = 0, pad_w = 0;    ///< head paddings; negative ones crop
+  int channels_per_group = 1;  ///< M / groups: output channels reading one input channel
+  int spatial_dims = 2;        ///< the node's: 1 or 2
+  bool operator==(const Depthwise2d&) const = default;
+};
+
+/** The output positions [begin, end) of one axis whose input position o * stride + offset lies in
+ *  [0, in); `offset` = k * dilation - pad. */
+std::pair<int64_t, int64_t> ValidRange(int64_t offset, int stride, int64_t in, int64_t out) {
+  // o >= ceil(-offset / stride) and o <= floor((in - 1 - offset) / stride).
+  auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+  const int64_t begin = std::max<int64_t>(0, -floor_div(offset, stride));
+  const int64_t end = std::min<int64_t>(out, floor_div(in - 1 - offset, stride) + 1);
+  return {begin, std::max(begin, end)};
+}
+
+/** One output plane (out_h, out_w) from one input plane (in_h, in_w) and its kernel (kh, kw),
+ *  each kernel position in turn over the outputs it reaches. */
+void PlaneInRange(const float* x, const float* w, const Depthwise2d& d, float* y) {
+  std::fill(y, y + d.out_h * d.out_w, 0.f);
+  for (int ky = 0; ky < d.kernel_h; ++ky) {
+    const int64_t off_h = static_cast<int64_t>(ky) * d.dilation_h - d.pad_h;
+    const auto [oy0, oy1] = ValidRange(off_h, d.stride_h, d.in_h, d.out_h);
+    for (int kx = 0; kx < d.kernel_w; ++kx) {
+      const float wv = w[ky * d.kernel_w + kx];
+      const int64_t off_w = static_cast<int64_t>(kx) * d.dilation_w - d.pad_w;
+      const auto [ox0, ox1] = ValidRange(off_w, d.stride_w, d.in_w, d.out_w);
+      for (int64_t oy = oy0; oy < oy1; ++oy) {
+        const float* row = x + (oy * d.stride_h + off_h) * d.in_w + off_w;
+        float* out = y + oy * d.out_w;
+        if (d.stride_w == 1) {
+          for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] += wv * row[ox];
+        } else {
+          for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] += wv * row[ox * d.stride_w];
+        }
+      }
+    }
+  }
+}
+
+/** PlaneInRange for a kernel with a non-finite weight: every position, the padding as zeros. */
+void PlaneAllPositions(const float* x, const float* w, const Depthwise2d& d, float* y) {
+  for (int64_t oy = 0; oy < d.out_h; ++oy)
+    for (int64_t ox = 0; ox < d.out_w; ++ox) {
+      float acc = 0.f;
+      for (int ky = 0; ky < d.kernel_h; ++ky)
+        for (int kx = 0; kx < d.kernel_w; ++kx) {
+          const int64_t iy = oy * d.stride_h + static_cast<int64_t>(ky) * d.dilation_h - d.pad_h;
+          const int64_t ix = ox * d.stride_w + static_cast<int64_t>(kx) * d.dilation_w - d.pad_w;
+          const bool inside = iy >= 0 && iy < d.in_h && ix >= 0 && ix < d.in_w;
+          acc += (inside ? x[iy * d.in_w + ix] : 0.f) * w[ky * d.kernel_w + kx];
+        }
+      y[oy * d.out_w + ox] = acc;
+    }
+}
+
+// Below this many multiply-adds one thread is faster than waking others (as in quantized_cpu.cc).
+constexpr int64_t kMinParallelWork = 1 << 16;
+
+class DepthwiseConvCpu : public mx::UnaryPrimitive {
+ public:
+  DepthwiseConvCpu(mx::Stream stream, Depthwise2d d) : mx::UnaryPrimitive(stream), d_(d) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    DispatchCpuKernel(
+        name(), stream(), inputs, out, [d = d_](const std::vector<mx::array>& in, mx::array& y) {
+          const int64_t batch = in[0].shape(0), channels = in[0].shape(1), m = y.shape(1);
+          const int64_t in_plane = d.in_h * d.in_w, out_plane = d.out_h * d.out_w;
+          const int kernel = d.kernel_h * d.kernel_w;
+          const float *x = in[0].data<float>(), *w = in[1].data<float>();
+          float* dst = y.data<float>();
+          const int64_t planes = batch * m;
+          const int tasks =
+              static_cast<int>(std::min<int64_t>(planes, std::max(1, nbits_cpu::PoolThreads())));
+          auto task = [&](int t) {
+            for (int64_t p = planes * t / tasks; p < planes * (t + 1) / tasks; ++p) {
+              const int64_t n = p / m, oc = p % m;
+              const float* src = x + (n * channels + oc / d.channels_per_group) * in_plane;
+              const float* wk = w + oc * kernel;
+              const bool finite = std::all_of(wk, wk + kernel, [](float v) { return std::isfinite(v); });
+              (finite ? PlaneInRange : PlaneAllPositions)(src, wk, d, dst + p * out_plane);
+            }
+          };
+          nbits_cpu::RunTasks(tasks, planes * out_plane * kernel, kMinParallelWork, task);
+        });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("DepthwiseConvCpu runs on the CPU only (GPUs take mx::conv_general)");
+  }
+
+  const char* name() const override { return "DepthwiseConvCpu"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return d_ == static_cast<const DepthwiseConvCpu&>(other).d_;
+  }
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    mx::Shape shape = {inputs[0].shape(0), inputs[1].shape(0)};
+    if (d_.spatial_dims == 2) shape.push_back(static_cast<int>(d_.out_h));
+    shape.push_back(static_cast<int>(d_.out_w));
+    return {shape};
+  }
+
+ private:
+  Depthwise2d d_;
+};
+
+}  // namespace
+
+std::optional<mx::array> DepthwiseConvOnCpu(const mx::array& x, const mx::array& w, int groups,
+                                            const ConvGeometry& g, mx::Stream s) {
+  static const bool off = std::getenv(env::kConvCpuKernel) && !EnvFlag(env::kConvCpuKernel);
+  const size_t nd = g.kernel.size();
+  if (off || s.device != mx::Device(mx::Device::cpu) || (nd != 1 && nd != 2) || x.dtype() != mx::float32 ||
+      w.dtype() != mx::float32 || x.shape(1) != groups || w.shape(1) != 1 || w.shape(0) % groups != 0)
+    return std::nullopt;
+  Depthwise2d d;
+  const size_t last = nd - 1;  // width; a 2-D kernel's first dim is the height
+  d.in_w = x.shape(2 + last);
+  d.out_w = g.out[last];
+  d.kernel_w = g.kernel[last];
+  d.stride_w = g.strides[last];
+  d.dilation_w = g.dilations[last];
+  d.pad_w = g.lo[last];
+  if (nd == 2) {
+    d.in_h = x.shape(2);
+    d.out_h = g.out[0];
+    d.kernel_h = g.kernel[0];
+    d.stride_h = g.strides[0];
+    d.dilation_h = g.dilations[0];
+    d.pad_h = g.lo[0];
+  }
+  d.channels_per_group = w.shape(0) / groups;
+  d.spatial_dims = static_cast<int>(nd);
+  mx::Shape shape = {x.shape(0), w.shape(0)};
+  for (int o : g.out) shape.push_back(o);
+  return mx::array(std::move(shape), mx::float32, std::make_shared<DepthwiseConvCpu>(s, d), {x, w});
+}
+
+}  // namespace conv_util
+}  // namespace mlx_ep
