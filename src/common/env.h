@@ -88,6 +88,9 @@ constexpr const char* kNormCpuKernel =
 constexpr const char* kConvCpuKernel =
     "ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL";  // "0": depthwise convolutions composed on the CPU
                                            // (ops/conv_depthwise_cpu.cc)
+constexpr const char* kUnaryCpuKernel =
+    "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL";  // "0": float32 Exp and Sigmoid composed on the CPU
+                                            // (ops/unary_cpu.h)
 constexpr const char* kGqaCpuKernel =
     "ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL";  // "0": GroupQueryAttention composes MLX ops on the CPU too;
                                           // "portable": the kernel's portable loops (tests)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/unary_cpu.h"
 #include "ops/unary_internal.h"
 
 namespace mlx_ep {
@@ -17,6 +18,8 @@ mx::array Exp(const mx::array& x, mx::StreamOrDevice s) {
   const mx::Dtype d = x.dtype();
   if (d == mx::float64) return mx::power(Scalar(M_E, d), x, s);  // std::pow: full double precision
   if (d == mx::float32 && RuntimeDevice() == mx::Device(mx::Device::cpu)) {
+    // The EP's primitive (unary_cpu.h) where it applies: double-precision values, vectorized.
+    if (auto y = ExpOnCpu(x, ExpForm::kExp, mx::to_stream(s))) return *y;
     // MLX's CPU exp is a float32 polynomial whose every fma() is a libm call (its JIT kernels
     // are built without -mfma) and whose rounding of x * log2(e) costs up to 3.9e-6 relative
     // near |x| = 88. Its Power kernel calls libm's powf, faster and accurate to ~1 ulp:
@@ -88,10 +91,13 @@ mx::array ExpFn(const mx::array& x, mx::StreamOrDevice s) { return unary::Exp(x,
 mx::array ErfFn(const mx::array& x, mx::StreamOrDevice s) { return unary::Erf(x, s); }
 
 // Sigmoid: MLX's is accurate in float32 (on GPUs it is used); in float64 it would go through
-// float32's exp, and on MLX's CPU backend our Exp is faster than MLX's exp.
+// float32's exp. On MLX's CPU backend float32 is the EP's primitive (unary_cpu.h), else composed
+// on our Exp, which is faster than MLX's exp there.
 mx::array SigmoidFn(const mx::array& x, mx::StreamOrDevice s) {
   const mx::Dtype d = x.dtype();
   if (d != mx::float64 && RuntimeDevice() != mx::Device(mx::Device::cpu)) return mx::sigmoid(x, s);
+  if (RuntimeDevice() == mx::Device(mx::Device::cpu))
+    if (auto y = ExpOnCpu(x, ExpForm::kSigmoid, mx::to_stream(s))) return *y;
   const mx::array e = unary::Exp(mx::negative(mx::abs(x, s), s), s);  // exp(-|x|) in (0, 1]
   const mx::array den = mx::add(Scalar(1, d), e, s);
   return mx::where(mx::greater_equal(x, Scalar(0, d), s), mx::reciprocal(den, s), mx::divide(e, den, s), s);

@@ -1,0 +1,121 @@
+// The exp/sigmoid primitive of unary_cpu.h on MLX's CPU stream.
+#include "ops/unary_cpu.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "common/env.h"
+#include "mlx/primitives.h"
+#include "ops/cpu_primitive.h"
+#include "ops/quantized_cpu.h"
+
+// The loops are built twice on x86-64 with GCC, for AVX2 + FMA and for the baseline, and the
+// loader picks one (both compute the same double-precision values; FMA only rounds less).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MLX_EP_CLONES __attribute__((target_clones("arch=haswell", "default")))
+#else
+#define MLX_EP_CLONES
+#endif
+#if defined(__GNUC__)
+#define MLX_EP_INLINE inline __attribute__((always_inline))  // into each clone, so that it vectorizes
+#else
+#define MLX_EP_INLINE inline
+#endif
+
+namespace mlx_ep {
+namespace {
+
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2 = 0.6931471805599453;
+constexpr double kShifter = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer
+// 1/k!, k = 0..9: e^r for |r| <= ln2/2 to 2e-10 relative, far below float32's half ulp (3e-8).
+constexpr double kTaylor[] = {1.0,       1.0,       0.5,        1.0 / 6,     1.0 / 24,
+                              1.0 / 120, 1.0 / 720, 1.0 / 5040, 1.0 / 40320, 1.0 / 362880};
+
+/** e^x for double x (NaN passes through). Clamped to [-700, 700], where e^x is a normal double,
+ *  0 or inf once rounded to float32 beyond; n = round(x / ln2), e^x = 2^n e^r with r = x - n ln2,
+ *  and 2^n from the bits of x / ln2 + 1.5 * 2^52, whose low bits hold n (integer operations only,
+ *  so that the loops vectorize). */
+MLX_EP_INLINE double ExpClamped(double x) {
+  x = x < -700.0 ? -700.0 : x;
+  x = x > 700.0 ? 700.0 : x;
+  const double shifted = x * kLog2e + kShifter;
+  const double n = shifted - kShifter;
+  const double r = x - n * kLn2;
+  double p = kTaylor[9];
+  for (int k = 8; k >= 0; --k) p = p * r + kTaylor[k];
+  uint64_t bits;
+  std::memcpy(&bits, &shifted, sizeof bits);
+  bits = (bits + 1023) << 52;  // the exponent field of 2^n
+  double scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+MLX_EP_CLONES void ExpRange(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(ExpClamped(x[i]));
+}
+
+/** 1 / (1 + e) for x >= 0, e / (1 + e) below, with e = e^-|x| in (0, 1]. */
+MLX_EP_CLONES void SigmoidRange(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double e = ExpClamped(v < 0 ? v : -v);
+    y[i] = static_cast<float>((v >= 0 ? 1.0 : e) / (1.0 + e));
+  }
+}
+
+// Below this many values one thread is faster than waking others (as in quantized_cpu.cc).
+constexpr int64_t kMinParallelValues = 1 << 16;
+
+class ExpCpu : public mx::UnaryPrimitive {
+ public:
+  ExpCpu(mx::Stream stream, ExpForm form) : mx::UnaryPrimitive(stream), form_(form) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    DispatchCpuKernel(
+        name(), stream(), inputs, out, [form = form_](const std::vector<mx::array>& in, mx::array& y) {
+          const int64_t n = static_cast<int64_t>(y.size());
+          const float* src = in[0].data<float>();
+          float* dst = y.data<float>();
+          const int tasks = static_cast<int>(
+              std::min<int64_t>(std::max<int64_t>(n / 4096, 1), std::max(1, nbits_cpu::PoolThreads())));
+          auto task = [&](int t) {
+            const int64_t begin = n * t / tasks, end = n * (t + 1) / tasks;
+            (form == ExpForm::kExp ? ExpRange : SigmoidRange)(src + begin, dst + begin, end - begin);
+          };
+          nbits_cpu::RunTasks(tasks, n, kMinParallelValues, task);
+        });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("ExpCpu runs on the CPU only (GPUs take MLX's exp and sigmoid)");
+  }
+
+  const char* name() const override { return form_ == ExpForm::kExp ? "ExpCpu" : "SigmoidCpu"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return form_ == static_cast<const ExpCpu&>(other).form_;
+  }
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    return {inputs[0].shape()};
+  }
+
+ private:
+  ExpForm form_;
+};
+
+}  // namespace
+
+std::optional<mx::array> ExpOnCpu(const mx::array& x, ExpForm form, mx::Stream s) {
+  static const bool off = std::getenv(env::kUnaryCpuKernel) && !EnvFlag(env::kUnaryCpuKernel);
+  if (off || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32) return std::nullopt;
+  return mx::array(x.shape(), mx::float32, std::make_shared<ExpCpu>(s, form), {x});
+}
+
+}  // namespace mlx_ep

@@ -1,0 +1,25 @@
+// Exp and Sigmoid of float32 values on MLX's CPU device as one primitive of the EP's
+// (unary_cpu.cc). The composed float32 exp (unary::Exp) calls libm's powf once per element, which
+// keeps MLX's fused kernel scalar: a YOLO-style detector spent a third of its CPU time in SiLU's
+// sigmoid. Here the value is computed in double (range reduction to |r| <= ln2/2, a degree-9
+// polynomial, the power of two from its exponent bits) and rounded once: within an ulp of float32,
+// overflow, underflow, subnormals, infinities and NaN as the exact function gives them.
+#pragma once
+
+#include <optional>
+
+#include "ops/op.h"
+
+namespace mlx_ep {
+
+/** The functions the primitive computes. */
+enum class ExpForm {
+  kExp,      ///< e^x
+  kSigmoid,  ///< 1 / (1 + e^-x), from e^-|x| as the composed form does
+};
+
+/** `form` of float32 `x` as one primitive of the EP's; nullopt off MLX's CPU device, for other
+ *  dtypes, or with ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0 (the composed forms). */
+std::optional<mx::array> ExpOnCpu(const mx::array& x, ExpForm form, mx::Stream s);
+
+}  // namespace mlx_ep
