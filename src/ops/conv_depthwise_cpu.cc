@@ -40,7 +40,7 @@ struct Depthwise2d {
 
 /** The output positions [begin, end) of one axis whose input position o * stride + offset lies in
  *  [0, in); `offset` = k * dilation - pad. */
-std::pair<int64_t, int64_t> ValidRange(int64_t offset, int stride, int64_t in, int64_t out) {
+MLX_EP_INLINE std::pair<int64_t, int64_t> ValidRange(int64_t offset, int stride, int64_t in, int64_t out) {
   // o >= ceil(-offset / stride) and o <= floor((in - 1 - offset) / stride).
   auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
   const int64_t begin = std::max<int64_t>(0, -floor_div(offset, stride));
@@ -50,7 +50,7 @@ std::pair<int64_t, int64_t> ValidRange(int64_t offset, int stride, int64_t in, i
 
 /** One output plane (out_h, out_w) from one input plane (in_h, in_w) and its kernel (kh, kw),
  *  each kernel position in turn over the outputs it reaches. */
-void PlaneInRange(const float* x, const float* w, const Depthwise2d& d, float* y) {
+MLX_EP_CLONES void PlaneInRange(const float* x, const float* w, const Depthwise2d& d, float* y) {
   std::fill(y, y + d.out_h * d.out_w, 0.f);
   for (int ky = 0; ky < d.kernel_h; ++ky) {
     const int64_t off_h = static_cast<int64_t>(ky) * d.dilation_h - d.pad_h;
@@ -88,6 +88,70 @@ void PlaneAllPositions(const float* x, const float* w, const Depthwise2d& d, flo
     }
 }
 
+/** The input plane copied into `buf` with the padding as zeros (negative pads crop): row r,
+ *  column c of `buf` is input (r - pad_h, c - pad_w), `buf` holding every position a window
+ *  reaches; returns its row length. */
+int64_t PadPlane(const float* x, const Depthwise2d& d, std::vector<float>& buf) {
+  const int64_t rows = (d.out_h - 1) * d.stride_h + static_cast<int64_t>(d.kernel_h - 1) * d.dilation_h + 1;
+  const int64_t cols = (d.out_w - 1) * d.stride_w + static_cast<int64_t>(d.kernel_w - 1) * d.dilation_w + 1;
+  buf.assign(rows * cols, 0.f);
+  const int64_t c0 = std::max<int64_t>(0, d.pad_w), c1 = std::min<int64_t>(cols, d.in_w + d.pad_w);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t iy = r - d.pad_h;
+    if (iy < 0 || iy >= d.in_h || c1 <= c0) continue;
+    std::copy(x + iy * d.in_w + (c0 - d.pad_w), x + iy * d.in_w + (c1 - d.pad_w), buf.data() + r * cols + c0);
+  }
+  return cols;
+}
+
+/** One output plane of a K x K kernel with column stride S and no column dilation from the
+ *  padded plane (PadPlane): each output sums its K*K positions in row-major order in a register
+ *  (the kernel loop unrolled, the output row vectorized), the padding's zeros multiplied as ORT
+ *  does (0 * inf is NaN there too). */
+template <int K, int S>
+MLX_EP_CLONES void PlanePadded(const float* buf, int64_t cols, const float* w, const Depthwise2d& d,
+                               float* y) {
+  float wk[K * K];
+  std::copy(w, w + K * K, wk);
+  for (int64_t oy = 0; oy < d.out_h; ++oy) {
+    const float* rows[K];
+    for (int ky = 0; ky < K; ++ky)
+      rows[ky] = buf + (oy * d.stride_h + static_cast<int64_t>(ky) * d.dilation_h) * cols;
+    float* out = y + oy * d.out_w;
+    for (int64_t ox = 0; ox < d.out_w; ++ox) {
+      float acc = wk[0] * rows[0][ox * S];
+#pragma GCC unroll 25  // before vectorization: the output loop then vectorizes
+      for (int k = 1; k < K * K; ++k) acc += wk[k] * rows[k / K][ox * S + k % K];
+      out[ox] = acc;
+    }
+  }
+}
+
+using PaddedPlaneFn = void (*)(const float*, int64_t, const float*, const Depthwise2d&, float*);
+
+/** PlanePadded for `d`'s kernel and column stride, or nullptr. */
+PaddedPlaneFn PaddedPlaneFor(const Depthwise2d& d) {
+  if (d.kernel_h != d.kernel_w || d.dilation_w != 1 || (d.stride_w != 1 && d.stride_w != 2)) return nullptr;
+  if (d.kernel_h == 3) return d.stride_w == 1 ? PlanePadded<3, 1> : PlanePadded<3, 2>;
+  if (d.kernel_h == 5) return d.stride_w == 1 ? PlanePadded<5, 1> : PlanePadded<5, 2>;
+  return nullptr;
+}
+
+/** One output plane: PlanePadded for square 3x3 and 5x5 kernels of column stride 1 or 2 and no
+ *  column dilation, else PlaneInRange (or PlaneAllPositions for a kernel with a non-finite
+ *  weight). */
+void Plane(const float* x, const float* w, const Depthwise2d& d, float* y) {
+  thread_local std::vector<float> buf;  // the pool's threads each have theirs
+  if (const PaddedPlaneFn padded = PaddedPlaneFor(d)) {
+    const int64_t cols = PadPlane(x, d, buf);
+    padded(buf.data(), cols, w, d, y);
+    return;
+  }
+  const int kernel = d.kernel_h * d.kernel_w;
+  const bool finite = std::all_of(w, w + kernel, [](float v) { return std::isfinite(v); });
+  (finite ? PlaneInRange : PlaneAllPositions)(x, w, d, y);
+}
+
 // Below this many multiply-adds one thread is faster than waking others (as in quantized_cpu.cc).
 constexpr int64_t kMinParallelWork = 1 << 16;
 
@@ -109,10 +173,8 @@ class DepthwiseConvCpu : public mx::UnaryPrimitive {
           auto task = [&](int t) {
             for (int64_t p = planes * t / tasks; p < planes * (t + 1) / tasks; ++p) {
               const int64_t n = p / m, oc = p % m;
-              const float* src = x + (n * channels + oc / d.channels_per_group) * in_plane;
-              const float* wk = w + oc * kernel;
-              const bool finite = std::all_of(wk, wk + kernel, [](float v) { return std::isfinite(v); });
-              (finite ? PlaneInRange : PlaneAllPositions)(src, wk, d, dst + p * out_plane);
+              Plane(x + (n * channels + oc / d.channels_per_group) * in_plane, w + oc * kernel, d,
+                    dst + p * out_plane);
             }
           };
           nbits_cpu::RunTasks(tasks, planes * out_plane * kernel, kMinParallelWork, task);

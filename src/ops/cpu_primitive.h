@@ -14,6 +14,20 @@
 #include "mlx/backend/cpu/encoder.h"
 #include "mlx/ops.h"
 
+// Loops of the primitives' tasks that should vectorize: built twice on x86-64 with GCC, for
+// AVX2 + FMA and for the baseline, the loader picking one (target_clones); the helpers they call
+// are MLX_EP_INLINE, so that each clone gets its own copy.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MLX_EP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define MLX_EP_CLONES
+#endif
+#if defined(__GNUC__)
+#define MLX_EP_INLINE inline __attribute__((always_inline))
+#else
+#define MLX_EP_INLINE inline
+#endif
+
 namespace mlx_ep {
 
 namespace mx = mlx::core;

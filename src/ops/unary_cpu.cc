@@ -13,18 +13,8 @@
 #include "ops/cpu_primitive.h"
 #include "ops/quantized_cpu.h"
 
-// The loops are built twice on x86-64 with GCC, for AVX2 + FMA and for the baseline, and the
-// loader picks one (both compute the same double-precision values; FMA only rounds less).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MLX_EP_CLONES __attribute__((target_clones("arch=haswell", "default")))
-#else
-#define MLX_EP_CLONES
-#endif
-#if defined(__GNUC__)
-#define MLX_EP_INLINE inline __attribute__((always_inline))  // into each clone, so that it vectorizes
-#else
-#define MLX_EP_INLINE inline
-#endif
+// The loops are MLX_EP_CLONES (cpu_primitive.h): both builds compute the same double-precision
+// values; FMA only rounds less.
 
 namespace mlx_ep {
 namespace {

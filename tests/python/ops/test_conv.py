@@ -269,6 +269,11 @@ DEPTHWISE_CASES = [
     ((1, 4, 9), (4, 1, 3), {"group": 4, "strides": [3], "pads": [0, 2]}),
     ((2, 32, 24, 24), (32, 1, 5, 5), {"group": 32, "pads": [2, 2, 2, 2]}),  # split over threads
     ((1, 16, 15, 13), (16, 1, 3, 3), {"group": 16, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+    # 3x3 / 5x5 with column stride 1 or 2 and no column dilation: the padded-plane loops
+    ((1, 4, 11, 12), (4, 1, 3, 3), {"group": 4, "strides": [3, 2], "dilations": [2, 1], "pads": [2, 1, 0, 2]}),
+    ((2, 3, 9, 10), (6, 1, 5, 5), {"group": 3, "strides": [1, 2], "pads": [0, 3, 2, 1]}),
+    ((1, 2, 4, 3), (2, 1, 5, 5), {"group": 2, "pads": [2, 2, 2, 2]}),  # windows larger than the input
+    ((1, 2, 9, 9), (2, 1, 3, 3), {"group": 2, "dilations": [1, 2], "pads": [1, 2, 1, 2]}),  # column dilation
 ]
 
 
