@@ -55,6 +55,9 @@ constexpr const char* kDeviceWrites =
                                          // default on CUDA); "1": device writes, two waits
 constexpr const char* kNoConstantFold =
     "ONNXRUNTIME_EP_MLX_NO_CONSTANT_FOLD";  // "1": constant subgraphs stay in the compiled graph
+constexpr const char* kScalarInputs =
+    "ONNXRUNTIME_EP_MLX_SCALAR_INPUTS";  // "0": a trace's scalar leaves stay behind Contiguous
+                                         // primitives (runtime/scalars.h), not inputs
 constexpr const char* kSpinMicros = "ONNXRUNTIME_EP_MLX_SPIN_US";  // hand-off spin bound (0: off)
 constexpr const char* kMlxThreads = "ONNXRUNTIME_EP_MLX_THREADS";  // MLX worker threads (default: CPUs, <= 4)
 constexpr const char* kBlasThreads =

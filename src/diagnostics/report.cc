@@ -99,6 +99,7 @@ std::string SessionReport::ToJson() const {
                      {"traces", s.traces},
                      {"trace_ms", static_cast<double>(s.trace_us) / 1000.0},
                      {"folded_nodes", s.folded_nodes},
+                     {"scalar_input_traces", s.scalar_input_traces},
                      {"constant_primitives_folded", s.constant_primitives_folded},
                      {"evictions", s.evictions},
                      {"bytes_in_host_copied", s.bytes_in_host_copied},

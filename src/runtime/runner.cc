@@ -111,18 +111,23 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
                                               std::vector<std::string>* check_messages,
                                               std::vector<bool>* check_is_assumption,
                                               const DynamicTrace* dynamic,
-                                              std::vector<InPlaceOutput>* in_place, RowTracker* rows) {
+                                              std::vector<InPlaceOutput>* in_place, RowTracker* rows,
+                                              ScalarInputs* scalars) {
   TraceInfo info;
   info.rows = rows;
   std::vector<mx::array> outputs = TracePlan(plan_, inputs, host, mx::default_stream(device), &info, dynamic);
   // Constants first: a folded scalar is then a leaf that ScalarLeavesAsData hides too.
   const size_t constant_primitives = EnvFlag(env::kNoConstantFold) ? 0 : folder_.Fold(outputs, inputs);
-  ScalarLeavesAsData(outputs, mx::default_stream(device));  // one kernel for every prompt length
+  ScalarLeavesAsData(outputs, mx::default_stream(device), scalars);  // one kernel for every prompt length
   if (check_messages) *check_messages = std::move(info.check_messages);
   if (check_is_assumption) *check_is_assumption = std::move(info.check_is_assumption);
   if (in_place) *in_place = std::move(info.in_place);
   ++traces_on_this_thread;
   std::lock_guard<std::mutex> lock(mu_);
+  if (scalars && scalars->inputs) {  // Call's second trace of a signature counted already
+    ++stats_.scalar_input_traces;
+    return outputs;
+  }
   ++stats_.traces;
   stats_.folded_nodes += info.folded;
   stats_.constant_primitives_folded += constant_primitives;
@@ -254,12 +259,16 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
     const mx::Device device = ChooseDevice(arrays, host_ptrs);
     auto messages = std::make_shared<std::vector<std::string>>();
     auto updates = std::make_shared<std::vector<InPlaceOutput>>();
-    auto traced = [this, host_ptrs, device, messages, updates](const std::vector<mx::array>& in) {
-      return Trace(in, host_ptrs, device, messages.get(), nullptr, nullptr, updates.get());
+    auto scalars = std::make_shared<ScalarInputs>();
+    auto traced = [this, host_ptrs, device, messages, updates, scalars](const std::vector<mx::array>& in) {
+      return Trace(in, host_ptrs, device, messages.get(), nullptr, nullptr, updates.get(), nullptr,
+                   scalars.get());
     };
     entry = &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}, updates, {}});
+    entry->traced = traced;
+    entry->scalars = scalars;
     const auto start = std::chrono::steady_clock::now();
-    std::vector<mx::array> outputs = entry->fn(arrays);  // traces on the first call: fills both
+    std::vector<mx::array> outputs = Call(*entry, arrays);  // traces on the first call: fills both
     CountTraceTime(start);
     check_messages = entry->check_messages;
     in_place = entry->in_place;
@@ -267,7 +276,44 @@ std::vector<mx::array> PartitionRunner::Evaluate(const std::vector<InputTensor>&
   }
   check_messages = entry->check_messages;
   in_place = entry->in_place;
-  return entry->fn(arrays);
+  return Call(*entry, arrays);
+}
+
+std::vector<mx::array> PartitionRunner::Call(CacheEntry& entry, const std::vector<mx::array>& inputs) {
+  auto with_scalars = [&entry](std::vector<mx::array> all) {
+    all.insert(all.end(), entry.scalars->values.begin(), entry.scalars->values.end());
+    return all;
+  };
+  if (entry.with_scalars) return entry.with_scalars(with_scalars(inputs));
+  // The first call traces fn (and finds the leaves); a function called once never pays a second.
+  static const bool off = std::getenv(env::kScalarInputs) && !EnvFlag(env::kScalarInputs);
+  if (entry.calls++ == 0 || entry.with_scalars_tried || off || !entry.traced || !entry.scalars ||
+      entry.scalars->values.empty())
+    return entry.fn(inputs);
+  entry.with_scalars_tried = true;
+  const size_t n = inputs.size();
+  MlxFunction compiled =
+      mx::compile([traced = entry.traced, scalars = entry.scalars, n](const std::vector<mx::array>& all) {
+        const std::vector<mx::array> head(all.begin(), all.begin() + n), tail(all.begin() + n, all.end());
+        struct Reset {  // the trace's inputs end with it, also when it throws
+          ScalarInputs* s;
+          ~Reset() { s->inputs = nullptr; }
+        } reset{scalars.get()};
+        scalars->inputs = &tail;
+        return traced(head);
+      });
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    std::vector<mx::array> outputs = compiled(with_scalars(inputs));
+    CountTraceTime(start);
+    entry.with_scalars = std::move(compiled);
+    entry.fn = nullptr;  // on this worker, so its compile cache entry goes with it
+    return outputs;
+  } catch (const std::exception&) {
+    // Traced once already, so not expected; fn serves on as it did.
+    CountTraceTime(start);
+    return entry.fn(inputs);
+  }
 }
 
 void PartitionRunner::WriteOutputs(const std::vector<mx::array>& outputs, const OutputSink& sink,

@@ -19,6 +19,7 @@
 
 #include "runtime/constant_fold.h"
 #include "runtime/plan.h"
+#include "runtime/scalars.h"
 
 struct OrtLogger;  // ORT's C type (common/log.h)
 
@@ -54,6 +55,9 @@ struct RunnerStats {
   /** Time of the first calls of new compiled functions: the trace and mx::compile's graph passes
    *  (not the evaluation, which MLX runs later), microseconds summed over traces. */
   uint64_t trace_us = 0;
+  /** Second traces of compiled functions, to take their scalar leaves as inputs (Call); not in
+   *  `traces`, their time in trace_us. */
+  uint64_t scalar_input_traces = 0;
   uint64_t evictions = 0;  ///< compiled functions dropped by the cache bound
   // Bytes moved per run, summed (docs/gpu_memory.md): "host copied" is a copy by the host
   // (memcpy), "wrapped" an input read in place, "adopted" an output handed over in place.
@@ -155,6 +159,14 @@ class PartitionRunner {
       std::string refusal;
     };
     std::shared_ptr<RowAxes> rows;
+    /** The function fn compiles (for Call's second compile) and the scalar leaves its trace hid
+     *  behind Contiguous primitives (filled by its first trace). */
+    MlxFunction traced;
+    std::shared_ptr<ScalarInputs> scalars;
+    /** From its second call on: the same function taking those leaves as inputs after fn's. */
+    MlxFunction with_scalars;
+    uint64_t calls = 0;
+    bool with_scalars_tried = false;
   };
   /** A run's padding: the prompt's length, its bucket, and per input the padded axis or -1. */
   struct Bucket {
@@ -186,7 +198,11 @@ class PartitionRunner {
                                mx::Device device, std::vector<std::string>* check_messages = nullptr,
                                std::vector<bool>* check_is_assumption = nullptr,
                                const DynamicTrace* dynamic = nullptr,
-                               std::vector<InPlaceOutput>* in_place = nullptr, RowTracker* rows = nullptr);
+                               std::vector<InPlaceOutput>* in_place = nullptr, RowTracker* rows = nullptr,
+                               ScalarInputs* scalars = nullptr);
+  /** entry's function on `inputs`: fn, and from the entry's second call on its compile with the
+   *  trace's scalar leaves as inputs (ScalarInputs), when it has any and that trace succeeds. */
+  std::vector<mx::array> Call(CacheEntry& entry, const std::vector<mx::array>& inputs);
   /** One MLX worker's compiled functions and what it learnt about varying dims. MLX keeps
    *  compile caches per thread, so a compiled function is only called, and released, on the
    *  worker that made it; nothing else touches this, and it needs no lock. */

@@ -60,7 +60,7 @@ PartitionRunner::CacheEntry* PartitionRunner::BucketedEntry(const Bucket& b, con
                                                             std::vector<mx::array>& outputs) {
   WorkerCache& w = caches_.at(CurrentMlxWorker());
   if (CacheEntry* entry = Find(key)) {
-    outputs = entry->fn(padded);
+    outputs = Call(*entry, padded);
     return entry;
   }
   auto host = HostValues(padded_inputs);
@@ -72,11 +72,12 @@ PartitionRunner::CacheEntry* PartitionRunner::BucketedEntry(const Bucket& b, con
   const auto start = std::chrono::steady_clock::now();
   try {
     const mx::Device device = ChooseDevice(padded, host_ptrs);  // traces on GPUs
-    auto traced = [this, host_ptrs, device, messages, updates, rows,
+    auto scalars = std::make_shared<ScalarInputs>();
+    auto traced = [this, host_ptrs, device, messages, updates, rows, scalars,
                    axes = b.axes](const std::vector<mx::array>& in) {
       RowTracker tracker(plan_, axes);
-      std::vector<mx::array> outs =
-          Trace(in, host_ptrs, device, messages.get(), nullptr, nullptr, updates.get(), &tracker);
+      std::vector<mx::array> outs = Trace(in, host_ptrs, device, messages.get(), nullptr, nullptr,
+                                          updates.get(), &tracker, scalars.get());
       if (std::optional<std::vector<int>> cut = tracker.Finish(*updates))
         rows->axes = std::move(*cut);
       else
@@ -85,7 +86,9 @@ PartitionRunner::CacheEntry* PartitionRunner::BucketedEntry(const Bucket& b, con
     };
     entry =
         &Insert(key, CacheEntry{mx::compile(traced), std::move(host), {}, messages, {}, {}, updates, rows});
-    outputs = entry->fn(padded);  // traces: fills messages, updates and rows
+    entry->traced = traced;
+    entry->scalars = scalars;
+    outputs = Call(*entry, padded);  // traces: fills messages, updates and rows
   } catch (const std::exception& e) {
     // A translation that cannot take the padded shapes (a Reshape to a constant target, say):
     // the unpadded run traces, and reports whatever is wrong with it.

@@ -71,18 +71,23 @@ PartitionRunner::CacheEntry PartitionRunner::MakeDynamicEntry(
     TracePlan(plan_, full, host_ptrs, mx::default_stream(d->device), &info, &t);
     if (info.saw_empty) throw DynamicShapeUnsupported("[MlxEp] an empty value with dynamic dims on a GPU");
   }
-  auto traced = [this, host_ptrs, d, messages, assumptions, updates,
-                 unpack](const std::vector<mx::array>& in) {
+  auto scalars = std::make_shared<ScalarInputs>();
+  auto traced = [this, host_ptrs, d, messages, assumptions, updates, unpack,
+                 scalars](const std::vector<mx::array>& in) {
     std::vector<mx::array> full;
     DynamicTrace t;
     unpack(in, full, t);
-    return Trace(full, host_ptrs, d->device, messages.get(), assumptions.get(), &t, updates.get());
+    return Trace(full, host_ptrs, d->device, messages.get(), assumptions.get(), &t, updates.get(), nullptr,
+                 scalars.get());
   };
-  return CacheEntry{mx::compile(traced), std::move(host), {}, messages, assumptions, d, updates, {}};
+  CacheEntry entry{mx::compile(traced), std::move(host), {}, messages, assumptions, d, updates, {}};
+  entry.traced = traced;
+  entry.scalars = scalars;
+  return entry;
 }
 
 std::vector<mx::array> PartitionRunner::CallDynamic(CacheEntry& entry, const std::vector<mx::array>& arrays) {
-  return entry.fn(DynamicInputs(*entry.dynamic, arrays));
+  return Call(entry, DynamicInputs(*entry.dynamic, arrays));
 }
 
 std::vector<mx::array> PartitionRunner::DynamicInputs(const DynamicEntry& d,

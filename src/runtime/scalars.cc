@@ -1,6 +1,7 @@
 // ScalarLeavesAsData (scalars.h).
 #include "runtime/scalars.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -46,11 +47,30 @@ std::string ValueKey(mx::array& leaf) {
   return key;
 }
 
+/** What stands for leaf `leaf` (value key `key`): the compiled function's input for its value
+ *  (scalars->inputs), else the leaf behind a Contiguous, recorded in `scalars` if `record`. */
+mx::array Replacement(const mx::array& leaf, const std::string& key, ScalarInputs* scalars, bool record,
+                      mx::Stream stream) {
+  if (scalars && scalars->inputs) {
+    const auto at = std::find(scalars->keys.begin(), scalars->keys.end(), key);
+    if (at != scalars->keys.end()) return scalars->inputs->at(at - scalars->keys.begin());
+  } else if (record) {
+    scalars->values.push_back(leaf);
+    scalars->keys.push_back(key);
+  }
+  return BehindContiguous(leaf, stream);
+}
+
 }  // namespace
 
 mx::array BehindContiguous(const mx::array& a, mx::Stream stream) { return mx::contiguous(a, false, stream); }
 
 void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream) {
+  ScalarLeavesAsData(outputs, stream, nullptr);
+}
+
+void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream, ScalarInputs* scalars) {
+  const bool record = scalars && !scalars->inputs && scalars->values.empty();
   std::unordered_set<std::uintptr_t> seen;
   std::map<std::string, mx::array> replaced;
   std::vector<mx::array> stack(outputs.begin(), outputs.end());
@@ -71,7 +91,8 @@ void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream
       if (in.size() != 1 || in.is_tracer() || !in.is_available() || in.data<void>() == nullptr) continue;
       std::string key = ValueKey(in);
       auto it = replaced.find(key);
-      if (it == replaced.end()) it = replaced.emplace(std::move(key), BehindContiguous(in, stream)).first;
+      if (it == replaced.end())
+        it = replaced.emplace(key, Replacement(in, key, scalars, record, stream)).first;
       in = it->second;
     }
   }

@@ -219,6 +219,34 @@ TEST(Runner, VaryingDimReadAsDataIsDynamic) {
   EXPECT_EQ(s.cache_hits, 4u);
 }
 
+// (x * 0.5 + 3) * 0.5: two distinct one-element constants read by fused ops. The first call
+// traces with them behind Contiguous primitives; the second compiles the function again taking
+// them as inputs (runtime/scalars.h), which is not a new signature's trace.
+TEST(Runner, ScalarLeavesBecomeInputsOnTheSecondCall) {
+  using testing::FloatTensor;
+  Graph g = GraphBuilder()
+                .Input("x")
+                .Constant("half", FloatTensor({}, {0.5f}))
+                .Constant("three", FloatTensor({1}, {3.f}))
+                .AddNode("Mul", {"x", "half"}, {"a"})
+                .AddNode("Add", {"a", "three"}, {"b"})
+                .AddNode("Mul", {"b", "half"}, {"y"})
+                .Output("y")
+                .Build();
+  PartitionRunner runner(BuildPlan(g, "p", {"x"}, {"y"}, OpRegistry::Get()), true);
+  for (float v : {2.f, 4.f, -6.f, 10.f}) {
+    std::vector<float> x = {v, 2 * v};
+    EXPECT_EQ(ToVector(runner.Run({Float(x, {2})})[0]), (std::vector<float>{(v * 0.5f + 3) * 0.5f, (v + 3) * 0.5f}))
+        << v;
+  }
+  std::vector<float> x3 = {1, 2, 3};
+  EXPECT_EQ(ToVector(runner.Run({Float(x3, {3})})[0]), (std::vector<float>{1.75f, 2.f, 2.25f}));
+  RunnerStats s = runner.stats();
+  EXPECT_EQ(s.traces, 2u);               // one per shape
+  EXPECT_EQ(s.scalar_input_traces, 1u);  // the first shape was called again, the second was not
+  EXPECT_EQ(s.cache_hits, 3u);
+}
+
 TEST(Plan, MissingTranslationIsRejected) {
   Graph g = GraphBuilder().Input("x").AddNode("NoSuchOp", {"x"}, {"y"}).Output("y").Build();
   EXPECT_THROW(BuildPlan(g, "p", {"x"}, {"y"}, OpRegistry::Get()), std::invalid_argument);

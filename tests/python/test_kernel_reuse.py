@@ -28,12 +28,17 @@ def kernel_count():
 
 
 def torch_export_counts(sess):
+    """Kernel counts after each run: each length twice, the second run compiling the length's
+    function again with its scalar leaves as inputs (src/runtime/scalars.h, ScalarInputs), which
+    must reuse the first run's kernels too."""
     counts = []
     for n in LENGTHS:
         rng = np.random.default_rng(n)
-        sess.run(None, {"input_ids": rng.integers(0, 96, (2, n)).astype(np.int64),
-                        "attention_mask": np.ones((2, n), np.int64)})
-        counts.append(kernel_count())
+        feeds = {"input_ids": rng.integers(0, 96, (2, n)).astype(np.int64),
+                 "attention_mask": np.ones((2, n), np.int64)}
+        for _ in range(2):
+            sess.run(None, feeds)
+            counts.append(kernel_count())
     return counts
 
 
@@ -49,6 +54,7 @@ def child():
         out[name] = torch_export_counts(rs.sess)
         part = rs.close()["runtime"]["partitions"][0]
         out[name + ".traces"], out[name + ".trace_ms"] = part["traces"], part["trace_ms"]
+        out[name + ".scalar_input_traces"] = part["scalar_input_traces"]
     dirs, cfg = llm.build(os.path.join(ROOT, "build", "models", "llm"), "tiny", names=["genai_fp32_shared"])
     rs = ReportedSession(os.path.join(dirs["genai_fp32_shared"], "model.onnx"))
     dec = Decoder(rs.sess, cfg, np.float32, True)
@@ -75,6 +81,8 @@ def test_new_lengths_build_no_new_kernels(tmp_path):
         assert later == [first] * len(later), f"{name}: kernels after lengths {LENGTHS}: {counts[name]}"
         assert counts[name + ".traces"] == len(LENGTHS), counts  # each length was traced
         assert counts[name + ".trace_ms"] > 0, counts  # and the report says what the traces cost
+    for name in ("gpt2_dynamo", "llama_torchscript"):  # each length's second run: its scalars as inputs
+        assert counts[name + ".scalar_input_traces"] == len(LENGTHS), counts
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["child"]:
