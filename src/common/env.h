@@ -91,6 +91,8 @@ constexpr const char* kNormCpuKernel =
 constexpr const char* kConvCpuKernel =
     "ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL";  // "0": depthwise convolutions composed on the CPU
                                            // (ops/conv_depthwise_cpu.cc)
+constexpr const char* kPoolCpuKernel =
+    "ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL";  // "0": float32 MaxPool composed on the CPU (ops/pool_cpu.cc)
 constexpr const char* kUnaryCpuKernel =
     "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL";  // "0": float32 Exp and Sigmoid composed on the CPU
                                             // (ops/unary_cpu.h)

@@ -336,6 +336,8 @@ std::vector<mx::array> TranslateMaxPool(const OpContext& c) {
     if (want_indices) outs.push_back(mx::zeros(out_shape, mx::int64, c.stream));
     return outs;
   }
+  if (!want_indices && RuntimeDevice() == mx::Device(mx::Device::cpu))
+    if (auto y = pool::MaxPoolOnCpu(x, axes, c.stream)) return {*y};
   return WindowMax(c, x, axes, want_indices, c.node.AttrInt("storage_order", 0) == 1);
 }
 

@@ -53,6 +53,12 @@ struct Axis {
   int64_t Coord(int64_t o, int64_t j) const { return o * stride - pad_begin + j * dilation; }
 };
 
+/** MaxPool without indices of float32 `x` (N, C, *S) over 1 or 2 spatial dims as one primitive of
+ *  the EP's on MLX's CPU stream (ops/pool_cpu.cc), ORT's rule for windows with NaN or no inside
+ *  element; nullopt elsewhere (other devices, dtypes or ranks) or with
+ *  ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL=0 (the composed scan). */
+std::optional<mx::array> MaxPoolOnCpu(const mx::array& x, const std::vector<Axis>& axes, mx::Stream s);
+
 /** The geometry along spatial dim `i` for an input size `in`. */
 Axis ResolveAxis(const PoolAttrs& a, size_t i, int64_t in);
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from harness import (BF16, assert_close, assert_declined, assert_mlx_error, check_parity, ids, make_graph_model,
-                     node_model, random_array, run_cpu, run_mlx)
+from harness import (BF16, assert_close, assert_declined, assert_mlx_error, census_of_tests, check_parity, ids,
+                     make_graph_model, mlx_device, node_model, random_array, run_cpu, run_mlx)
 from harness_bf16 import check_bf16, check_parity_or_numpy, check_parity_via_float32
 
 OPSET = {"MaxPool": 12, "AveragePool": 19, "LpPool": 18}
@@ -217,6 +217,52 @@ def test_maxpool_lowest_nan_and_infinity_values():
     x[0, 1, 2, 3] = np.nan
     for attrs in (dict(kernel_shape=[2, 2]), dict(kernel_shape=[2, 3], pads=[1, 1, 0, 1], strides=[1, 2])):
         parity("MaxPool", x, attrs, indices=True)
+
+
+def test_maxpool_values_lowest_nan_and_infinity():
+    """MaxPool without Indices (on MLX's CPU device the EP's primitive, src/ops/pool_cpu.cc) follows
+    the rule of ORT's Indices kernel, as the composed form does: compared with the values output
+    of ORT's two-output node (ORT's values-only float32 kernel, MLAS, differs only on such windows,
+    and not consistently), including windows with no element inside the input (the lowest value)."""
+    x = data((2, 3, 5, 7))
+    x[0, 0, :2, :3] = -np.inf
+    x[0, 0, 2, 2] = np.finfo(np.float32).min
+    x[0, 1, 0, 0] = x[1, 2, 3, 3] = np.nan
+    x[0, 1, 2, 3] = np.nan
+    x[1, 0, 1:4, 2:5] = np.inf
+    for attrs in (dict(kernel_shape=[2, 2]), dict(kernel_shape=[2, 3], pads=[1, 1, 0, 1], strides=[1, 2]),
+                  dict(kernel_shape=[3, 3], pads=[2, 2, 2, 2], dilations=[2, 2]),
+                  dict(kernel_shape=[2, 2], pads=[1, 0, 1, 0], dilations=[3, 1])):  # windows all padding
+        expected = run_cpu(*pool_model("MaxPool", x, attrs, indices=True))[0]
+        model, feeds = pool_model("MaxPool", x, attrs)
+        check_parity(model, feeds, expected=[expected])
+
+
+@pytest.mark.parametrize("shape,attrs", [
+    ((2, 4, 13, 11), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2])),  # YOLO's SPPF
+    ((1, 3, 20), dict(kernel_shape=[4], strides=[3], pads=[1, 2], dilations=[2])),
+    ((3, 2, 7, 8), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 1], ceil_mode=1)),
+    ((1, 64, 40, 40), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])),  # split over threads
+], ids=["sppf", "1d-dilated", "ceil", "threads"])
+def test_maxpool_values(shape, attrs):
+    parity("MaxPool", data(shape), attrs)
+
+
+@pytest.mark.skipif(mlx_device() != "cpu", reason="the MaxPool primitive is MLX's CPU device's")
+def test_maxpool_primitive():
+    """On MLX's CPU device a float32 MaxPool without Indices over 1 or 2 dims is one MaxPoolCpu,
+    where the composed scan (ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL=0, which passes the same cases)
+    takes a Slice and its comparisons per window element."""
+    import os
+    cases = ["test_maxpool_values_lowest_nan_and_infinity", "test_maxpool_values[sppf]",
+             "test_maxpool_values[1d-dilated]"]
+    here = os.path.abspath(__file__)
+    total = lambda line: int(line.split("total ")[1].split(":")[0])  # noqa: E731
+    kernel, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL": "1"})
+    composed, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL": "0"})
+    assert sum("MaxPoolCpu" in line for line in kernel) >= len(cases), kernel
+    assert not any("MaxPoolCpu" in line for line in composed), composed
+    assert sum(map(total, kernel)) + 20 < sum(map(total, composed)), (kernel, composed)
 
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])
