@@ -126,7 +126,7 @@ class MaxPoolCpu : public mx::UnaryPrimitive {
 std::optional<mx::array> MaxPoolOnCpu(const mx::array& x, const std::vector<Axis>& axes, mx::Stream s) {
   static const bool off = std::getenv(env::kPoolCpuKernel) && !EnvFlag(env::kPoolCpuKernel);
   if (off || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 ||
-      (axes.size() != 1 && axes.size() != 2) || x.ndim() != static_cast<int>(axes.size()) + 2)
+      (axes.size() != 1 && axes.size() != 2) || x.ndim() != axes.size() + 2)
     return std::nullopt;
   MaxPool2d p;
   p.w = axes.back();

@@ -263,14 +263,18 @@ std::optional<std::pair<mx::array, mx::array>> BiasParts(const Inputs& in, int d
   return std::make_pair(mx::slice(b, {0}, {gh}, s), mx::slice(b, {gh}, {2 * gh}, s));
 }
 
-std::vector<mx::array> InputProjections(const Inputs& in, int d, const std::optional<mx::array>& folded,
-                                        mx::Stream s) {
+mx::array InputProjection(const Inputs& in, int d, const std::optional<mx::array>& folded, mx::Stream s) {
   const int S = in.seq, B = in.batch;
   const mx::array w = Weights(in.w, d, s);  // [I, G*H]
   const int GH = w.shape(1);
   mx::array xw = MatmulOrZeros(mx::reshape(in.x, {S * B, in.input_size}, s), w, s);
   if (folded) xw = mx::add(xw, *folded, s);
-  return SplitSteps(mx::reshape(xw, {S, B, GH}, s), s);
+  return mx::reshape(xw, {S, B, GH}, s);
+}
+
+std::vector<mx::array> InputProjections(const Inputs& in, int d, const std::optional<mx::array>& folded,
+                                        mx::Stream s) {
+  return SplitSteps(InputProjection(in, d, folded, s), s);
 }
 
 mx::array Activate(const Activation& a, const mx::array& x, mx::Stream s) {
@@ -361,7 +365,7 @@ std::vector<mx::array> AssembleOutputs(const OpContext& c, const Config& cfg, co
   // Y: [S, D, B, H] (layout 1: [B, S, D, H]); built only when used.
   if (c.num_outputs() > 0 && !c.node.outputs[0].empty() && in.seq > 0) {
     std::vector<mx::array> per_dir;
-    for (const auto& r : dirs) per_dir.push_back(mx::stack(r.ys, 0, s));
+    for (const auto& r : dirs) per_dir.push_back(r.y_all ? *r.y_all : mx::stack(r.ys, 0, s));
     outs.push_back(finish(mx::stack(per_dir, 1, s), {2, 0, 1, 3}));
   } else {
     outs.push_back(finish(mx::zeros({in.seq, D, in.batch, H}, mx::float32, s), {2, 0, 1, 3}));
@@ -419,7 +423,12 @@ std::vector<mx::array> TranslateRnn(const OpContext& c) {
   for (int d = 0; d < cfg->num_directions; ++d) {
     std::optional<mx::array> bias;
     if (auto parts = recurrent::BiasParts(in, d, s)) bias = mx::add(parts->first, parts->second, s);
-    const std::vector<mx::array> xw = recurrent::InputProjections(in, d, bias, s);
+    const mx::array xw_all = recurrent::InputProjection(in, d, bias, s);
+    if (auto on_cpu = recurrent::DirectionOnCpu(*cfg, in, d, xw_all, std::nullopt, s)) {
+      dirs.push_back(std::move(*on_cpu));
+      continue;
+    }
+    const std::vector<mx::array> xw = recurrent::SplitSteps(xw_all, s);
     const mx::array r = recurrent::Weights(in.r, d, s);  // [H, H]
     const recurrent::Activation& f = cfg->activations[d][0];
     auto step = [&](int t, const recurrent::State& prev) -> recurrent::State {

@@ -31,6 +31,8 @@ Config ReadConfig(const OpContext& c, Cell cell) {
 recurrent::DirectionResult LstmDirection(const Config& cfg, const Inputs& in, int d, mx::Stream s) {
   std::optional<mx::array> bias;
   if (auto parts = recurrent::BiasParts(in, d, s)) bias = mx::add(parts->first, parts->second, s);
+  const mx::array xw_all = recurrent::InputProjection(in, d, bias, s);
+  if (auto on_cpu = recurrent::DirectionOnCpu(cfg, in, d, xw_all, std::nullopt, s)) return *on_cpu;
   const std::vector<mx::array> xw = recurrent::InputProjections(in, d, bias, s);
   const mx::array r = recurrent::Weights(in.r, d, s);  // [H, 4H]
   std::optional<mx::array> p_i, p_o, p_f;
@@ -79,6 +81,8 @@ recurrent::DirectionResult GruDirection(const Config& cfg, const Inputs& in, int
       folded = mx::add(wb, rb, s);
     }
   }
+  const mx::array xw_all = recurrent::InputProjection(in, d, folded, s);
+  if (auto on_cpu = recurrent::DirectionOnCpu(cfg, in, d, xw_all, rbh, s)) return *on_cpu;
   const std::vector<mx::array> xw = recurrent::InputProjections(in, d, folded, s);
   const mx::array r_all = recurrent::Weights(in.r, d, s);  // [H, 3H]: z, r, h
   const mx::array r_zr = mx::slice(r_all, {0, 0}, {H, 2 * H}, s);

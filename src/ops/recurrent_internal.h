@@ -75,8 +75,10 @@ mx::array Weights(const mx::array& w, int d, mx::Stream s);
 /** Direction d's Wb and Rb ([G*H] each) when the node has a bias. */
 std::optional<std::pair<mx::array, mx::array>> BiasParts(const Inputs& in, int d, mx::Stream s);
 
-/** X·W[d]^T for every step at once plus `folded` biases ([G*H], may be absent), split by step:
- *  one [B, G*H] array per time index. */
+/** X·W[d]^T for every step at once plus `folded` biases ([G*H], may be absent): [S, B, G*H]. */
+mx::array InputProjection(const Inputs& in, int d, const std::optional<mx::array>& folded, mx::Stream s);
+
+/** InputProjection split by step: one [B, G*H] array per time index. */
 std::vector<mx::array> InputProjections(const Inputs& in, int d, const std::optional<mx::array>& folded,
                                         mx::Stream s);
 
@@ -89,6 +91,7 @@ using StepFn = std::function<State(int t, const State& prev)>;
 struct DirectionResult {
   std::vector<mx::array> ys;
   State last;
+  std::optional<mx::array> y_all;  ///< instead of ys: every step's h at once, [S, B, H]
 };
 
 /** Runs `step` over time (backwards when `reverse`) from `init`. With sequence lengths a batch
@@ -98,6 +101,13 @@ DirectionResult RunDirection(const Inputs& in, bool reverse, State init, const S
 
 /** Direction d's initial state (the given one or zeros), [B, H] each. */
 State InitialState(const Config& cfg, const Inputs& in, int d, mx::Stream s);
+
+/** Direction d of the node as one primitive of the EP's on MLX's CPU stream (recurrent_cpu.cc):
+ *  the time loop in C++ over InputProjection `xw` ([S, B, G*H], with the foldable biases) and, for
+ *  a GRU with linear_before_reset, `rbh` (R's h-gate bias, [H]); nullopt elsewhere (other devices,
+ *  an empty sequence or batch) or with ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL=0. */
+std::optional<DirectionResult> DirectionOnCpu(const Config& cfg, const Inputs& in, int d, const mx::array& xw,
+                                              const std::optional<mx::array>& rbh, mx::Stream s);
 
 /** Y, Y_h (and Y_c) from the directions' results, in the node's layout and dtype; one array per
  *  output slot of the node. */

@@ -161,10 +161,10 @@ class PartitionRunner {
     std::shared_ptr<RowAxes> rows;
     /** The function fn compiles (for Call's second compile) and the scalar leaves its trace hid
      *  behind Contiguous primitives (filled by its first trace). */
-    MlxFunction traced;
-    std::shared_ptr<ScalarInputs> scalars;
+    MlxFunction traced = nullptr;
+    std::shared_ptr<ScalarInputs> scalars = nullptr;
     /** From its second call on: the same function taking those leaves as inputs after fn's. */
-    MlxFunction with_scalars;
+    MlxFunction with_scalars = nullptr;
     uint64_t calls = 0;
     bool with_scalars_tried = false;
   };

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from harness import (BF16, assert_close, assert_declined, assert_mlx_error, check_parity, make_graph_model, run_cpu,
-                     run_mlx)
+from harness import (BF16, assert_close, assert_declined, assert_mlx_error, check_parity, make_graph_model, mlx_device,
+                     run_cpu, run_mlx)
 from harness_bf16 import check_bf16
 
 import onnxruntime_ep_mlx as mlx_ep
@@ -303,3 +303,23 @@ def test_wrong_weight_shape_errors():
     model.graph.input[1].type.tensor_type.shape.dim[1].dim_value = 12
     assert_mlx_error(model, feeds)
 
+
+
+@pytest.mark.skipif(mlx_device() != "cpu", reason="the recurrence primitive is MLX's CPU device's")
+def test_recurrence_primitive():
+    """On MLX's CPU device each direction of an RNN, GRU or LSTM is one RecurrenceCpu (the time loop
+    in C++, src/ops/recurrent_cpu.cc), where the unrolled form (ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL=0,
+    which passes the same cases) takes ~10 primitives a step."""
+    import os
+    from harness import census_of_tests
+    cases = ["test_directions[LSTM-bidirectional-lens-initial_state]",
+             "test_directions[GRU-bidirectional-lens-zero_state]", "test_lstm_peepholes[reverse-1]",
+             "test_gru_linear_before_reset[forward-lens-bias]", "test_directions[RNN-reverse-lens-initial_state]",
+             "test_longer_sequence"]
+    here = os.path.abspath(__file__)
+    total = lambda line: int(line.split("total ")[1].split(":")[0])  # noqa: E731
+    kernel, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL": "1"})
+    unrolled, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL": "0"})
+    assert sum("RecurrenceCpu" in line for line in kernel) >= len(cases), kernel
+    assert not any("RecurrenceCpu" in line for line in unrolled), unrolled
+    assert sum(map(total, kernel)) * 3 < sum(map(total, unrolled)), (kernel, unrolled)
