@@ -3,11 +3,11 @@
 //
 // The composed form unrolls the time loop: per step a matmul, the gate slices and their fused
 // arithmetic, and with sequence_lens the masks: ~10 MLX primitives a step, each evaluated every
-// run, which on small models costs more than the arithmetic (a CRNN's two LSTM layers made 380 of
-// its 410 primitives a run). Here the loop runs in C++ over the same equations (recurrent_cells.cc
-// states them, with ORT's formulas for the activations): X·W^T and the foldable biases stay one
-// MLX matmul before it; each step adds h·R^T (row by row, R^T's rows in order), applies the gates
-// in float32, and masks by sequence length as RunDirection does.
+// run, which on small models costs more than the arithmetic (a torchscript CRNN export made
+// 1,348 MLX primitives a run, 72 with this). Here the loop runs in C++ over the same equations
+// (recurrent_cells.cc states them, with ORT's formulas for the activations): X·W^T and the
+// foldable biases stay one MLX matmul before it; each step adds h·R^T (R^T's rows in order),
+// applies the gates in float32, and masks by sequence length as RunDirection does.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -19,7 +19,6 @@
 #include "common/env.h"
 #include "mlx/primitives.h"
 #include "ops/cpu_primitive.h"
-#include "ops/quantized_cpu.h"
 #include "ops/recurrent_internal.h"
 
 namespace mlx_ep {
