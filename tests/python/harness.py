@@ -1,6 +1,7 @@
 """Parity harness: build test models, run them on ORT's CPU EP and on MLX (+ CPU fallback),
 compare, and prove from ORT's profile that MLX ran every node. MLX sessions are created so that
 they fail rather than silently becoming CPU-only (mlx_session). (bfloat16 helpers: harness_bf16.)"""
+import atexit
 import functools
 import gc
 import json
@@ -158,6 +159,9 @@ def mlx_session(model, so=None, profile=False):
     profile_dir = None
     if profile:
         profile_dir = tempfile.mkdtemp(prefix="ep_mlx_profile_")
+        # profiled_node_events removes it; a session never read back (a test that failed first)
+        # leaves it to the end of the process.
+        atexit.register(shutil.rmtree, profile_dir, True)
         so.enable_profiling = True
         so.profile_file_prefix = os.path.join(profile_dir, "profile")
     sess = ort.InferenceSession(data, so, providers=[EP, "CPUExecutionProvider"], enable_fallback=0)
