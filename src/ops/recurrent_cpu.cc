@@ -6,8 +6,9 @@
 // run, which on small models costs more than the arithmetic (a torchscript CRNN export made
 // 1,348 MLX primitives a run, 72 with this). Here the loop runs in C++ over the same equations
 // (recurrent_cells.cc states them, with ORT's formulas for the activations): X·W^T and the
-// foldable biases stay one MLX matmul before it; each step adds h·R^T (R^T's rows in order),
-// applies the gates in float32, and masks by sequence length as RunDirection does.
+// foldable biases stay one MLX matmul before it; each step computes h·R^T (OpenBLAS where the EP
+// has it, as MLX's matmuls; R read as stored), applies the gates in float32, and masks by
+// sequence length as RunDirection does.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "blas/blas.h"
 #include "common/env.h"
 #include "mlx/primitives.h"
 #include "ops/cpu_primitive.h"
@@ -111,41 +113,78 @@ float Clipped(const RecurrenceParams& p, float x) {
   return p.has_clip ? std::min(p.clip, std::max(-p.clip, x)) : x;
 }
 
-/** out [rows, n] += a [rows, k] @ bt [k, n] (bt's rows `ldb` apart): each output sums over k in order. */
-MLX_EP_CLONES void AddProduct(const float* a, int64_t rows, int64_t k, const float* bt, int64_t ldb,
-                              int64_t n, float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* o = out + r * n;
-    for (int64_t j = 0; j < k; ++j) {
-      const float v = a[r * k + j];
-      const float* b = bt + j * ldb;
-      for (int64_t c = 0; c < n; ++c) o[c] += v * b[c];
+/** c [rows, n] (rows `ldc` apart) = a [rows, k] @ b^T, b [n, k] row-major (R as ONNX stores it,
+ *  so no transposed copy per run): OpenBLAS through the shim where the EP has it (the BLAS MLX's
+ *  matmuls use), else dot products of four partial sums. */
+MLX_EP_CLONES void DotRows(const float* a, int64_t rows, int64_t k, const float* b, int64_t n, float* c,
+                           int64_t ldc) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const float *x = a + r * k, *y = b + j * k;
+      float s[4] = {0.f, 0.f, 0.f, 0.f};
+      int64_t i = 0;
+      for (; i + 4 <= k; i += 4)
+        for (int l = 0; l < 4; ++l) s[l] += x[i + l] * y[i + l];
+      float sum = (s[0] + s[1]) + (s[2] + s[3]);
+      for (; i < k; ++i) sum += x[i] * y[i];
+      c[r * ldc + j] = sum;
     }
+}
+
+void Product(const float* a, int64_t rows, int64_t k, const float* b, int64_t n, float* c, int64_t ldc) {
+  if (rows == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t r = 0; r < rows; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.f);
+    return;
   }
+  if (HaveSgemm() &&
+      SgemmRowsByColumns(static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k), a,
+                         static_cast<int>(k), b, static_cast<int>(k), c, static_cast<int>(ldc)))
+    return;
+  DotRows(a, rows, k, b, n, c, ldc);
 }
 
 /** The primitive's inputs as pointers, in the order DirectionOnCpu passes them. */
 struct StepInputs {
   const float* xw = nullptr;  ///< [S, B, G*H]: X·W^T plus the foldable biases
-  const float* rt = nullptr;  ///< [H, G*H]: R^T
+  const float* r = nullptr;   ///< [G*H, H]: R of the direction, as stored
   const float *h0 = nullptr, *c0 = nullptr, *peep = nullptr, *rbh = nullptr;
   const int32_t* lens = nullptr;
   int64_t seq = 0, batch = 0;
 };
 
-/** One step for every batch row: the new h (and c) from the step's `x` ([B, G*H]) and the state,
- *  with `hr` ([B, G*H]) and `rh` ([3H], GRU) as scratch. */
+/** Scratch of a direction's steps. */
+struct StepBuffers {
+  std::vector<float> hr;     ///< [B, G*H]: h·R^T
+  std::vector<float> reset;  ///< GRU: [B, H] r, then [B, H] r * h, then [B, H] (r * h)·R_h^T
+};
+
+/** One step for every batch row: the new h (and c) from the step's `x` ([B, G*H]) and the state. */
 void Step(const RecurrenceParams& p, const StepInputs& in, const float* x, const float* h, const float* c,
-          float* h_out, float* c_out, std::vector<float>& hr, std::vector<float>& rh) {
+          float* h_out, float* c_out, StepBuffers& buf) {
   const int64_t H = p.hidden, B = in.batch;
   const int64_t gh = (p.cell == Cell::kLstm ? 4 : p.cell == Cell::kGru ? 3 : 1) * H;
   // h·R^T; for a GRU without linear_before_reset the h gate's product waits for r * h.
-  const int64_t n = p.cell == Cell::kGru && !p.linear_before_reset ? 2 * H : gh;
-  hr.assign(B * gh, 0.f);
-  for (int64_t b = 0; b < B; ++b) AddProduct(h + b * H, 1, H, in.rt, gh, n, hr.data() + b * gh);
+  const bool gru_after_reset = p.cell == Cell::kGru && !p.linear_before_reset;
+  buf.hr.resize(B * gh);
+  Product(h, B, H, in.r, gru_after_reset ? 2 * H : gh, buf.hr.data(), gh);
+  float *r = nullptr, *rh = nullptr;
+  if (p.cell == Cell::kGru) {
+    buf.reset.resize(3 * B * H);
+    r = buf.reset.data();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t k = 0; k < H; ++k)
+        r[b * H + k] = Apply(p.f, Clipped(p, x[b * gh + H + k] + buf.hr[b * gh + H + k]));
+    if (gru_after_reset) {
+      float* reset_h = r + B * H;
+      rh = r + 2 * B * H;
+      for (int64_t i = 0; i < B * H; ++i) reset_h[i] = r[i] * h[i];
+      Product(reset_h, B, H, in.r + 2 * H * H, H, rh, H);
+    }
+  }
   for (int64_t b = 0; b < B; ++b) {
     const float* xb = x + b * gh;
-    const float* hrb = hr.data() + b * gh;
+    const float* hrb = buf.hr.data() + b * gh;
     const float* hb = h + b * H;
     float* ho = h_out + b * H;
     if (p.cell == Cell::kRnn) {
@@ -166,23 +205,16 @@ void Step(const RecurrenceParams& p, const StepInputs& in, const float* x, const
         c_out[b * H + k] = c_next;
         ho[k] = o * Apply(p.h, c_next);
       }
-    } else {                 // gates z, r, h
-      float* r = rh.data();  // r, then (r * h)·R_h^T, then r * h
-      for (int64_t k = 0; k < H; ++k) r[k] = Apply(p.f, Clipped(p, xb[H + k] + hrb[H + k]));
-      if (!p.linear_before_reset) {
-        float *rh_h = r + H, *reset_h = r + 2 * H;
-        std::fill(rh_h, rh_h + H, 0.f);
-        for (int64_t k = 0; k < H; ++k) reset_h[k] = r[k] * hb[k];
-        AddProduct(reset_h, 1, H, in.rt + 2 * H, gh, H, rh_h);
-      }
+    } else {  // gates z, r, h
       for (int64_t k = 0; k < H; ++k) {
         const float z = Apply(p.f, Clipped(p, xb[k] + hrb[k]));
+        const float reset = r[b * H + k];
         float h_pre;
         if (p.linear_before_reset) {
           const float linear = p.has_rbh ? hrb[2 * H + k] + in.rbh[k] : hrb[2 * H + k];
-          h_pre = xb[2 * H + k] + r[k] * linear;
+          h_pre = xb[2 * H + k] + reset * linear;
         } else {
-          h_pre = xb[2 * H + k] + r[H + k];
+          h_pre = xb[2 * H + k] + rh[b * H + k];
         }
         const float h_new = Apply(p.g, Clipped(p, h_pre));
         ho[k] = (1.f - z) * h_new + z * hb[k];
@@ -196,7 +228,8 @@ void Run(const RecurrenceParams& p, const StepInputs& in, float* y, float* h_las
   const int64_t H = p.hidden, B = in.batch, S = in.seq;
   const int64_t gh = (p.cell == Cell::kLstm ? 4 : p.cell == Cell::kGru ? 3 : 1) * H;
   const bool lstm = p.cell == Cell::kLstm;
-  std::vector<float> h(in.h0, in.h0 + B * H), c, h_next(B * H), c_next, hr, rh(3 * H);
+  std::vector<float> h(in.h0, in.h0 + B * H), c, h_next(B * H), c_next;
+  StepBuffers buf;
   if (lstm) {
     c.assign(in.c0, in.c0 + B * H);
     c_next.resize(B * H);
@@ -204,7 +237,7 @@ void Run(const RecurrenceParams& p, const StepInputs& in, float* y, float* h_las
   for (int64_t k = 0; k < S; ++k) {
     const int64_t t = p.reverse ? S - 1 - k : k;
     Step(p, in, in.xw + t * B * gh, h.data(), lstm ? c.data() : nullptr, h_next.data(),
-         lstm ? c_next.data() : nullptr, hr, rh);
+         lstm ? c_next.data() : nullptr, buf);
     for (int64_t b = 0; b < B; ++b) {
       // Past a row's length its state stays and its output is 0 (the reverse direction thereby
       // starts at the row's last valid step).
@@ -239,7 +272,7 @@ class RecurrenceCpu : public mx::Primitive {
                       StepInputs si;
                       size_t next = 0;
                       si.xw = in[next++].data<float>();
-                      si.rt = in[next++].data<float>();
+                      si.r = in[next++].data<float>();
                       si.h0 = in[next++].data<float>();
                       if (p.cell == Cell::kLstm) si.c0 = in[next++].data<float>();
                       if (p.has_peepholes) si.peep = in[next++].data<float>();
@@ -296,7 +329,7 @@ std::optional<DirectionResult> DirectionOnCpu(const Config& cfg, const Inputs& i
   p.linear_before_reset = cfg.linear_before_reset;
   p.reverse = cfg.reverse || d == 1;
   State init = InitialState(cfg, in, d, s);
-  std::vector<mx::array> inputs = {xw, Weights(in.r, d, s), init[0]};  // R^T: [H, G*H]
+  std::vector<mx::array> inputs = {xw, OfDirection(in.r, d, s), init[0]};  // R as stored: [G*H, H]
   if (cfg.cell == Cell::kLstm) inputs.push_back(init[1]);
   if (cfg.cell == Cell::kLstm && in.peepholes) {
     p.has_peepholes = true;
