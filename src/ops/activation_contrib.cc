@@ -98,7 +98,7 @@ std::vector<mx::array> TranslateFastGelu(const OpContext& c) {
   const mx::array kB = Scalar(0.7978845608028654, mx::float32);
   const mx::array kC = Scalar(0.035677408136300125, mx::float32);
   const mx::array inner = mx::multiply(v, mx::add(mx::multiply(mx::multiply(kC, v, s), v, s), kB, s), s);
-  const mx::array t = mx::add(mx::tanh(inner, s), Scalar(1, mx::float32), s);
+  const mx::array t = mx::add(unary::Tanh(inner, s), Scalar(1, mx::float32), s);
   return Out(c, mx::multiply(mx::multiply(v, Scalar(0.5, mx::float32), s), t, s));
 }
 

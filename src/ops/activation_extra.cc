@@ -109,7 +109,7 @@ std::vector<mx::array> TranslateMish(const OpContext& c) {
   const mx::array tail =
       mx::log1p(unary::Exp(mx::negative(mx::abs(x, c.stream), c.stream), c.stream), c.stream);
   const mx::array softplus = mx::add(mx::maximum(x, Scalar(0, d), c.stream), tail, c.stream);
-  return Out(c, mx::multiply(x, mx::tanh(softplus, c.stream), c.stream));
+  return Out(c, mx::multiply(x, unary::Tanh(softplus, c.stream), c.stream));
 }
 
 // Shrink: x < -lambd ? x + bias : x > lambd ? x - bias : 0. ORT's CPU kernel computes in float32

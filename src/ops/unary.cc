@@ -39,6 +39,12 @@ mx::array Exp(const mx::array& x, mx::StreamOrDevice s) {
   return mx::multiply(mx::exp(mx::subtract(x, shift, s), s), factor, s);
 }
 
+mx::array Tanh(const mx::array& x, mx::StreamOrDevice s) {
+  if (x.dtype() == mx::float32 && RuntimeDevice() == mx::Device(mx::Device::cpu))
+    if (auto y = ExpOnCpu(x, ExpForm::kTanh, mx::to_stream(s))) return *y;
+  return mx::tanh(x, s);
+}
+
 mx::array Erf(const mx::array& x, mx::StreamOrDevice s) {
   // Eigen's/XLA's float32 erf: x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (erf rounds to +-1
   // beyond), P of degree 6 and Q of degree 4 in x^2: no exp, no branch, ~20 multiply-adds.
@@ -89,6 +95,7 @@ using unary::Up;
 
 mx::array ExpFn(const mx::array& x, mx::StreamOrDevice s) { return unary::Exp(x, s); }
 mx::array ErfFn(const mx::array& x, mx::StreamOrDevice s) { return unary::Erf(x, s); }
+mx::array TanhFn(const mx::array& x, mx::StreamOrDevice s) { return unary::Tanh(x, s); }
 
 // Sigmoid: MLX's is accurate in float32 (on GPUs it is used); in float64 it would go through
 // float32's exp. On MLX's CPU backend float32 is the EP's primitive (unary_cpu.h), else composed
@@ -203,7 +210,7 @@ void RegisterUnaryOps(OpRegistry& r) {
   Reg(r, "Sin", 7, 22, kF32, TranslateFloat<mx::sin>);
   Reg(r, "Cos", 7, 22, kF32, TranslateFloat<mx::cos>);
   Reg(r, "Tan", 7, 22, kF, TranslateFloat<mx::tan>);
-  Reg(r, "Tanh", 6, 13, kF, TranslateFloat<mx::tanh>);
+  Reg(r, "Tanh", 6, 13, kF, TranslateFloat<TanhFn>);
   Reg(r, "Sigmoid", 6, 13, kF, TranslateFloat<SigmoidFn>);
   Reg(r, "Erf", 9, 13, kF32, TranslateFloat<ErfFn>);
   Reg(r, "Floor", 6, 13, kF, TranslateFloat<mx::floor>, kFold);

@@ -111,7 +111,7 @@ std::vector<mx::array> TranslateGelu(const OpContext& c) {
     const mx::array x2 = mx::multiply(x, x, c.stream);
     const mx::array poly =
         mx::add(mx::multiply(Scalar(k_beta, d), x2, c.stream), Scalar(k_alpha, d), c.stream);
-    inner = mx::tanh(mx::multiply(x, poly, c.stream), c.stream);
+    inner = unary::Tanh(mx::multiply(x, poly, c.stream), c.stream);
   } else {
     inner = unary::Erf(mx::multiply(x, Scalar(M_SQRT1_2, d), c.stream), c.stream);
   }

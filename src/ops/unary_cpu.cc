@@ -1,4 +1,4 @@
-// The exp/sigmoid primitive of unary_cpu.h on MLX's CPU stream.
+// The exp/sigmoid/tanh primitive of unary_cpu.h on MLX's CPU stream.
 #include "ops/unary_cpu.h"
 
 #include <algorithm>
@@ -59,6 +59,24 @@ MLX_EP_CLONES void SigmoidRange(const float* x, float* y, int64_t n) {
   }
 }
 
+// tanh's Taylor coefficients, x^1 ... x^9 (odd powers): below |x| = 1/16 the next term is 8e-15
+// relative, where 1 - 2 / (e^2|x| + 1) would cancel most of double's bits for tiny |x|.
+constexpr double kTanhTaylor[] = {1.0, -1.0 / 3, 2.0 / 15, -17.0 / 315, 62.0 / 2835};
+
+MLX_EP_CLONES void TanhRange(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double a = v < 0 ? -v : v;
+    const double a2 = a * a;
+    double poly = kTanhTaylor[4];
+    for (int k = 3; k >= 0; --k) poly = poly * a2 + kTanhTaylor[k];
+    const double small = a * poly;
+    const double large = 1.0 - 2.0 / (ExpClamped(2.0 * a) + 1.0);  // NaN stays NaN
+    const double t = a < 0.0625 ? small : large;
+    y[i] = static_cast<float>(v < 0 ? -t : t);
+  }
+}
+
 // Below this many values one thread is faster than waking others (as in quantized_cpu.cc).
 constexpr int64_t kMinParallelValues = 1 << 16;
 
@@ -76,17 +94,21 @@ class ExpCpu : public mx::UnaryPrimitive {
               std::min<int64_t>(std::max<int64_t>(n / 4096, 1), std::max(1, nbits_cpu::PoolThreads())));
           auto task = [&](int t) {
             const int64_t begin = n * t / tasks, end = n * (t + 1) / tasks;
-            (form == ExpForm::kExp ? ExpRange : SigmoidRange)(src + begin, dst + begin, end - begin);
+            (form == ExpForm::kExp       ? ExpRange
+             : form == ExpForm::kSigmoid ? SigmoidRange
+                                         : TanhRange)(src + begin, dst + begin, end - begin);
           };
           nbits_cpu::RunTasks(tasks, n, kMinParallelValues, task);
         });
   }
 
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
-    throw std::runtime_error("ExpCpu runs on the CPU only (GPUs take MLX's exp and sigmoid)");
+    throw std::runtime_error("ExpCpu runs on the CPU only (GPUs take MLX's exp, sigmoid and tanh)");
   }
 
-  const char* name() const override { return form_ == ExpForm::kExp ? "ExpCpu" : "SigmoidCpu"; }
+  const char* name() const override {
+    return form_ == ExpForm::kExp ? "ExpCpu" : form_ == ExpForm::kSigmoid ? "SigmoidCpu" : "TanhCpu";
+  }
 
   bool is_equivalent(const mx::Primitive& other) const override {
     return form_ == static_cast<const ExpCpu&>(other).form_;

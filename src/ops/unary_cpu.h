@@ -1,9 +1,10 @@
-// Exp and Sigmoid of float32 values on MLX's CPU device as one primitive of the EP's
+// Exp, Sigmoid and Tanh of float32 values on MLX's CPU device as one primitive of the EP's
 // (unary_cpu.cc). The composed float32 exp (unary::Exp) calls libm's powf once per element, which
 // keeps MLX's fused kernel scalar: a YOLO-style detector spent a third of its CPU time in SiLU's
-// sigmoid. Here the value is computed in double (range reduction to |r| <= ln2/2, a degree-9
-// polynomial, the power of two from its exponent bits) and rounded once: within an ulp of float32,
-// overflow, underflow, subnormals, infinities and NaN as the exact function gives them.
+// sigmoid; MLX's tanh is libm's tanhf (and its expm1f), scalar: 28% of Magika's time. Here the value is
+// computed in double (range reduction to |r| <= ln2/2, a degree-9 polynomial, the power of two from its
+// exponent bits) and rounded once: within an ulp of float32, overflow, underflow, subnormals, infinities and
+// NaN as the exact function gives them.
 #pragma once
 
 #include <optional>
@@ -16,6 +17,7 @@ namespace mlx_ep {
 enum class ExpForm {
   kExp,      ///< e^x
   kSigmoid,  ///< 1 / (1 + e^-x), from e^-|x| as the composed form does
+  kTanh,     ///< tanh(x): its Taylor polynomial below |x| = 1/16, else 1 - 2 / (e^2|x| + 1), signed
 };
 
 /** `form` of float32 `x` as one primitive of the EP's; nullopt off MLX's CPU device, for other

@@ -83,6 +83,10 @@ mx::array Exp(const mx::array& x, mx::StreamOrDevice s);
  *  on GPUs (MLX's erf has an absolute error of ~1e-7, a large relative error for small x). */
 mx::array Erf(const mx::array& x, mx::StreamOrDevice s);
 
+/** tanh(x): on MLX's CPU device float32 through the EP's primitive (unary_cpu.h; MLX's is libm's
+ *  tanhf, scalar), else MLX's. */
+mx::array Tanh(const mx::array& x, mx::StreamOrDevice s);
+
 /** Registers `op` over [since, until]. */
 inline void Reg(OpRegistry& r, const char* op, int since, int until, ClaimFn claim, TranslateFn translate,
                 HostEval host_eval = HostEval::kNone) {

@@ -169,43 +169,50 @@ def _ulps_from_float64(got, exact):
     return np.abs(got.astype(np.float64) - exact) / spacing
 
 
-@pytest.mark.parametrize("op", ["Exp", "Sigmoid"])
-def test_exp_sigmoid_rounded_once(op):
-    """On MLX's CPU device float32 Exp and Sigmoid are the EP's primitive (src/ops/unary_cpu.cc:
+@pytest.mark.parametrize("op", ["Exp", "Sigmoid", "Tanh"])
+def test_unary_primitive_rounded_once(op):
+    """On MLX's CPU device float32 Exp, Sigmoid and Tanh are the EP's primitive (src/ops/unary_cpu.cc:
     double precision, rounded once): within 0.501 ulp of the float64 function over float32's whole
-    range (enough values to split over threads), and the exact values at the edges (overflow,
-    subnormal results, underflow to 0, infinities, NaN). The composed forms elsewhere
-    (ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0, GPUs) are held to 1.7e-7 by the tests above."""
+    range (enough values to split over threads; tanh's small arguments, where its two forms meet,
+    too), and the exact values at the edges (overflow, subnormal results, underflow to 0,
+    infinities, NaN, signed zeros). The composed forms elsewhere (ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0,
+    GPUs) are held to their own tolerances by the tests above."""
     import os
     if mlx_device() != "cpu" or os.environ.get("ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL") == "0":
         pytest.skip("the primitive is MLX's CPU device's, and on")
     rng = np.random.default_rng(17)
     edges = [0.0, -0.0, 1e-30, -1e-30, 88.72, 88.7228, 88.73, 89.0, -87.33, -103.9, -104.0, -149.0, -150.0,
              1e30, -1e30, np.inf, -np.inf, np.nan, 1e-45, -16.6, 16.6, 17.0, -88.0]
-    x = np.concatenate([rng.uniform(-120, 100, 150000), rng.standard_normal(50000) * 4, edges]).astype(np.float32)
+    small = np.concatenate([np.logspace(-40, 0, 4000), -np.logspace(-40, 0, 4000), [0.0625, -0.0625, 0.06249999]])
+    x = np.concatenate([rng.uniform(-120, 100, 150000), rng.standard_normal(50000) * 4, small, edges]).astype(np.float32)
     model = unary_model(op, np.float32, x.shape, 13)
     got = run_mlx(model, {"x": x})[0][0]
     xd = x.astype(np.float64)
     with np.errstate(over="ignore"):
-        exact = np.exp(xd) if op == "Exp" else 1 / (1 + np.exp(-xd))
+        exact = {"Exp": np.exp, "Sigmoid": lambda v: 1 / (1 + np.exp(-v)), "Tanh": np.tanh}[op](xd)
         rounded = exact.astype(np.float32)
     normal = np.isfinite(rounded) & (rounded != 0)
     assert _ulps_from_float64(got[normal], exact[normal]).max() < 0.501
     np.testing.assert_array_equal(got[~normal], rounded[~normal])  # inf, 0 and NaN exactly
+    assert np.array_equal(np.signbit(got[~np.isnan(got)]), np.signbit(rounded[~np.isnan(rounded)]))
     check_parity(model, {"x": x})
 
 
 @pytest.mark.skipif(mlx_device() != "cpu", reason="the exp/sigmoid primitive is MLX's CPU device's")
-def test_exp_sigmoid_primitive():
-    """The tests above run through ExpCpu / SigmoidCpu on MLX's CPU device, and without them
-    (ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0) through the composed forms, which pass them too."""
+def test_unary_primitive():
+    """The tests above run through ExpCpu / SigmoidCpu / TanhCpu on MLX's CPU device (also inside
+    the tanh form of Gelu), and without them (ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0) through the
+    composed forms, which pass them too."""
     from harness import census_of_tests
     cases = ["test_exp_whole_range_against_float64", "test_float_dtypes[Sigmoid-float32]",
-             "test_edge_values[Exp-float32]", "test_edge_values[Sigmoid-float16]"]
+             "test_edge_values[Exp-float32]", "test_edge_values[Sigmoid-float16]",
+             "test_edge_values[Tanh-float32]", "test_gelu_wide_range[tanh]"]
+    names = ("ExpCpu", "SigmoidCpu", "TanhCpu")
     kernel, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL": "1"})
     composed, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL": "0"})
-    assert sum("ExpCpu" in line or "SigmoidCpu" in line for line in kernel) >= len(cases), kernel
-    assert not any("ExpCpu" in line or "SigmoidCpu" in line for line in composed), composed
+    assert sum(any(n in line for n in names) for line in kernel) >= len(cases), kernel
+    assert sum("TanhCpu" in line for line in kernel) >= 2, kernel
+    assert not any(any(n in line for n in names) for line in composed), composed
 
 
 def test_erf_small_arguments():
