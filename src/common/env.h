@@ -40,6 +40,9 @@ constexpr const char* kClaimDebug = "ONNXRUNTIME_EP_MLX_CLAIM_DEBUG";  // declin
 constexpr const char* kNoCompile = "ONNXRUNTIME_EP_MLX_NO_COMPILE";    // run traced graphs eagerly
 constexpr const char* kReportPath = "ONNXRUNTIME_EP_MLX_REPORT";       // write the claim report JSON here
 constexpr const char* kDevice = "ONNXRUNTIME_EP_MLX_DEVICE";           // "cpu" or "gpu" (default: gpu if any)
+constexpr const char* kCpuCacheMb =
+    "ONNXRUNTIME_EP_MLX_CPU_CACHE_MB";  // MLX's CPU buffer cache in MiB (default: a quarter of its
+                                        // memory limit; MLX's own: 32)
 constexpr const char* kDeclineOps = "ONNXRUNTIME_EP_MLX_DECLINE_OPS";  // comma-separated op types left to ORT
 constexpr const char* kPromptBuckets =
     "ONNXRUNTIME_EP_MLX_PROMPT_BUCKETS";  // smallest bucket a first prompt is padded to (0: off)

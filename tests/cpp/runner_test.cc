@@ -2,10 +2,14 @@
 // and that ORT's input memory is never written to.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "graph_builder.h"
+#include "mlx/memory.h"
+#include "runtime/device.h"
 #include "runtime/mlx_thread.h"
 #include "runtime/runner.h"
 
@@ -245,6 +249,17 @@ TEST(Runner, ScalarLeavesBecomeInputsOnTheSecondCall) {
   EXPECT_EQ(s.traces, 2u);               // one per shape
   EXPECT_EQ(s.scalar_input_traces, 1u);  // the first shape was called again, the second was not
   EXPECT_EQ(s.cache_hits, 3u);
+}
+
+// On MLX's CPU device the EP sets MLX's buffer cache (runtime/device.cc): a quarter of MLX's memory
+// limit, not MLX's own 32 MB, unless ONNXRUNTIME_EP_MLX_CPU_CACHE_MB says otherwise.
+TEST(Runner, CpuBufferCacheIsAQuarterOfTheMemoryLimit) {
+  if (RuntimeDevice() != mx::Device(mx::Device::cpu)) GTEST_SKIP() << "set on MLX's CPU device only";
+  if (std::getenv("ONNXRUNTIME_EP_MLX_CPU_CACHE_MB")) GTEST_SKIP() << "set by the environment";
+  const size_t limit = mx::set_cache_limit(0);
+  mx::set_cache_limit(limit);
+  EXPECT_EQ(limit, std::max(size_t{32} << 20, mx::get_memory_limit() / 4));
+  EXPECT_GT(limit, size_t{32} << 20);  // this machine's memory holds more than 512 MB
 }
 
 TEST(Plan, MissingTranslationIsRejected) {
