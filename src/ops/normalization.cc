@@ -29,6 +29,7 @@
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
+#include "ops/unary_cpu.h"
 #include "ops/unary_internal.h"
 
 namespace mlx_ep {
@@ -106,6 +107,10 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
     // Composed rather than mx::softmax: its CPU kernel sums exp() in one float32 chain, off by
     // ~4e-5 rel for vocabulary-sized rows, where ORT stays at ~1e-6.
     const mx::array xc = IsLowFloat(dt) ? mx::astype(in, mx::float32, s) : in;
+    // On MLX's CPU device over the last axis: those steps as one primitive (unary_cpu.h).
+    if (red.size() == 1 && red[0] == static_cast<int>(xc.ndim()) - 1 &&
+        RuntimeDevice() == mx::Device(mx::Device::cpu))
+      if (auto fused = SoftmaxOnCpu(xc, kLog, s)) return *fused;
     const mx::array shifted = mx::subtract(xc, mx::max(xc, red, true, s), s);
     const mx::array e = Exp(shifted, s);
     const mx::array sum = AccurateSum(e, red, true, s);

@@ -24,4 +24,9 @@ enum class ExpForm {
  *  dtypes, or with ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0 (the composed forms). */
 std::optional<mx::array> ExpOnCpu(const mx::array& x, ExpForm form, mx::Stream s);
 
+/** Softmax (`log`: LogSoftmax) of float32 `x` over its last axis as one primitive of the EP's on
+ *  MLX's CPU stream, the composed form's steps in one pass a row (see SoftmaxRow); nullopt as
+ *  ExpOnCpu (one switch for both). */
+std::optional<mx::array> SoftmaxOnCpu(const mx::array& x, bool log, mx::Stream s);
+
 }  // namespace mlx_ep

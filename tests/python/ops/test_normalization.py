@@ -71,6 +71,24 @@ def test_softmax_special_values(op):
     check_parity(softmax_model(op, np.float32, x.shape), {"x": x})
 
 
+@pytest.mark.skipif(mlx_device() != "cpu", reason="the softmax primitive is MLX's CPU device's")
+def test_softmax_primitive():
+    """On MLX's CPU device a float32 Softmax / LogSoftmax over the last axis is one SoftmaxCpu /
+    LogSoftmaxCpu (src/ops/unary_cpu.cc: the composed form's steps in one pass a row), which passes
+    the cases above (vocabulary-sized rows, infinities, NaN); ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0
+    composes them again, and passes them too."""
+    import os
+    from harness import census_of_tests
+    cases = ["test_softmax_long_rows[Softmax-vocab]", "test_softmax_long_rows[LogSoftmax-vocab]",
+             "test_softmax_special_values[Softmax]", "test_softmax_special_values[LogSoftmax]"]
+    here = os.path.abspath(__file__)
+    kernel, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL": "1"})
+    composed, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL": "0"})
+    assert sum("SoftmaxCpu" in line for line in kernel) >= len(cases), kernel
+    assert sum("LogSoftmaxCpu" in line for line in kernel) >= 2, kernel
+    assert not any("SoftmaxCpu" in line for line in composed), composed
+
+
 # float16 Softmax-13+ follows its ONNX function body (rounded to float16 after each step), like the
 # ONNX reference that produced the backend tests' data; compared with the backend runner's
 # tolerance (rtol 1e-3, atol 1e-7). A fused float32 softmax misses it by up to ~10 ulps.
