@@ -388,3 +388,16 @@ def census_of_tests(test_file, cases, env=None, timeout=300):
     lines = r.stderr.splitlines()
     census = [line for line in lines if "MLX primitives per run" in line]
     return census, [line for line in lines if "MLX primitives per run" not in line]
+
+
+def census_total(line):
+    """The primitive count of one census line ("MLX primitives per run, total N: ...")."""
+    return int(line.split("total ")[1].split(":")[0])
+
+
+def census_with_and_without(test_file, cases, switch):
+    """census_of_tests of `cases` with the EP's `switch` (an ONNXRUNTIME_EP_MLX_*_CPU_KERNEL) on
+    and off: (on, off). The cases must pass both ways."""
+    on, _ = census_of_tests(test_file, cases, env={switch: "1"})
+    off, _ = census_of_tests(test_file, cases, env={switch: "0"})
+    return on, off

@@ -16,8 +16,8 @@ import pytest
 from onnx import helper
 
 import onnxruntime_ep_mlx as mlx_ep
-from harness import (NO_KERNEL, BF16, EP, assert_mlx_error, census_of_tests, check_parity, make_graph_model,
-                     make_model, mlx_device, node_model, run_cpu)
+from harness import (NO_KERNEL, BF16, EP, assert_mlx_error, census_total, census_with_and_without, check_parity,
+                     make_graph_model, make_model, mlx_device, node_model, run_cpu)
 from harness_bf16 import check_bf16
 
 OPSET = 22
@@ -310,12 +310,10 @@ def test_depthwise_primitive():
     cases = ["test_depthwise[x2x5x17-w10x1x4-group=5_strides=[2]_dilations=[3]_pads=[2,4]-uniform]",
              "test_depthwise[x1x3x7x7-w3x1x2x2-group=3_auto_pad=SAME_LOWER_strides=[4,4]-ints]",
              "test_mobilenet_block"]
-    total = lambda line: int(line.split("total ")[1].split(":")[0])  # noqa: E731
-    kernel, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL": "1"})
-    composed, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL": "0"})
+    kernel, composed = census_with_and_without(__file__, cases, "ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL")
     assert sum("DepthwiseConvCpu" in line for line in kernel) == len(cases), kernel
     assert not any("DepthwiseConvCpu" in line for line in composed), composed
-    assert sum(map(total, kernel)) + 10 < sum(map(total, composed)), (kernel, composed)
+    assert sum(map(census_total, kernel)) + 10 < sum(map(census_total, composed)), (kernel, composed)
 
 
 # ---- declined and failing nodes ------------------------------------------------------------------

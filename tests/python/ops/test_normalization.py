@@ -78,12 +78,10 @@ def test_softmax_primitive():
     the cases above (vocabulary-sized rows, infinities, NaN); ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0
     composes them again, and passes them too."""
     import os
-    from harness import census_of_tests
+    from harness import census_with_and_without
     cases = ["test_softmax_long_rows[Softmax-vocab]", "test_softmax_long_rows[LogSoftmax-vocab]",
              "test_softmax_special_values[Softmax]", "test_softmax_special_values[LogSoftmax]"]
-    here = os.path.abspath(__file__)
-    kernel, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL": "1"})
-    composed, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL": "0"})
+    kernel, composed = census_with_and_without(os.path.abspath(__file__), cases, "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL")
     assert sum("SoftmaxCpu" in line for line in kernel) >= len(cases), kernel
     assert sum("LogSoftmaxCpu" in line for line in kernel) >= 2, kernel
     assert not any("SoftmaxCpu" in line for line in composed), composed

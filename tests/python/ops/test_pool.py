@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from harness import (BF16, assert_close, assert_declined, assert_mlx_error, census_of_tests, check_parity, ids,
-                     make_graph_model, mlx_device, node_model, random_array, run_cpu, run_mlx)
+from harness import (BF16, assert_close, assert_declined, assert_mlx_error, census_total, census_with_and_without,
+                     check_parity, ids, make_graph_model, mlx_device, node_model, random_array, run_cpu, run_mlx)
 from harness_bf16 import check_bf16, check_parity_or_numpy, check_parity_via_float32
 
 OPSET = {"MaxPool": 12, "AveragePool": 19, "LpPool": 18}
@@ -256,13 +256,10 @@ def test_maxpool_primitive():
     import os
     cases = ["test_maxpool_values_lowest_nan_and_infinity", "test_maxpool_values[sppf]",
              "test_maxpool_values[1d-dilated]"]
-    here = os.path.abspath(__file__)
-    total = lambda line: int(line.split("total ")[1].split(":")[0])  # noqa: E731
-    kernel, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL": "1"})
-    composed, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL": "0"})
+    kernel, composed = census_with_and_without(os.path.abspath(__file__), cases, "ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL")
     assert sum("MaxPoolCpu" in line for line in kernel) >= len(cases), kernel
     assert not any("MaxPoolCpu" in line for line in composed), composed
-    assert sum(map(total, kernel)) + 20 < sum(map(total, composed)), (kernel, composed)
+    assert sum(map(census_total, kernel)) + 20 < sum(map(census_total, composed)), (kernel, composed)
 
 
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool", "LpPool"])

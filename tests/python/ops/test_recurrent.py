@@ -311,15 +311,13 @@ def test_recurrence_primitive():
     in C++, src/ops/recurrent_cpu.cc), where the unrolled form (ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL=0,
     which passes the same cases) takes ~10 primitives a step."""
     import os
-    from harness import census_of_tests
+    from harness import census_total, census_with_and_without
     cases = ["test_directions[LSTM-bidirectional-lens-initial_state]",
              "test_directions[GRU-bidirectional-lens-zero_state]", "test_lstm_peepholes[reverse-1]",
              "test_gru_linear_before_reset[forward-lens-bias]", "test_directions[RNN-reverse-lens-initial_state]",
              "test_longer_sequence"]
-    here = os.path.abspath(__file__)
-    total = lambda line: int(line.split("total ")[1].split(":")[0])  # noqa: E731
-    kernel, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL": "1"})
-    unrolled, _ = census_of_tests(here, cases, env={"ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL": "0"})
+    kernel, unrolled = census_with_and_without(os.path.abspath(__file__), cases,
+                                               "ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL")
     assert sum("RecurrenceCpu" in line for line in kernel) >= len(cases), kernel
     assert not any("RecurrenceCpu" in line for line in unrolled), unrolled
-    assert sum(map(total, kernel)) * 3 < sum(map(total, unrolled)), (kernel, unrolled)
+    assert sum(map(census_total, kernel)) * 3 < sum(map(census_total, unrolled)), (kernel, unrolled)
