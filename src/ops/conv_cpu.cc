@@ -6,7 +6,8 @@
 //    keep conv_general (cuDNN).
 //  - Dense and grouped convolutions are im2col + matmul, as in ORT's CPU kernel: the padded input
 //    is viewed (mx::as_strided) as (N, G, C/G, *K, *O) windows, copied once to the column matrix
-//    (N, G, C/G * K, O) and multiplied by W (G, M/G, C/G * K), which MLX's matmul runs in BLAS.
+//    (N, G, C/G * K, O) and multiplied by W (G, M/G, C/G * K), which MLX's matmul runs in BLAS;
+//    1-D and 2-D ones write that matrix in one primitive of the EP's (conv_im2col_cpu.cc).
 //  - Depthwise convolutions (one input channel per group) are a sum over the kernel positions of
 //    strided views of the padded input times per-channel weights: elementwise, no tiny GEMMs; 1-D
 //    and 2-D ones as one primitive of the EP's that computes that sum (conv_depthwise_cpu.cc).
@@ -105,11 +106,13 @@ mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const Conv
   const int n = x.shape(0), m = w.shape(0), cg = w.shape(1);
   if (cg == 1 && groups > 1)
     if (auto y = DepthwiseConvOnCpu(x, w, groups, g, s)) return *y;
-  const mx::array xp = PadOrCrop(x, g.lo, g.hi, s);
   mx::Shape out_shape = {n, m};
   out_shape.insert(out_shape.end(), g.out.begin(), g.out.end());
-  if (cg == 1 && groups > 1) return mx::reshape(DepthwiseSum(xp, w, groups, g, s), out_shape, s);
-  const mx::array cols = Columns(xp, groups, g, s);                             // (N, G, C/G*K, O)
+  if (cg == 1 && groups > 1)
+    return mx::reshape(DepthwiseSum(PadOrCrop(x, g.lo, g.hi, s), w, groups, g, s), out_shape, s);
+  std::optional<mx::array> im2col = Im2ColOnCpu(x, groups, g, s);
+  const mx::array cols =
+      im2col ? *im2col : Columns(PadOrCrop(x, g.lo, g.hi, s), groups, g, s);    // (N, G, C/G*K, O)
   const mx::array wm = mx::reshape(w, {groups, m / groups, cols.shape(2)}, s);  // (G, M/G, C/G*K)
   return mx::reshape(mx::matmul(wm, cols, s), out_shape, s);                    // (N, G, M/G, O)
 }

@@ -38,16 +38,6 @@ struct Depthwise2d {
   bool operator==(const Depthwise2d&) const = default;
 };
 
-/** The output positions [begin, end) of one axis whose input position o * stride + offset lies in
- *  [0, in); `offset` = k * dilation - pad. */
-MLX_EP_INLINE std::pair<int64_t, int64_t> ValidRange(int64_t offset, int stride, int64_t in, int64_t out) {
-  // o >= ceil(-offset / stride) and o <= floor((in - 1 - offset) / stride).
-  auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
-  const int64_t begin = std::max<int64_t>(0, -floor_div(offset, stride));
-  const int64_t end = std::min<int64_t>(out, floor_div(in - 1 - offset, stride) + 1);
-  return {begin, std::max(begin, end)};
-}
-
 /** One output plane (out_h, out_w) from one input plane (in_h, in_w) and its kernel (kh, kw),
  *  each kernel position in turn over the outputs it reaches. */
 MLX_EP_CLONES void PlaneInRange(const float* x, const float* w, const Depthwise2d& d, float* y) {

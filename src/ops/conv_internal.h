@@ -3,8 +3,11 @@
 // channels-last convolution both translations end in.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/op.h"
@@ -56,6 +59,23 @@ struct ConvGeometry {
  *  W (M, C/groups, *K) to (N, M, *O), without bias; im2col + matmul (BLAS), or for depthwise
  *  convolutions a sum over kernel positions, instead of mx::conv_general. */
 mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g, mx::Stream s);
+
+/** The output positions [begin, end) along one axis whose input position o * stride + offset lies in
+ *  [0, in); `offset` = k * dilation - pad (the CPU primitives' loops). */
+inline std::pair<int64_t, int64_t> ValidRange(int64_t offset, int stride, int64_t in, int64_t out) {
+  // o >= ceil(-offset / stride) and o <= floor((in - 1 - offset) / stride).
+  auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+  const int64_t begin = std::max<int64_t>(0, -floor_div(offset, stride));
+  const int64_t end = std::min<int64_t>(out, floor_div(in - 1 - offset, stride) + 1);
+  return {begin, std::max(begin, end)};
+}
+
+/** The column matrix (N, G, C/G * prod(K), prod(O)) of a 1-D or 2-D convolution of float32 X
+ *  (N, C, *S), the padding as zeros, as one primitive of the EP's on MLX's CPU stream
+ *  (ops/conv_im2col_cpu.cc; row (c, ky, kx) of a group holds input channel c at kernel position
+ *  (ky, kx) for every output position, as ConvCpu's strided view reshaped); nullopt elsewhere or
+ *  with ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL=0 (the Pad, strided view and copy of ConvCpu). */
+std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvGeometry& g, mx::Stream s);
 
 /** A 1-D or 2-D depthwise convolution (X (N, groups, *S), W (M, 1, *K), float32) as one primitive
  *  of the EP's on MLX's CPU stream (ops/conv_depthwise_cpu.cc), X unpadded; nullopt elsewhere (other

@@ -1,0 +1,139 @@
+// The column matrix of a dense or grouped convolution on MLX's CPU device as one primitive of the
+// EP's (conv_internal.h, Im2ColOnCpu), part of the convolution family.
+//
+// ConvCpu's composed form pads X (a copy), views the padded input as (N, G, C/G, *K, *O) windows
+// and copies them into the column matrix through MLX's general strided copy, which walks every
+// element's index (11% of a YOLO export's CPU profile). Here the matrix is written row by row:
+// each (channel, kernel position) row is its input plane's rows at that offset, a contiguous copy
+// for stride 1 and a strided one otherwise, zeros where the window reads the padding.
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <vector>
+
+#include "common/env.h"
+#include "mlx/primitives.h"
+#include "ops/conv_internal.h"
+#include "ops/cpu_primitive.h"
+#include "ops/quantized_cpu.h"
+
+namespace mlx_ep {
+namespace conv_util {
+namespace {
+
+/** A 1-D or 2-D geometry as 2-D (a 1-D one has height 1). */
+struct Im2Col2d {
+  int64_t in_h = 1, in_w = 1, out_h = 1, out_w = 1;
+  int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
+  int pad_h = 0, pad_w = 0;  ///< head paddings; negative ones crop
+  int groups = 1;
+  bool operator==(const Im2Col2d&) const = default;
+};
+
+/** The rows of input plane `x` (in_h, in_w) for kernel position (ky, kx): out_h * out_w values. */
+MLX_EP_CLONES void PlaneRow(const float* x, const Im2Col2d& d, int ky, int kx, float* row) {
+  const int64_t off_h = static_cast<int64_t>(ky) * d.dilation_h - d.pad_h;
+  const int64_t off_w = static_cast<int64_t>(kx) * d.dilation_w - d.pad_w;
+  const auto [oy0, oy1] = ValidRange(off_h, d.stride_h, d.in_h, d.out_h);
+  const auto [ox0, ox1] = ValidRange(off_w, d.stride_w, d.in_w, d.out_w);
+  for (int64_t oy = 0; oy < d.out_h; ++oy) {
+    float* out = row + oy * d.out_w;
+    if (oy < oy0 || oy >= oy1 || ox0 >= ox1) {
+      std::fill(out, out + d.out_w, 0.f);
+      continue;
+    }
+    const float* in = x + (oy * d.stride_h + off_h) * d.in_w + off_w;
+    std::fill(out, out + ox0, 0.f);
+    if (d.stride_w == 1) {
+      std::copy(in + ox0, in + ox1, out + ox0);
+    } else {
+      for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] = in[ox * d.stride_w];
+    }
+    std::fill(out + ox1, out + d.out_w, 0.f);
+  }
+}
+
+// Below this many values one thread is faster than waking others (as in quantized_cpu.cc).
+constexpr int64_t kMinParallelValues = 1 << 16;
+
+class Im2ColCpu : public mx::UnaryPrimitive {
+ public:
+  Im2ColCpu(mx::Stream stream, Im2Col2d d) : mx::UnaryPrimitive(stream), d_(d) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    DispatchCpuKernel(
+        name(), stream(), inputs, out, [d = d_](const std::vector<mx::array>& in, mx::array& y) {
+          const int64_t batch = in[0].shape(0), channels = in[0].shape(1);
+          const int64_t kernel = static_cast<int64_t>(d.kernel_h) * d.kernel_w;
+          const int64_t in_plane = d.in_h * d.in_w, rows_out = d.out_h * d.out_w;
+          const float* x = in[0].data<float>();
+          float* cols = y.data<float>();
+          // (N, G, C/G * K, O) is (N, C, K, O) in memory: channel c's K rows follow channel c - 1's.
+          const int64_t planes = batch * channels;
+          const int tasks =
+              static_cast<int>(std::min<int64_t>(planes, std::max(1, nbits_cpu::PoolThreads())));
+          auto task = [&](int t) {
+            for (int64_t p = planes * t / tasks; p < planes * (t + 1) / tasks; ++p)
+              for (int ky = 0; ky < d.kernel_h; ++ky)
+                for (int kx = 0; kx < d.kernel_w; ++kx)
+                  PlaneRow(x + p * in_plane, d, ky, kx,
+                           cols + (p * kernel + ky * d.kernel_w + kx) * rows_out);
+          };
+          nbits_cpu::RunTasks(tasks, planes * kernel * rows_out, kMinParallelValues, task);
+        });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("Im2ColCpu runs on the CPU only (GPUs take mx::conv_general)");
+  }
+
+  const char* name() const override { return "Im2ColCpu"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return d_ == static_cast<const Im2ColCpu&>(other).d_;
+  }
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    const int cg = inputs[0].shape(1) / d_.groups;
+    return {{inputs[0].shape(0), d_.groups, cg * d_.kernel_h * d_.kernel_w,
+             static_cast<int>(d_.out_h * d_.out_w)}};
+  }
+
+ private:
+  Im2Col2d d_;
+};
+
+}  // namespace
+
+std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvGeometry& g, mx::Stream s) {
+  static const bool off = std::getenv(env::kConvCpuKernel) && !EnvFlag(env::kConvCpuKernel);
+  const size_t nd = g.kernel.size();
+  if (off || s.device != mx::Device(mx::Device::cpu) || (nd != 1 && nd != 2) || x.dtype() != mx::float32 ||
+      groups < 1 || x.shape(1) % groups != 0)
+    return std::nullopt;
+  Im2Col2d d;
+  const size_t last = nd - 1;  // width; a 2-D kernel's first dim is the height
+  d.in_w = x.shape(2 + last);
+  d.out_w = g.out[last];
+  d.kernel_w = g.kernel[last];
+  d.stride_w = g.strides[last];
+  d.dilation_w = g.dilations[last];
+  d.pad_w = g.lo[last];
+  if (nd == 2) {
+    d.in_h = x.shape(2);
+    d.out_h = g.out[0];
+    d.kernel_h = g.kernel[0];
+    d.stride_h = g.strides[0];
+    d.dilation_h = g.dilations[0];
+    d.pad_h = g.lo[0];
+  }
+  d.groups = groups;
+  const int cg = x.shape(1) / groups;
+  const mx::Shape shape = {x.shape(0), groups, cg * d.kernel_h * d.kernel_w,
+                           static_cast<int>(d.out_h * d.out_w)};
+  return mx::array(shape, mx::float32, std::make_shared<Im2ColCpu>(s, d), {x});
+}
+
+}  // namespace conv_util
+}  // namespace mlx_ep
