@@ -106,14 +106,34 @@ MLX_EP_VNNI inline __m512 ZeroPoints16(const Problem& p, size_t col, int blk, in
   const __m128i low4 = _mm_set1_epi8(0x0F);
   const __mmask16 zp_bytes = static_cast<__mmask16>((1u << ((count + 1) / 2)) - 1);
   const __m128i v = _mm_maskz_loadu_epi8(zp_bytes, p.zp_packed + col * p.zp_row_bytes + blk / 2);
-  return _mm512_cvtepi32_ps(
-      _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4))));
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+      _mm_unpacklo_epi8(_mm_and_si128(v, low4), _mm_and_si128(_mm_srli_epi16(v, 4), low4))));
+}
+
+/** -scale_b * zp of blocks 0 .. kb - 1 of columns n .. n + kColumns - 1 (past cols: the last
+ *  column again, as CombineColumns reads them) at out[j * padded_kb + blk], zeros past kb: the
+ *  zero-point factors that every row of A multiplies, which pass 2 computed again for each row
+ *  (the same operations, so the same values). */
+MLX_EP_VNNI void NegScaledZeroPoints(const Problem& p, int n, int cols, float* out, int padded_kb) {
+  const int kb = p.shape.k_blocks;
+  for (int j = 0; j < kColumns; ++j) {
+    const size_t col = static_cast<size_t>(n + std::min(j, cols - 1));
+    for (int blk = 0; blk < kb; blk += 16) {
+      const int count = std::min(16, kb - blk);
+      const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1);
+      const __m512 scale_b = _mm512_maskz_loadu_ps(mask, p.scales + col * kb + blk);
+      const __m512 zp = ZeroPoints16(p, col, blk, count);
+      _mm512_storeu_ps(out + static_cast<size_t>(j) * padded_kb + blk,
+                       _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), scale_b), zp));
+    }
+  }
 }
 
 /** y[m, n .. n + cols - 1] from the sums of 32 of row m, columns n .. (pass 2; `dots` holds
- *  kColumns rows of `stride`, those past cols unused). */
+ *  kColumns rows of `stride`, those past cols unused; `neg_scaled_zps` from NegScaledZeroPoints). */
 template <int Levels>
-MLX_EP_VNNI void CombineColumns(const Problem& p, int n, int cols, int m, const int32_t* dots, int stride) {
+MLX_EP_VNNI void CombineColumns(const Problem& p, int n, int cols, int m, const int32_t* dots, int stride,
+                                const float* neg_scaled_zps, int padded_kb) {
   const int kb = p.shape.k_blocks;
   const float* sa = p.a_scale + static_cast<size_t>(m) * kb;
   const float* a_blksum = p.a_blksum + static_cast<size_t>(m) * kb;
@@ -129,8 +149,7 @@ MLX_EP_VNNI void CombineColumns(const Problem& p, int n, int cols, int m, const 
       const __m512 scale_b = _mm512_maskz_loadu_ps(mask, p.scales + col * kb + blk);
       const __m512 dot = _mm512_cvtepi32_ps(BlockDots<Levels>(dots + j * static_cast<size_t>(stride), blk));
       acc[j] = _mm512_fmadd_ps(dot, _mm512_mul_ps(scale_a, scale_b), acc[j]);
-      const __m512 zp = ZeroPoints16(p, col, blk, count);
-      const __m512 neg_scaled_zp = _mm512_mul_ps(_mm512_sub_ps(_mm512_setzero_ps(), scale_b), zp);
+      const __m512 neg_scaled_zp = _mm512_loadu_ps(neg_scaled_zps + static_cast<size_t>(j) * padded_kb + blk);
       zp_part[j] = _mm512_fmadd_ps(blksum, neg_scaled_zp, zp_part[j]);
     }
   }
@@ -172,8 +191,8 @@ MLX_EP_VNNI void DecodeColumns(const Problem& p, int n, int cols) {
   const size_t row_bytes = static_cast<size_t>(kb) * p.shape.block_size / 2;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   // The block of lane t relative to the span's first block: t >> Levels (one block for >= 128).
-  const __m512i lane_block = _mm512_srli_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-                                               Levels);
+  const __m512i lane_block =
+      _mm512_srli_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), Levels);
   constexpr int kSpanBlocks = Levels >= 2 ? 1 : 4 >> Levels;  // blocks one span of 128 touches
   // Without zero points (8 for every block) the zero-point term accumulates here too, per span:
   // blksum * scale_b over the span's blocks; with packed ones ZeroPointTerm reads them after.
@@ -191,16 +210,18 @@ MLX_EP_VNNI void DecodeColumns(const Problem& p, int n, int cols) {
     const __mmask16 blocks = static_cast<__mmask16>((1u << std::min(kSpanBlocks, kb - blk0)) - 1);
     const __m512 scale_a = _mm512_maskz_loadu_ps(blocks, p.a_scale + blk0);
     const __m512 blksum = _mm512_maskz_loadu_ps(new_block ? blocks : 0, p.a_blksum + blk0);
-    const __m512i a_even = _mm512_loadu_si512(p.qa_vnni + k0), a_odd = _mm512_loadu_si512(p.qa_vnni + k0 + 64);
+    const __m512i a_even = _mm512_loadu_si512(p.qa_vnni + k0),
+                  a_odd = _mm512_loadu_si512(p.qa_vnni + k0 + 64);
     for (int j = 0; j < kColumns; ++j) {
       // Past cols: column n + cols - 1 again (computed, not stored), so no branch in the loop.
       const size_t col = static_cast<size_t>(n + std::min(j, cols - 1));
       const __m512i v = _mm512_maskz_loadu_epi8(mask, p.b + col * row_bytes + k0 / 2);
       const __m512i lo = _mm512_and_si512(v, low4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
-      const __m512i dot = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a_even), hi, a_odd);
+      const __m512i dot =
+          _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a_even), hi, a_odd);
       const __m512 scale_b = _mm512_maskz_loadu_ps(blocks, p.scales + col * kb + blk0);
-      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(lane_block, _mm512_mul_ps(scale_a, scale_b)),
-                               acc[j]);
+      acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot),
+                               _mm512_permutexvar_ps(lane_block, _mm512_mul_ps(scale_a, scale_b)), acc[j]);
       zp_acc[j] = _mm512_fmadd_ps(blksum, scale_b, zp_acc[j]);
     }
   }
@@ -226,14 +247,17 @@ void VnniBlockRangeOf(const Problem& p, int n0, int n1) {
   // A row of sums of 32: 4 per span, then zeros up to a whole number of BlockDots loads.
   const int stride = std::max(spans * 4, (p.shape.k_blocks + 15) / 16 * 16 << levels);
   std::vector<int32_t> dots(static_cast<size_t>(kRows) * kColumns * stride, 0);
+  const int padded_kb = (p.shape.k_blocks + 15) / 16 * 16;
+  std::vector<float> neg_scaled_zps(static_cast<size_t>(kColumns) * padded_kb);
   for (int n = n0; n < n1; n += kColumns) {
     const int cols = std::min(kColumns, n1 - n);
+    NegScaledZeroPoints(p, n, cols, neg_scaled_zps.data(), padded_kb);
     for (int m = 0; m < p.M; m += kRows) {
       const int rows = std::min(kRows, p.M - m);
       Dots32(p, n, cols, m, rows, dots.data(), stride);
       for (int r = 0; r < rows; ++r)
         CombineColumns<Levels>(p, n, cols, m + r, dots.data() + static_cast<size_t>(r) * kColumns * stride,
-                               stride);
+                               stride, neg_scaled_zps.data(), padded_kb);
     }
   }
 }
