@@ -98,7 +98,8 @@ constexpr const char* kPoolCpuKernel =
     "ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL";  // "0": float32 MaxPool composed on the CPU (ops/pool_cpu.cc)
 constexpr const char* kRecurrentCpuKernel =
     "ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL";  // "0": RNN/GRU/LSTM time loops unrolled in MLX on the
-                                                // CPU (ops/recurrent_cpu.cc)
+                                                // CPU (ops/recurrent_cpu.cc); "portable": its
+                                                // products without OpenBLAS (tests)
 constexpr const char* kUnaryCpuKernel =
     "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL";  // "0": float32 Exp and Sigmoid composed on the CPU
                                             // (ops/unary_cpu.h)

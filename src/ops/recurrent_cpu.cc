@@ -137,7 +137,10 @@ void Product(const float* a, int64_t rows, int64_t k, const float* b, int64_t n,
     for (int64_t r = 0; r < rows; ++r) std::fill(c + r * ldc, c + r * ldc + n, 0.f);
     return;
   }
-  if (HaveSgemm() &&
+  // ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL=portable: the dot products even with the shim (tests;
+  // they are what builds without it, macOS's, run).
+  static const bool portable = EnvString(env::kRecurrentCpuKernel) == "portable";
+  if (!portable && HaveSgemm() &&
       SgemmRowsByColumns(static_cast<int>(rows), static_cast<int>(n), static_cast<int>(k), a,
                          static_cast<int>(k), b, static_cast<int>(k), c, static_cast<int>(ldc)))
     return;

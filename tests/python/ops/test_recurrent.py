@@ -321,3 +321,18 @@ def test_recurrence_primitive():
     assert sum("RecurrenceCpu" in line for line in kernel) >= len(cases), kernel
     assert not any("RecurrenceCpu" in line for line in unrolled), unrolled
     assert sum(map(census_total, kernel)) * 3 < sum(map(census_total, unrolled)), (kernel, unrolled)
+
+
+@pytest.mark.skipif(mlx_device() != "cpu", reason="the recurrence primitive is MLX's CPU device's")
+def test_recurrence_primitive_portable_products():
+    """The primitive's h·R^T without OpenBLAS (ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL=portable: the
+    dot products that builds without the EP's BLAS shim, macOS's, run) passes the same cases."""
+    import os
+    from harness import census_of_tests
+    cases = ["test_directions[LSTM-bidirectional-lens-initial_state]",
+             "test_directions[GRU-bidirectional-lens-zero_state]", "test_gru_linear_before_reset[forward-lens-bias]",
+             "test_directions[RNN-reverse-lens-initial_state]", "test_longer_sequence",
+             "test_odd_sizes[GRU-seq6-batch3-in1-hidden13]"]
+    census, _ = census_of_tests(os.path.abspath(__file__), cases,
+                                env={"ONNXRUNTIME_EP_MLX_RECURRENT_CPU_KERNEL": "portable"})
+    assert sum("RecurrenceCpu" in line for line in census) >= len(cases), census
