@@ -9,6 +9,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define MLX_EP_GQA_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #define MLX_EP_GQA_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
@@ -162,7 +163,11 @@ MLX_EP_GQA_AVX2 void AccumulateAvx2(const float* w, const T* v, int64_t n, int D
 bool CpuHasAvx2() {
   static const bool yes = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports has no "f16c" (the
+    // sanitizer build, `make fuzz-build`, did not compile).
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   }();
   return yes;
 }
