@@ -65,10 +65,6 @@ mx::array Replacement(const mx::array& leaf, const std::string& key, ScalarInput
 
 mx::array BehindContiguous(const mx::array& a, mx::Stream stream) { return mx::contiguous(a, false, stream); }
 
-void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream) {
-  ScalarLeavesAsData(outputs, stream, nullptr);
-}
-
 void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream, ScalarInputs* scalars) {
   const bool record = scalars && !scalars->inputs && scalars->values.empty();
   std::unordered_set<std::uintptr_t> seen;
