@@ -102,6 +102,29 @@ mx::array DepthwiseSum(const mx::array& xp, const mx::array& w, int groups, cons
 
 }  // namespace
 
+std::optional<Geometry2d> As2d(const mx::array& x, const ConvGeometry& g) {
+  const size_t nd = g.kernel.size();
+  if (nd != 1 && nd != 2) return std::nullopt;
+  Geometry2d d;
+  const size_t last = nd - 1;  // width; a 2-D kernel's first dim is the height
+  d.in_w = x.shape(2 + last);
+  d.out_w = g.out[last];
+  d.kernel_w = g.kernel[last];
+  d.stride_w = g.strides[last];
+  d.dilation_w = g.dilations[last];
+  d.pad_w = g.lo[last];
+  if (nd == 2) {
+    d.in_h = x.shape(2);
+    d.out_h = g.out[0];
+    d.kernel_h = g.kernel[0];
+    d.stride_h = g.strides[0];
+    d.dilation_h = g.dilations[0];
+    d.pad_h = g.lo[0];
+  }
+  d.spatial_dims = static_cast<int>(nd);
+  return d;
+}
+
 mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g, mx::Stream s) {
   const int n = x.shape(0), m = w.shape(0), cg = w.shape(1);
   if (cg == 1 && groups > 1)

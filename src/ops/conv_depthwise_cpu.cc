@@ -28,13 +28,9 @@ namespace mlx_ep {
 namespace conv_util {
 namespace {
 
-/** The geometry of a 1-D or 2-D depthwise convolution as 2-D (a 1-D one has height 1). */
-struct Depthwise2d {
-  int64_t in_h = 1, in_w = 1, out_h = 1, out_w = 1;
-  int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
-  int pad_h = 0, pad_w = 0;    ///< head paddings; negative ones crop
+/** The geometry of a 1-D or 2-D depthwise convolution as 2-D. */
+struct Depthwise2d : Geometry2d {
   int channels_per_group = 1;  ///< M / groups: output channels reading one input channel
-  int spatial_dims = 2;        ///< the node's: 1 or 2
   bool operator==(const Depthwise2d&) const = default;
 };
 
@@ -197,28 +193,13 @@ class DepthwiseConvCpu : public mx::UnaryPrimitive {
 std::optional<mx::array> DepthwiseConvOnCpu(const mx::array& x, const mx::array& w, int groups,
                                             const ConvGeometry& g, mx::Stream s) {
   static const bool off = std::getenv(env::kConvCpuKernel) && !EnvFlag(env::kConvCpuKernel);
-  const size_t nd = g.kernel.size();
-  if (off || s.device != mx::Device(mx::Device::cpu) || (nd != 1 && nd != 2) || x.dtype() != mx::float32 ||
+  const std::optional<Geometry2d> g2 = As2d(x, g);
+  if (off || !g2 || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 ||
       w.dtype() != mx::float32 || x.shape(1) != groups || w.shape(1) != 1 || w.shape(0) % groups != 0)
     return std::nullopt;
   Depthwise2d d;
-  const size_t last = nd - 1;  // width; a 2-D kernel's first dim is the height
-  d.in_w = x.shape(2 + last);
-  d.out_w = g.out[last];
-  d.kernel_w = g.kernel[last];
-  d.stride_w = g.strides[last];
-  d.dilation_w = g.dilations[last];
-  d.pad_w = g.lo[last];
-  if (nd == 2) {
-    d.in_h = x.shape(2);
-    d.out_h = g.out[0];
-    d.kernel_h = g.kernel[0];
-    d.stride_h = g.strides[0];
-    d.dilation_h = g.dilations[0];
-    d.pad_h = g.lo[0];
-  }
+  static_cast<Geometry2d&>(d) = *g2;
   d.channels_per_group = w.shape(0) / groups;
-  d.spatial_dims = static_cast<int>(nd);
   mx::Shape shape = {x.shape(0), w.shape(0)};
   for (int o : g.out) shape.push_back(o);
   return mx::array(std::move(shape), mx::float32, std::make_shared<DepthwiseConvCpu>(s, d), {x, w});

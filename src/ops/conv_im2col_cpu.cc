@@ -22,11 +22,8 @@ namespace mlx_ep {
 namespace conv_util {
 namespace {
 
-/** A 1-D or 2-D geometry as 2-D (a 1-D one has height 1). */
-struct Im2Col2d {
-  int64_t in_h = 1, in_w = 1, out_h = 1, out_w = 1;
-  int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
-  int pad_h = 0, pad_w = 0;  ///< head paddings; negative ones crop
+/** The geometry of a 1-D or 2-D convolution as 2-D, and its groups. */
+struct Im2Col2d : Geometry2d {
   int groups = 1;
   bool operator==(const Im2Col2d&) const = default;
 };
@@ -108,26 +105,12 @@ class Im2ColCpu : public mx::UnaryPrimitive {
 
 std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvGeometry& g, mx::Stream s) {
   static const bool off = std::getenv(env::kConvCpuKernel) && !EnvFlag(env::kConvCpuKernel);
-  const size_t nd = g.kernel.size();
-  if (off || s.device != mx::Device(mx::Device::cpu) || (nd != 1 && nd != 2) || x.dtype() != mx::float32 ||
-      groups < 1 || x.shape(1) % groups != 0)
+  const std::optional<Geometry2d> g2 = As2d(x, g);
+  if (off || !g2 || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 || groups < 1 ||
+      x.shape(1) % groups != 0)
     return std::nullopt;
   Im2Col2d d;
-  const size_t last = nd - 1;  // width; a 2-D kernel's first dim is the height
-  d.in_w = x.shape(2 + last);
-  d.out_w = g.out[last];
-  d.kernel_w = g.kernel[last];
-  d.stride_w = g.strides[last];
-  d.dilation_w = g.dilations[last];
-  d.pad_w = g.lo[last];
-  if (nd == 2) {
-    d.in_h = x.shape(2);
-    d.out_h = g.out[0];
-    d.kernel_h = g.kernel[0];
-    d.stride_h = g.strides[0];
-    d.dilation_h = g.dilations[0];
-    d.pad_h = g.lo[0];
-  }
+  static_cast<Geometry2d&>(d) = *g2;
   d.groups = groups;
   const int cg = x.shape(1) / groups;
   const mx::Shape shape = {x.shape(0), groups, cg * d.kernel_h * d.kernel_w,

@@ -70,6 +70,18 @@ inline std::pair<int64_t, int64_t> ValidRange(int64_t offset, int stride, int64_
   return {begin, std::max(begin, end)};
 }
 
+/** A 1-D or 2-D convolution's geometry as 2-D (a 1-D one has height 1), for the CPU primitives. */
+struct Geometry2d {
+  int64_t in_h = 1, in_w = 1, out_h = 1, out_w = 1;
+  int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
+  int pad_h = 0, pad_w = 0;  ///< head paddings; negative ones crop
+  int spatial_dims = 2;      ///< the node's: 1 or 2
+  bool operator==(const Geometry2d&) const = default;
+};
+
+/** `g` over X (N, C, *S) as Geometry2d; nullopt for 3-D convolutions. */
+std::optional<Geometry2d> As2d(const mx::array& x, const ConvGeometry& g);
+
 /** The column matrix (N, G, C/G * prod(K), prod(O)) of a 1-D or 2-D convolution of float32 X
  *  (N, C, *S), the padding as zeros, as one primitive of the EP's on MLX's CPU stream
  *  (ops/conv_im2col_cpu.cc; row (c, ky, kx) of a group holds input channel c at kernel position
