@@ -20,6 +20,9 @@ inline bool EnvFlag(const char* name) {
   return !(s.empty() || s == "0" || s == "false" || s == "off" || s == "OFF");
 }
 
+/** True when `name` is set to "", "0", "false" or "off": a switch that is on unless turned off. */
+inline bool EnvOff(const char* name) { return std::getenv(name) && !EnvFlag(name); }
+
 /** Sets environment variable `name` to `value`. */
 inline void SetEnv(const char* name, const char* value) {
 #if defined(_WIN32)
@@ -92,8 +95,8 @@ constexpr const char* kNormCpuKernel =
     "ONNXRUNTIME_EP_MLX_NORM_CPU_KERNEL";  // "0": row normalizations composed on the CPU
                                            // (normalization_cpu.h)
 constexpr const char* kConvCpuKernel =
-    "ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL";  // "0": depthwise convolutions composed on the CPU
-                                           // (ops/conv_depthwise_cpu.cc)
+    "ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL";  // "0": depthwise convolutions and the column matrix
+                                           // composed on the CPU (ops/conv_*_cpu.cc)
 constexpr const char* kPoolCpuKernel =
     "ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL";  // "0": float32 MaxPool composed on the CPU (ops/pool_cpu.cc)
 constexpr const char* kRecurrentCpuKernel =
@@ -101,8 +104,8 @@ constexpr const char* kRecurrentCpuKernel =
                                                 // CPU (ops/recurrent_cpu.cc); "portable": its
                                                 // products without OpenBLAS (tests)
 constexpr const char* kUnaryCpuKernel =
-    "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL";  // "0": float32 Exp and Sigmoid composed on the CPU
-                                            // (ops/unary_cpu.h)
+    "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL";  // "0": float32 Exp, Sigmoid, Tanh and Softmax
+                                            // composed on the CPU (ops/unary_cpu.h)
 constexpr const char* kGqaCpuKernel =
     "ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL";  // "0": GroupQueryAttention composes MLX ops on the CPU too;
                                           // "portable": the kernel's portable loops (tests)

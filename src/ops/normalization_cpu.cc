@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 #include <vector>
 
@@ -89,7 +88,7 @@ class RowNormCpu : public mx::UnaryPrimitive {
 std::optional<mx::array> RowNormOnCpu(const mx::array& x, const mx::array& w,
                                       const std::optional<mx::array>& b, float eps, bool simplified,
                                       mx::Stream s) {
-  static const bool off = std::getenv(env::kNormCpuKernel) && !EnvFlag(env::kNormCpuKernel);
+  static const bool off = EnvOff(env::kNormCpuKernel);
   if (off || s.device != mx::Device(mx::Device::cpu) || x.ndim() == 0 || x.dtype() != mx::float32)
     return std::nullopt;
   const int n = x.shape(-1);

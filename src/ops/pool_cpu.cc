@@ -8,7 +8,6 @@
 // greater; a window with no element inside gives float32's lowest value).
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <vector>
@@ -124,7 +123,7 @@ class MaxPoolCpu : public mx::UnaryPrimitive {
 }  // namespace
 
 std::optional<mx::array> MaxPoolOnCpu(const mx::array& x, const std::vector<Axis>& axes, mx::Stream s) {
-  static const bool off = std::getenv(env::kPoolCpuKernel) && !EnvFlag(env::kPoolCpuKernel);
+  static const bool off = EnvOff(env::kPoolCpuKernel);
   if (off || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 ||
       (axes.size() != 1 && axes.size() != 2) || x.ndim() != axes.size() + 2)
     return std::nullopt;

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -313,7 +312,7 @@ class RecurrenceCpu : public mx::Primitive {
 
 std::optional<DirectionResult> DirectionOnCpu(const Config& cfg, const Inputs& in, int d, const mx::array& xw,
                                               const std::optional<mx::array>& rbh, mx::Stream s) {
-  static const bool off = std::getenv(env::kRecurrentCpuKernel) && !EnvFlag(env::kRecurrentCpuKernel);
+  static const bool off = EnvOff(env::kRecurrentCpuKernel);
   if (off || s.device != mx::Device(mx::Device::cpu) || in.seq == 0 || in.batch == 0 || cfg.hidden_size == 0)
     return std::nullopt;
   RecurrenceParams p;

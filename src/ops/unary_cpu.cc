@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -205,7 +204,7 @@ class SoftmaxCpu : public mx::UnaryPrimitive {
 }  // namespace
 
 std::optional<mx::array> SoftmaxOnCpu(const mx::array& x, bool log, mx::Stream s) {
-  static const bool off = std::getenv(env::kUnaryCpuKernel) && !EnvFlag(env::kUnaryCpuKernel);
+  static const bool off = EnvOff(env::kUnaryCpuKernel);
   if (off || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 || x.ndim() == 0 ||
       x.shape(-1) == 0)
     return std::nullopt;
@@ -213,7 +212,7 @@ std::optional<mx::array> SoftmaxOnCpu(const mx::array& x, bool log, mx::Stream s
 }
 
 std::optional<mx::array> ExpOnCpu(const mx::array& x, ExpForm form, mx::Stream s) {
-  static const bool off = std::getenv(env::kUnaryCpuKernel) && !EnvFlag(env::kUnaryCpuKernel);
+  static const bool off = EnvOff(env::kUnaryCpuKernel);
   if (off || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32) return std::nullopt;
   return mx::array(x.shape(), mx::float32, std::make_shared<ExpCpu>(s, form), {x});
 }

@@ -143,7 +143,7 @@ bool DeviceWritesEnabled() {
   static const bool enabled = [] {
     if (!DeviceMemoryEnabled() || RuntimeDevice() != mx::Device(mx::Device::gpu)) return false;
     // On by default; =0 restores the host's copies (docs/gpu_memory.md, "Device writes").
-    if (std::getenv(env::kDeviceWrites) && !EnvFlag(env::kDeviceWrites)) return false;
+    if (EnvOff(env::kDeviceWrites)) return false;
     try {
       return mx::cu::is_available();
     } catch (...) {

@@ -285,12 +285,10 @@ std::vector<mx::array> PartitionRunner::Call(CacheEntry& entry, const std::vecto
     return all;
   };
   if (entry.with_scalars) return entry.with_scalars(with_scalars(inputs));
-  // The first call traces fn (and finds the leaves); a function called once never pays a second.
-  static const bool off = std::getenv(env::kScalarInputs) && !EnvFlag(env::kScalarInputs);
-  if (entry.calls++ == 0 || entry.with_scalars_tried || off || !entry.traced || !entry.scalars ||
-      entry.scalars->values.empty())
-    return entry.fn(inputs);
-  entry.with_scalars_tried = true;
+  // The first call traces fn, which finds the leaves (none before it): a function called once
+  // never pays a second trace. A failed second compile clears `traced`, so it is not tried again.
+  static const bool off = EnvOff(env::kScalarInputs);
+  if (off || !entry.traced || !entry.scalars || entry.scalars->values.empty()) return entry.fn(inputs);
   const size_t n = inputs.size();
   MlxFunction compiled =
       mx::compile([traced = entry.traced, scalars = entry.scalars, n](const std::vector<mx::array>& all) {
@@ -312,6 +310,7 @@ std::vector<mx::array> PartitionRunner::Call(CacheEntry& entry, const std::vecto
   } catch (const std::exception&) {
     // Traced once already, so not expected; fn serves on as it did.
     CountTraceTime(start);
+    entry.traced = nullptr;
     return entry.fn(inputs);
   }
 }

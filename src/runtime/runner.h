@@ -159,14 +159,12 @@ class PartitionRunner {
       std::string refusal;
     };
     std::shared_ptr<RowAxes> rows;
-    /** The function fn compiles (for Call's second compile) and the scalar leaves its trace hid
-     *  behind Contiguous primitives (filled by its first trace). */
+    /** The function fn compiles (for Call's second compile; cleared when that fails) and the scalar
+     *  leaves its trace hid behind Contiguous primitives (filled by its first trace). */
     MlxFunction traced = nullptr;
     std::shared_ptr<ScalarInputs> scalars = nullptr;
     /** From its second call on: the same function taking those leaves as inputs after fn's. */
     MlxFunction with_scalars = nullptr;
-    uint64_t calls = 0;
-    bool with_scalars_tried = false;
   };
   /** A run's padding: the prompt's length, its bucket, and per input the padded axis or -1. */
   struct Bucket {
