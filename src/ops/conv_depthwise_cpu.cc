@@ -5,16 +5,13 @@
 // Reshape per kernel position plus the Pad and the fused sum: ~37 MLX primitives for a 3x3
 // kernel, ~100 for a 5x5, each evaluated every run. MobileNetV3's depthwise layers made 780 of
 // its 987 primitives a run, and on small inputs a primitive's evaluation costs more than its
-// arithmetic. Here: one primitive, the padding read as zeros in place.
+// arithmetic. Here: one primitive over a zero-padded copy of each input plane.
 //
 // Each output sums its kernel positions in the composed form's order (row-major over the kernel),
-// in float32 from zero; positions in the padding add nothing, except where the weight is not
-// finite: 0 * inf is NaN in the composed form and in ORT's kernels (they multiply the padding's
-// zeros too), so such planes take every position.
+// in float32 from zero; the padding's zeros are multiplied too, as in the composed form and ORT's
+// kernels (0 * inf is NaN there).
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 #include <vector>
 
@@ -33,46 +30,6 @@ struct Depthwise2d : Geometry2d {
   int channels_per_group = 1;  ///< M / groups: output channels reading one input channel
   bool operator==(const Depthwise2d&) const = default;
 };
-
-/** One output plane (out_h, out_w) from one input plane (in_h, in_w) and its kernel (kh, kw),
- *  each kernel position in turn over the outputs it reaches. */
-MLX_EP_CLONES void PlaneInRange(const float* x, const float* w, const Depthwise2d& d, float* y) {
-  std::fill(y, y + d.out_h * d.out_w, 0.f);
-  for (int ky = 0; ky < d.kernel_h; ++ky) {
-    const int64_t off_h = static_cast<int64_t>(ky) * d.dilation_h - d.pad_h;
-    const auto [oy0, oy1] = ValidRange(off_h, d.stride_h, d.in_h, d.out_h);
-    for (int kx = 0; kx < d.kernel_w; ++kx) {
-      const float wv = w[ky * d.kernel_w + kx];
-      const int64_t off_w = static_cast<int64_t>(kx) * d.dilation_w - d.pad_w;
-      const auto [ox0, ox1] = ValidRange(off_w, d.stride_w, d.in_w, d.out_w);
-      for (int64_t oy = oy0; oy < oy1; ++oy) {
-        const float* row = x + (oy * d.stride_h + off_h) * d.in_w + off_w;
-        float* out = y + oy * d.out_w;
-        if (d.stride_w == 1) {
-          for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] += wv * row[ox];
-        } else {
-          for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] += wv * row[ox * d.stride_w];
-        }
-      }
-    }
-  }
-}
-
-/** PlaneInRange for a kernel with a non-finite weight: every position, the padding as zeros. */
-void PlaneAllPositions(const float* x, const float* w, const Depthwise2d& d, float* y) {
-  for (int64_t oy = 0; oy < d.out_h; ++oy)
-    for (int64_t ox = 0; ox < d.out_w; ++ox) {
-      float acc = 0.f;
-      for (int ky = 0; ky < d.kernel_h; ++ky)
-        for (int kx = 0; kx < d.kernel_w; ++kx) {
-          const int64_t iy = oy * d.stride_h + static_cast<int64_t>(ky) * d.dilation_h - d.pad_h;
-          const int64_t ix = ox * d.stride_w + static_cast<int64_t>(kx) * d.dilation_w - d.pad_w;
-          const bool inside = iy >= 0 && iy < d.in_h && ix >= 0 && ix < d.in_w;
-          acc += (inside ? x[iy * d.in_w + ix] : 0.f) * w[ky * d.kernel_w + kx];
-        }
-      y[oy * d.out_w + ox] = acc;
-    }
-}
 
 /** The input plane copied into `buf` with the padding as zeros (negative pads crop): row r,
  *  column c of `buf` is input (r - pad_h, c - pad_w), `buf` holding every position a window
@@ -123,19 +80,31 @@ PaddedPlaneFn PaddedPlaneFor(const Depthwise2d& d) {
   return nullptr;
 }
 
-/** One output plane: PlanePadded for square 3x3 and 5x5 kernels of column stride 1 or 2 and no
- *  column dilation, else PlaneInRange (or PlaneAllPositions for a kernel with a non-finite
- *  weight). */
+/** Any other kernel from the padded plane: each kernel position in turn over every output (so
+ *  each output sums its positions in row-major order from zero), the padding's zeros multiplied
+ *  as in PlanePadded. */
+MLX_EP_CLONES void PlanePaddedAny(const float* buf, int64_t cols, const float* w, const Depthwise2d& d,
+                                  float* y) {
+  std::fill(y, y + d.out_h * d.out_w, 0.f);
+  for (int ky = 0; ky < d.kernel_h; ++ky)
+    for (int kx = 0; kx < d.kernel_w; ++kx) {
+      const float wv = w[ky * d.kernel_w + kx];
+      for (int64_t oy = 0; oy < d.out_h; ++oy) {
+        const float* row = buf + (oy * d.stride_h + static_cast<int64_t>(ky) * d.dilation_h) * cols +
+                           static_cast<int64_t>(kx) * d.dilation_w;
+        float* out = y + oy * d.out_w;
+        for (int64_t ox = 0; ox < d.out_w; ++ox) out[ox] += wv * row[ox * d.stride_w];
+      }
+    }
+}
+
+/** One output plane from the padded copy of its input plane: PlanePadded for square 3x3 and 5x5
+ *  kernels of column stride 1 or 2 and no column dilation, else PlanePaddedAny. */
 void Plane(const float* x, const float* w, const Depthwise2d& d, float* y) {
   thread_local std::vector<float> buf;  // the pool's threads each have theirs
-  if (const PaddedPlaneFn padded = PaddedPlaneFor(d)) {
-    const int64_t cols = PadPlane(x, d, buf);
-    padded(buf.data(), cols, w, d, y);
-    return;
-  }
-  const int kernel = d.kernel_h * d.kernel_w;
-  const bool finite = std::all_of(w, w + kernel, [](float v) { return std::isfinite(v); });
-  (finite ? PlaneInRange : PlaneAllPositions)(x, w, d, y);
+  const int64_t cols = PadPlane(x, d, buf);
+  const PaddedPlaneFn padded = PaddedPlaneFor(d);
+  (padded ? padded : PlanePaddedAny)(buf.data(), cols, w, d, y);
 }
 
 // Below this many multiply-adds one thread is faster than waking others (as in quantized_cpu.cc).
@@ -192,7 +161,7 @@ class DepthwiseConvCpu : public mx::UnaryPrimitive {
 
 std::optional<mx::array> DepthwiseConvOnCpu(const mx::array& x, const mx::array& w, int groups,
                                             const ConvGeometry& g, mx::Stream s) {
-  static const bool off = std::getenv(env::kConvCpuKernel) && !EnvFlag(env::kConvCpuKernel);
+  static const bool off = EnvOff(env::kConvCpuKernel);
   const std::optional<Geometry2d> g2 = As2d(x, g);
   if (off || !g2 || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 ||
       w.dtype() != mx::float32 || x.shape(1) != groups || w.shape(1) != 1 || w.shape(0) % groups != 0)

@@ -8,7 +8,6 @@
 // for stride 1 and a strided one otherwise, zeros where the window reads the padding.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <stdexcept>
 #include <vector>
 
@@ -27,6 +26,16 @@ struct Im2Col2d : Geometry2d {
   int groups = 1;
   bool operator==(const Im2Col2d&) const = default;
 };
+
+/** The output positions [begin, end) along one axis whose input position o * stride + offset lies in
+ *  [0, in); `offset` = k * dilation - pad. */
+std::pair<int64_t, int64_t> ValidRange(int64_t offset, int stride, int64_t in, int64_t out) {
+  // o >= ceil(-offset / stride) and o <= floor((in - 1 - offset) / stride).
+  auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
+  const int64_t begin = std::max<int64_t>(0, -floor_div(offset, stride));
+  const int64_t end = std::min<int64_t>(out, floor_div(in - 1 - offset, stride) + 1);
+  return {begin, std::max(begin, end)};
+}
 
 /** The rows of input plane `x` (in_h, in_w) for kernel position (ky, kx): out_h * out_w values. */
 MLX_EP_CLONES void PlaneRow(const float* x, const Im2Col2d& d, int ky, int kx, float* row) {
@@ -104,7 +113,7 @@ class Im2ColCpu : public mx::UnaryPrimitive {
 }  // namespace
 
 std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvGeometry& g, mx::Stream s) {
-  static const bool off = std::getenv(env::kConvCpuKernel) && !EnvFlag(env::kConvCpuKernel);
+  static const bool off = EnvOff(env::kConvCpuKernel);
   const std::optional<Geometry2d> g2 = As2d(x, g);
   if (off || !g2 || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 || groups < 1 ||
       x.shape(1) % groups != 0)

@@ -3,11 +3,9 @@
 // channels-last convolution both translations end in.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "ops/op.h"
@@ -59,16 +57,6 @@ struct ConvGeometry {
  *  W (M, C/groups, *K) to (N, M, *O), without bias; im2col + matmul (BLAS), or for depthwise
  *  convolutions a sum over kernel positions, instead of mx::conv_general. */
 mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g, mx::Stream s);
-
-/** The output positions [begin, end) along one axis whose input position o * stride + offset lies in
- *  [0, in); `offset` = k * dilation - pad (the CPU primitives' loops). */
-inline std::pair<int64_t, int64_t> ValidRange(int64_t offset, int stride, int64_t in, int64_t out) {
-  // o >= ceil(-offset / stride) and o <= floor((in - 1 - offset) / stride).
-  auto floor_div = [](int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); };
-  const int64_t begin = std::max<int64_t>(0, -floor_div(offset, stride));
-  const int64_t end = std::min<int64_t>(out, floor_div(in - 1 - offset, stride) + 1);
-  return {begin, std::max(begin, end)};
-}
 
 /** A 1-D or 2-D convolution's geometry as 2-D (a 1-D one has height 1), for the CPU primitives. */
 struct Geometry2d {
