@@ -132,20 +132,6 @@ bool ParseActivations(const Node& n, Config* cfg, std::string* reason) {
   return true;
 }
 
-/** a[t] for each t of a's first axis. One slice per step rather than one mx::split: a split's
- *  outputs each list all their siblings, which costs O(S^2) when tracing and evaluating. */
-std::vector<mx::array> SplitSteps(const mx::array& a, mx::Stream s) {
-  mx::Shape start(a.ndim(), 0), stop = a.shape();
-  const mx::Shape step_shape(a.shape().begin() + 1, a.shape().end());
-  std::vector<mx::array> steps;
-  for (int t = 0; t < a.shape(0); ++t) {
-    start[0] = t;
-    stop[0] = t + 1;
-    steps.push_back(mx::reshape(mx::slice(a, start, stop, s), step_shape, s));
-  }
-  return steps;
-}
-
 void ExpectShape(const OpContext& c, const char* what, const mx::array& a, const mx::Shape& expected) {
   if (a.shape() == expected) return;
   auto str = [](const mx::Shape& sh) {
@@ -160,6 +146,20 @@ void ExpectShape(const OpContext& c, const char* what, const mx::array& a, const
 }
 
 }  // namespace
+
+/** a[t] for each t of a's first axis. One slice per step rather than one mx::split: a split's
+ *  outputs each list all their siblings, which costs O(S^2) when tracing and evaluating. */
+std::vector<mx::array> SplitSteps(const mx::array& a, mx::Stream s) {
+  mx::Shape start(a.ndim(), 0), stop = a.shape();
+  const mx::Shape step_shape(a.shape().begin() + 1, a.shape().end());
+  std::vector<mx::array> steps;
+  for (int t = 0; t < a.shape(0); ++t) {
+    start[0] = t;
+    stop[0] = t + 1;
+    steps.push_back(mx::reshape(mx::slice(a, start, stop, s), step_shape, s));
+  }
+  return steps;
+}
 
 std::optional<Config> ParseConfig(const Node& n, Cell cell, std::string* reason) {
   Config cfg;
@@ -270,11 +270,6 @@ mx::array InputProjection(const Inputs& in, int d, const std::optional<mx::array
   mx::array xw = MatmulOrZeros(mx::reshape(in.x, {S * B, in.input_size}, s), w, s);
   if (folded) xw = mx::add(xw, *folded, s);
   return mx::reshape(xw, {S, B, GH}, s);
-}
-
-std::vector<mx::array> InputProjections(const Inputs& in, int d, const std::optional<mx::array>& folded,
-                                        mx::Stream s) {
-  return SplitSteps(InputProjection(in, d, folded, s), s);
 }
 
 mx::array Activate(const Activation& a, const mx::array& x, mx::Stream s) {

@@ -33,7 +33,7 @@ recurrent::DirectionResult LstmDirection(const Config& cfg, const Inputs& in, in
   if (auto parts = recurrent::BiasParts(in, d, s)) bias = mx::add(parts->first, parts->second, s);
   const mx::array xw_all = recurrent::InputProjection(in, d, bias, s);
   if (auto on_cpu = recurrent::DirectionOnCpu(cfg, in, d, xw_all, std::nullopt, s)) return *on_cpu;
-  const std::vector<mx::array> xw = recurrent::InputProjections(in, d, bias, s);
+  const std::vector<mx::array> xw = recurrent::SplitSteps(xw_all, s);
   const mx::array r = recurrent::Weights(in.r, d, s);  // [H, 4H]
   std::optional<mx::array> p_i, p_o, p_f;
   if (in.peepholes) {
@@ -83,7 +83,7 @@ recurrent::DirectionResult GruDirection(const Config& cfg, const Inputs& in, int
   }
   const mx::array xw_all = recurrent::InputProjection(in, d, folded, s);
   if (auto on_cpu = recurrent::DirectionOnCpu(cfg, in, d, xw_all, rbh, s)) return *on_cpu;
-  const std::vector<mx::array> xw = recurrent::InputProjections(in, d, folded, s);
+  const std::vector<mx::array> xw = recurrent::SplitSteps(xw_all, s);
   const mx::array r_all = recurrent::Weights(in.r, d, s);  // [H, 3H]: z, r, h
   const mx::array r_zr = mx::slice(r_all, {0, 0}, {H, 2 * H}, s);
   const mx::array r_h = mx::slice(r_all, {0, 2 * H}, {H, 3 * H}, s);

@@ -78,9 +78,10 @@ std::optional<std::pair<mx::array, mx::array>> BiasParts(const Inputs& in, int d
 /** X·W[d]^T for every step at once plus `folded` biases ([G*H], may be absent): [S, B, G*H]. */
 mx::array InputProjection(const Inputs& in, int d, const std::optional<mx::array>& folded, mx::Stream s);
 
-/** InputProjection split by step: one [B, G*H] array per time index. */
-std::vector<mx::array> InputProjections(const Inputs& in, int d, const std::optional<mx::array>& folded,
-                                        mx::Stream s);
+/** a[t] for each t of a's first axis (InputProjection's steps: one [B, G*H] array each). One slice
+ *  per step rather than one mx::split: a split's outputs each list all their siblings, which costs
+ *  O(S^2) when tracing and evaluating. */
+std::vector<mx::array> SplitSteps(const mx::array& a, mx::Stream s);
 
 /** The state of one direction: {h} or {h, c}; `state[0]` is the step's output. */
 using State = std::vector<mx::array>;
