@@ -16,7 +16,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,26 +30,15 @@ SETTINGS = {"ort": {}, "off": SWITCHES_OFF, "on": {}}
 
 def child(stem, kind, iters):
     """Prints the median ms of `iters` runs of `stem` through ORT's CPU EP or the MLX EP."""
-    import onnxruntime as ort
     import onnxruntime_ep_mlx as mlx_ep
-    from bench_torch_models import MODELS, feeds_for
+    from bench_torch_models import MODELS, feeds_for, session
+    from timing import median_ms
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    if kind == "ort":
-        sess = ort.InferenceSession(str(MODELS / f"{stem}.onnx"), so, providers=["CPUExecutionProvider"])
-    else:
-        mlx_ep.append_to_session_options(so)
-        sess = ort.InferenceSession(str(MODELS / f"{stem}.onnx"), so)
+    mlx_ep.register_execution_provider_library()
+    providers = ["CPUExecutionProvider"] if kind == "ort" else ["MLXExecutionProvider", "CPUExecutionProvider"]
+    sess = session(MODELS / f"{stem}.onnx", providers)
     feeds = feeds_for(stem, False)
-    for _ in range(30):
-        sess.run(None, feeds)
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        sess.run(None, feeds)
-        times.append((time.perf_counter() - t0) * 1e3)
-    print(json.dumps(statistics.median(times)))
+    print(json.dumps(median_ms([lambda: sess.run(None, feeds)], warmup=30, iters=iters)[0]))
 
 
 def run_child(stem, kind, iters, extra_env=None):
