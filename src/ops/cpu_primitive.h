@@ -14,11 +14,14 @@
 #include "mlx/backend/cpu/encoder.h"
 #include "mlx/ops.h"
 
-// Loops of the primitives' tasks that should vectorize: built twice on x86-64 with GCC, for
-// AVX2 + FMA and for the baseline, the loader picking one (target_clones); the helpers they call
-// are MLX_EP_INLINE, so that each clone gets its own copy.
+// Loops of the primitives' tasks that should vectorize: built three times on x86-64 with GCC, for
+// AVX-512 (x86-64-v4), AVX2 + FMA (v3) and the baseline, the loader picking one (target_clones);
+// the helpers they call are MLX_EP_INLINE, so that each clone gets its own copy. The v4 clone
+// computes the same values as v3 (the same double-precision steps, FMA in both; no reduction
+// changes order): its eight double lanes took the exp-family loops from 1.34 to 0.93 ns a value
+// (SigmoidRange alone, this machine), NudeNet 29.8 -> 28.7 ms, Magika 17.3 -> 16.7 ms.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MLX_EP_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#define MLX_EP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define MLX_EP_CLONES
 #endif
