@@ -12,6 +12,7 @@
 #include "common/env.h"
 #include "mlx/primitives.h"
 #include "ops/cpu_primitive.h"
+#include "ops/exp_nonpositive.h"
 #include "ops/quantized_cpu.h"
 
 // The loops are MLX_EP_CLONES (cpu_primitive.h): both builds compute the same double-precision
@@ -124,13 +125,14 @@ class ExpCpu : public mx::UnaryPrimitive {
 };
 
 /** One row of n: Softmax (or LogSoftmax) as normalization.cc composes it, each step's value
- *  rounded where the composed form rounds it: the max, x - max in float32, e = e^(x - max) rounded
- *  to float32 (as ExpRange), the sum of the e in double (the composed form's AccurateSum is
- *  within an ulp of it), e / sum (log: (x - max) - log(sum)) rounded once. A NaN anywhere in the
- *  row makes its max NaN, hence every output NaN, as the composed form's max does. */
+ *  rounded where the composed form rounds it: the max, x - max in float32, e = e^(x - max) in
+ *  float32 (ExpNonPositive), the sum of the e in double (the composed form's AccurateSum is within
+ *  an ulp of it), e times 1 / sum rounded to float32 (log: (x - max) - log(sum) rounded once). A
+ *  NaN anywhere in the row makes its max NaN, hence every output NaN, as the composed form's max
+ *  does. */
 MLX_EP_CLONES void SoftmaxRow(const float* x, float* y, int64_t n, bool log) {
-  // Each pass a loop the compiler vectorizes: the max and the NaN test in eight lanes, the e^ as
-  // ExpRange, the sum in four double lanes, the division.
+  // Each pass a loop the compiler vectorizes: the max and the NaN test in eight lanes, the e^ in
+  // float lanes, the sum in four double lanes, the scaling.
   float lanes[8];
   int nan[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::fill(lanes, lanes + 8, -std::numeric_limits<float>::infinity());
@@ -150,7 +152,7 @@ MLX_EP_CLONES void SoftmaxRow(const float* x, float* y, int64_t n, bool log) {
     nan[0] |= nan[l];
   }
   if (nan[0]) m = std::numeric_limits<float>::quiet_NaN();
-  for (i = 0; i < n; ++i) y[i] = static_cast<float>(ExpClamped(x[i] - m));  // x - m rounded to float first
+  for (i = 0; i < n; ++i) y[i] = ExpNonPositive(x[i] - m);
   double sum[4] = {0.0, 0.0, 0.0, 0.0};
   for (i = 0; i + 4 <= n; i += 4)
     for (int l = 0; l < 4; ++l) sum[l] += y[i + l];
@@ -160,7 +162,8 @@ MLX_EP_CLONES void SoftmaxRow(const float* x, float* y, int64_t n, bool log) {
     const double log_total = std::log(total);
     for (i = 0; i < n; ++i) y[i] = static_cast<float>((x[i] - m) - log_total);
   } else {
-    for (i = 0; i < n; ++i) y[i] = static_cast<float>(y[i] / total);
+    const float inverse = static_cast<float>(1.0 / total);  // total >= 1: the max's e is 1
+    for (i = 0; i < n; ++i) y[i] *= inverse;
   }
 }
 

@@ -1,12 +1,18 @@
 // RowMajor (src/ops/cpu_primitive.h): the copy the EP's CPU primitives make of an input that is not
-// row-contiguous when their task runs, against mx::contiguous over MLX's view kinds.
+// row-contiguous when their task runs, against mx::contiguous over MLX's view kinds; and the
+// softmax primitive's float32 e^ (src/ops/exp_nonpositive.h) against float64.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "mlx/ops.h"
 #include "mlx/transforms.h"
 #include "ops/cpu_primitive.h"
+#include "ops/exp_nonpositive.h"
 
 namespace mlx_ep {
 namespace {
@@ -36,6 +42,46 @@ TEST(RowMajor, CopiesEveryViewKind) {
   const mx::array scalar = mx::array(3.5f);
   mx::eval(scalar);
   EXPECT_EQ(RowMajor(scalar).data<float>()[0], 3.5f);
+}
+
+// Error in units of the float32 spacing at e^t rounded (2^-149 for subnormal results).
+double UlpsFromExact(float got, double exact) {
+  const float rounded = static_cast<float>(exact);
+  const double spacing = std::nextafter(rounded, std::numeric_limits<float>::infinity()) - double{rounded};
+  return std::abs(double{got} - exact) / spacing;
+}
+
+// As the softmax primitive's loop calls it: its clones (FMA where the CPU has it); the direct
+// calls below are this file's build (the baseline's arithmetic on x86-64, without FMA).
+MLX_EP_CLONES void ExpNonPositiveRange(const float* t, float* e, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) e[i] = ExpNonPositive(t[i]);
+}
+
+TEST(ExpNonPositive, WithinOneUlpOfFloat64) {
+  // Every 61st float of [-104, 0] (18 million, subnormal results included), then the edges.
+  std::vector<float> t;
+  for (uint32_t bits = 0x80000000u; bits <= 0xC2D00000u; bits += 61) {
+    t.push_back(0.0f);
+    std::memcpy(&t.back(), &bits, sizeof bits);
+  }
+  std::vector<float> e(t.size());
+  ExpNonPositiveRange(t.data(), e.data(), static_cast<int64_t>(t.size()));
+  double worst = 0, worst_direct = 0;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const double exact = std::exp(double{t[i]});
+    worst = std::max(worst, UlpsFromExact(e[i], exact));
+    if (i % 16 == 0) worst_direct = std::max(worst_direct, UlpsFromExact(ExpNonPositive(t[i]), exact));
+  }
+  // Measured here: 0.89 through the clones (FMA), 1.14 direct (every 16th of them).
+  EXPECT_LT(worst, 1.2);
+  EXPECT_LT(worst_direct, 1.2);
+  EXPECT_EQ(ExpNonPositive(0.0f), 1.0f);
+  EXPECT_EQ(ExpNonPositive(-0.0f), 1.0f);
+  EXPECT_EQ(ExpNonPositive(-104.0f), 0.0f);  // e^-104 = 6.8e-46, below half the least subnormal
+  EXPECT_EQ(ExpNonPositive(-1000.0f), 0.0f);
+  EXPECT_EQ(ExpNonPositive(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(ExpNonPositive(-103.0f), static_cast<float>(std::exp(-103.0)));  // subnormal, rounded once
+  EXPECT_TRUE(std::isnan(ExpNonPositive(std::numeric_limits<float>::quiet_NaN())));
 }
 
 }  // namespace
