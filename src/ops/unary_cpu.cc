@@ -12,7 +12,6 @@
 #include "common/env.h"
 #include "mlx/primitives.h"
 #include "ops/cpu_primitive.h"
-#include "ops/exp_nonpositive.h"
 #include "ops/quantized_cpu.h"
 
 // The loops are MLX_EP_CLONES (cpu_primitive.h): both builds compute the same double-precision
@@ -124,95 +123,7 @@ class ExpCpu : public mx::UnaryPrimitive {
   ExpForm form_;
 };
 
-/** One row of n: Softmax (or LogSoftmax) as normalization.cc composes it, each step's value
- *  rounded where the composed form rounds it: the max, x - max in float32, e = e^(x - max) in
- *  float32 (ExpNonPositive), the sum of the e in double (the composed form's AccurateSum is within
- *  an ulp of it), e times 1 / sum rounded to float32 (log: (x - max) - log(sum) rounded once). A
- *  NaN anywhere in the row makes its max NaN, hence every output NaN, as the composed form's max
- *  does. */
-MLX_EP_CLONES void SoftmaxRow(const float* x, float* y, int64_t n, bool log) {
-  // Each pass a loop the compiler vectorizes: the max and the NaN test in eight lanes, the e^ in
-  // float lanes, the sum in four double lanes, the scaling.
-  float lanes[8];
-  int nan[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::fill(lanes, lanes + 8, -std::numeric_limits<float>::infinity());
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) {
-      lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
-      nan[l] |= x[i + l] != x[i + l];
-    }
-  for (; i < n; ++i) {
-    lanes[0] = x[i] > lanes[0] ? x[i] : lanes[0];
-    nan[0] |= x[i] != x[i];
-  }
-  float m = lanes[0];
-  for (int l = 1; l < 8; ++l) {
-    m = lanes[l] > m ? lanes[l] : m;
-    nan[0] |= nan[l];
-  }
-  if (nan[0]) m = std::numeric_limits<float>::quiet_NaN();
-  for (i = 0; i < n; ++i) y[i] = ExpNonPositive(x[i] - m);
-  double sum[4] = {0.0, 0.0, 0.0, 0.0};
-  for (i = 0; i + 4 <= n; i += 4)
-    for (int l = 0; l < 4; ++l) sum[l] += y[i + l];
-  for (; i < n; ++i) sum[0] += y[i];
-  const double total = (sum[0] + sum[1]) + (sum[2] + sum[3]);
-  if (log) {
-    const double log_total = std::log(total);
-    for (i = 0; i < n; ++i) y[i] = static_cast<float>((x[i] - m) - log_total);
-  } else {
-    const float inverse = static_cast<float>(1.0 / total);  // total >= 1: the max's e is 1
-    for (i = 0; i < n; ++i) y[i] *= inverse;
-  }
-}
-
-class SoftmaxCpu : public mx::UnaryPrimitive {
- public:
-  SoftmaxCpu(mx::Stream stream, bool log) : mx::UnaryPrimitive(stream), log_(log) {}
-
-  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
-    DispatchCpuKernel(
-        name(), stream(), inputs, out, [log = log_](const std::vector<mx::array>& in, mx::array& y) {
-          const int64_t n = in[0].shape(-1), rows = static_cast<int64_t>(in[0].size()) / n;
-          const float* src = in[0].data<float>();
-          float* dst = y.data<float>();
-          const int tasks = static_cast<int>(std::min<int64_t>(rows, std::max(1, nbits_cpu::PoolThreads())));
-          auto task = [&](int t) {
-            for (int64_t r = rows * t / tasks; r < rows * (t + 1) / tasks; ++r)
-              SoftmaxRow(src + r * n, dst + r * n, n, log);
-          };
-          nbits_cpu::RunTasks(tasks, rows * n, kMinParallelValues, task);
-        });
-  }
-
-  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
-    throw std::runtime_error("SoftmaxCpu runs on the CPU only");
-  }
-
-  const char* name() const override { return log_ ? "LogSoftmaxCpu" : "SoftmaxCpu"; }
-
-  bool is_equivalent(const mx::Primitive& other) const override {
-    return log_ == static_cast<const SoftmaxCpu&>(other).log_;
-  }
-
-  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
-    return {inputs[0].shape()};
-  }
-
- private:
-  bool log_;
-};
-
 }  // namespace
-
-std::optional<mx::array> SoftmaxOnCpu(const mx::array& x, bool log, mx::Stream s) {
-  static const bool off = EnvOff(env::kUnaryCpuKernel);
-  if (off || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 || x.ndim() == 0 ||
-      x.shape(-1) == 0)
-    return std::nullopt;
-  return mx::array(x.shape(), mx::float32, std::make_shared<SoftmaxCpu>(s, log), {x});
-}
 
 std::optional<mx::array> ExpOnCpu(const mx::array& x, ExpForm form, mx::Stream s) {
   static const bool off = EnvOff(env::kUnaryCpuKernel);

@@ -25,7 +25,9 @@ enum class ExpForm {
 std::optional<mx::array> ExpOnCpu(const mx::array& x, ExpForm form, mx::Stream s);
 
 /** Softmax (`log`: LogSoftmax) of float32 `x` over its last axis as one primitive of the EP's on
- *  MLX's CPU stream, the composed form's steps in one pass a row (see SoftmaxRow); nullopt as
+ *  MLX's CPU stream, the composed form's steps in one pass a row (softmax_cpu.cc, SoftmaxRow);
+ *  when `x` is (s / k or s * k) + mask (MLX ops: attention's scores), the primitive reads s, k
+ *  and the mask instead, so those ops are evaluated only if something else reads x. nullopt as
  *  ExpOnCpu (one switch for both). */
 std::optional<mx::array> SoftmaxOnCpu(const mx::array& x, bool log, mx::Stream s);
 

@@ -87,6 +87,64 @@ def test_softmax_primitive():
     assert not any("SoftmaxCpu" in line for line in composed), composed
 
 
+def scores_softmax_model(op, scale, mask_shape, mask_first=False, shape=(2, 3, 5, 7)):
+    """`op` over the last axis of attention-like scores: s, then s / k or s * k (`scale`), then
+    + mask (`mask_shape`, broadcast; `mask_first`: Add(mask, scores))."""
+    nodes, value = [], "s"
+    if scale:
+        nodes.append(helper.make_node(scale, ["s", "k"], ["scaled"]))
+        value = "scaled"
+    if mask_shape:
+        nodes.append(helper.make_node("Add", ["m", value] if mask_first else [value, "m"], ["masked"]))
+        value = "masked"
+    nodes.append(helper.make_node(op, [value], ["y"], axis=-1))
+    inputs = [("s", np.float32, list(shape))] + ([("m", np.float32, list(mask_shape))] if mask_shape else [])
+    inits = {"k": np.array(2.828427, np.float32)} if scale else {}
+    return make_graph_model(nodes, inputs, [("y", np.float32, list(shape))], inits)
+
+
+SCORE_CASES = {
+    "div-mask-b11s": ("Div", (2, 1, 1, 7), False),
+    "mul-mask-s": ("Mul", (7,), False),
+    "div-maskfirst-1hss": ("Div", (1, 3, 5, 7), True),
+    "mask-full": (None, (2, 3, 5, 7), False),
+    "mask-row-value": (None, (1, 3, 5, 1), False),
+    "div": ("Div", None, False),
+    "mul": ("Mul", None, False),
+}
+
+
+@pytest.mark.parametrize("case", SCORE_CASES)
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_of_scaled_masked_scores(op, case):
+    """Attention's scores: (s / k or s * k) + mask, then Softmax; on MLX's CPU device the scaling and
+    the broadcast mask are read by the softmax primitive's pass (test_softmax_scores_in_primitive)."""
+    scale, mask_shape, mask_first = SCORE_CASES[case]
+    rng = np.random.default_rng(5)
+    feeds = {"s": random_array((2, 3, 5, 7), np.float32, rng, low=-8, high=8)}
+    if mask_shape:
+        mask = np.where(rng.random(mask_shape) < 0.3, -10000.0, 0.0).astype(np.float32)
+        mask.reshape(-1)[1::5] = -np.inf  # causal-style entries; never a whole row
+        mask[..., 0] = 0.0
+        feeds["m"] = mask
+    check_parity(scores_softmax_model(op, scale, mask_shape, mask_first), feeds)
+
+
+@pytest.mark.skipif(mlx_device() != "cpu", reason="the softmax primitive is MLX's CPU device's")
+def test_softmax_scores_in_primitive():
+    """The scores' scaling and mask are inputs of the softmax primitive, not passes of their own:
+    its census has no Add, Divide or Multiply (they are, with ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0)."""
+    import os
+    from harness import census_with_and_without
+    cases = [f"test_softmax_of_scaled_masked_scores[{op}-{case}]" for op in ("Softmax", "LogSoftmax")
+             for case in ("div-mask-b11s", "mul-mask-s", "mask-row-value", "div")]
+    kernel, composed = census_with_and_without(os.path.abspath(__file__), cases, "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL")
+    names = ("Add", "Divide", "Multiply")
+    assert len(kernel) >= len(cases) and all("SoftmaxCpu" in line for line in kernel), kernel
+    assert not any(any(n in line for n in names) for line in kernel), kernel
+    assert sum(any(n in line for n in names) for line in composed) >= len(cases), composed
+
+
 # float16 Softmax-13+ follows its ONNX function body (rounded to float16 after each step), like the
 # ONNX reference that produced the backend tests' data; compared with the backend runner's
 # tolerance (rtol 1e-3, atol 1e-7). A fused float32 softmax misses it by up to ~10 ulps.
