@@ -89,6 +89,9 @@ constexpr const char* kNbitsKernel =
                                         // prefill's dequantization a kernel too
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls on one input stay one product each
+constexpr const char* kMatmulBias =
+    "ONNXRUNTIME_EP_MLX_MATMUL_BIAS";  // "0": a MatMul and the Add of its bias stay two ops
+                                       // (runtime/matmul_bias.h)
 constexpr const char* kGemvWeights =
     "ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS";  // "auto" (default), "1", "0" or "force": runtime/weight_layout.h
 constexpr const char* kNormCpuKernel =

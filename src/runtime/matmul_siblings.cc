@@ -68,8 +68,28 @@ std::shared_ptr<const Tensor> MergeColumns(const Graph& graph, const MatmulSibli
   return merged;
 }
 
-std::unordered_map<size_t, MergedColumns> AddMergedWeights(
-    Plan& plan, const Graph& graph, const std::unordered_set<std::string>& gemv_weights) {
+namespace {
+
+/** The group's biases (every member has one) side by side, [N1 + N2 + ...]. */
+std::shared_ptr<const Tensor> MergeBiases(const Graph& graph, const MatmulSiblings& group,
+                                          const std::unordered_map<size_t, MatmulBias>& biases) {
+  auto merged = std::make_shared<Tensor>();
+  merged->type = graph.Value(group.weights[0])->constant->type;
+  int64_t total = 0;
+  for (size_t node : group.nodes) {
+    const Tensor& b = *graph.Value(biases.at(node).bias)->constant;
+    merged->bytes.insert(merged->bytes.end(), b.bytes.begin(), b.bytes.end());
+    total += b.shape[0];
+  }
+  merged->shape = {total};
+  return merged;
+}
+
+}  // namespace
+
+std::unordered_map<size_t, MergedColumns> AddMergedWeights(Plan& plan, const Graph& graph,
+                                                           const std::unordered_set<std::string>& gemv_weights,
+                                                           const std::unordered_map<size_t, MatmulBias>& biases) {
   std::unordered_map<size_t, MergedColumns> by_node;
   if (!MergeMatmulsEnabled()) return by_node;
   for (const MatmulSiblings& group : FindMatmulSiblings(graph, plan.output_names)) {
@@ -79,10 +99,20 @@ std::unordered_map<size_t, MergedColumns> AddMergedWeights(
                                         [&](const std::string& w) { return gemv_weights.count(w) > 0; });
     plan.constants.emplace(name, transposed ? GemvLayout(*weights) : ShareArray(weights));
     if (transposed) plan.transposed_constants.insert(name);
+    // The biases side by side where each is [width] (a bias of another length fails the trace).
+    std::string bias;
+    if (std::all_of(group.nodes.begin(), group.nodes.end(), [&](size_t node) {
+          auto b = biases.find(node);
+          return b != biases.end() && graph.Value(b->second.bias)->constant->shape[0] ==
+                                          graph.Value(graph.nodes[node].inputs[1])->constant->shape[1];
+        })) {
+      bias = "\x01merged bias:" + group.weights[0];
+      plan.constants.emplace(bias, ShareArray(MergeBiases(graph, group, biases)));
+    }
     int64_t column = 0;
     for (size_t j = 0; j < group.nodes.size(); ++j) {
       const int64_t width = graph.Value(group.weights[j])->constant->shape[1];
-      const MergedColumns m{name, column, width};
+      const MergedColumns m{name, column, width, bias};
       by_node[group.nodes[j]] = m;
       plan.merged_members[group.weights[j]] = m;
       column += width;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "runtime/matmul_bias.h"
 #include "runtime/plan.h"
 
 namespace mlx_ep {
@@ -40,9 +41,12 @@ std::vector<MatmulSiblings> FindMatmulSiblings(const Graph& graph, const std::ve
 std::shared_ptr<const Tensor> MergeColumns(const Graph& graph, const MatmulSiblings& group);
 
 /** Adds the merged weights of `graph`'s groups to `plan` as constants (in the gemv layout where
- *  all of a group's weights are in `gemv_weights`) and its members to Plan::merged_members;
- *  returns, by node index, the columns each MatMul reads. Nothing unless MergeMatmulsEnabled. */
-std::unordered_map<size_t, MergedColumns> AddMergedWeights(
-    Plan& plan, const Graph& graph, const std::unordered_set<std::string>& gemv_weights);
+ *  all of a group's weights are in `gemv_weights`) and its members to Plan::merged_members, and,
+ *  where every member has a bias in `biases` (by node index, runtime/matmul_bias.h), the biases
+ *  side by side; returns, by node index, the columns each MatMul reads. Nothing unless
+ *  MergeMatmulsEnabled. */
+std::unordered_map<size_t, MergedColumns> AddMergedWeights(Plan& plan, const Graph& graph,
+                                                           const std::unordered_set<std::string>& gemv_weights,
+                                                           const std::unordered_map<size_t, MatmulBias>& biases);
 
 }  // namespace mlx_ep

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "ops/matmul_internal.h"
 #include "partition/partition.h"
+#include "runtime/matmul_bias.h"
 #include "runtime/matmul_siblings.h"
 #include "runtime/plan_trace.h"
 #include "runtime/rows.h"
@@ -117,8 +118,7 @@ void PlanTrace::Run(const PlanNode& pn) {
   const size_t checks_before = check_sink_->size();
   node_updates_.clear();
   std::optional<OpContext> ctx(Context(pn, fold));
-  std::vector<mx::array> outs =
-      pn.merged && !fold ? std::vector<mx::array>{MergedColumnsOf(pn, *ctx)} : pn.spec->translate(*ctx);
+  std::vector<mx::array> outs = fold ? pn.spec->translate(*ctx) : TranslateTraced(pn, *ctx);
   if (fold && !pn.must_fold && TooLargeToFold(outs)) {
     // A large value nobody needs on the host stays an MLX computation (a broadcast full()
     // is cheaper than a dense constant); nothing was evaluated yet.
@@ -154,15 +154,30 @@ void PlanTrace::Run(const PlanNode& pn) {
   Release(ran_++, pn);
 }
 
+std::vector<mx::array> PlanTrace::TranslateTraced(const PlanNode& pn, const OpContext& c) {
+  if (pn.merged) return {MergedColumnsOf(pn, c)};
+  if (pn.bias_added_to && biased_.count(*pn.bias_added_to)) return {*Array(*pn.bias_added_to)};
+  if (pn.bias)
+    if (auto y = BiasedProduct(c.input(0), c.input(1), *Array(*pn.bias), stream_)) {
+      biased_.insert(pn.node.outputs[0]);
+      return {*y};
+    }
+  return pn.spec->translate(c);
+}
+
 mx::array PlanTrace::MergedColumnsOf(const PlanNode& pn, const OpContext& c) {
   const MergedColumns& m = *pn.merged;
   auto it = merged_products_.find(m.weight);
   if (it == merged_products_.end()) {  // the group's first MatMul: the one product
     const mx::array weights = *ConstantView(plan_, m.weight, stream_);
+    std::optional<mx::array> product;
+    if (!m.bias.empty() && (product = BiasedProduct(c.input(0), weights, *Array(m.bias), stream_)))
+      merged_biased_.insert(m.weight);
     auto product_of = [&](const mx::array& a, const mx::array& b) { return FlatFreeMatmul(a, b, stream_); };
-    const mx::array product = NumpyMatmul(c, c.input(0), weights, product_of);
-    it = merged_products_.emplace(m.weight, product).first;
+    if (!product) product = NumpyMatmul(c, c.input(0), weights, product_of);
+    it = merged_products_.emplace(m.weight, *product).first;
   }
+  if (merged_biased_.count(m.weight)) biased_.insert(pn.node.outputs[0]);
   const mx::array& product = it->second;
   mx::Shape start(product.ndim(), 0), stop = product.shape();
   start.back() = static_cast<int>(m.column);
@@ -420,7 +435,13 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
   std::unordered_set<std::string> gemv_weights;
   if (GemvWeightsFor(graph)) gemv_weights = MatmulOnlyWeights(graph);
   for (const auto& out : plan.output_names) gemv_weights.erase(out);
-  const std::unordered_map<size_t, MergedColumns> merged = AddMergedWeights(plan, graph, gemv_weights);
+  const std::unordered_map<size_t, MatmulBias> biases = FindMatmulBiases(graph, plan.output_names);
+  const std::unordered_map<size_t, MergedColumns> merged = AddMergedWeights(plan, graph, gemv_weights, biases);
+  // The Adds whose MatMul may add their bias (a merged one only with its group's biases).
+  std::unordered_map<size_t, std::string> bias_added_to;
+  for (const auto& [mm, b] : biases)
+    if (auto m = merged.find(mm); m == merged.end() || !m->second.bias.empty())
+      bias_added_to[b.add] = graph.nodes[mm].outputs[0];
 
   for (size_t idx : TopologicalOrder(graph)) {
     const Node& node = graph.nodes[idx];
@@ -429,7 +450,12 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
       throw std::invalid_argument("[MlxEp] " + node.Label() + " (" + node.op_type +
                                   ") can no longer be claimed: " + claim.reason);
     PlanNode pn{node, registry.Find(node.domain, node.op_type, node.since_version), claim.host_inputs, {}};
-    if (auto m = merged.find(idx); m != merged.end()) pn.merged = m->second;
+    if (auto m = merged.find(idx); m != merged.end()) {
+      pn.merged = m->second;
+    } else if (auto b = biases.find(idx); b != biases.end()) {
+      pn.bias = b->second.bias;
+    }
+    if (auto a = bias_added_to.find(idx); a != bias_added_to.end()) pn.bias_added_to = a->second;
     // Bodies become plans of their own, with their initializers as constants.
     for (const auto& [attr, body] : node.subgraphs)
       pn.subplans[attr] = std::make_shared<const Plan>(BuildPlanOf(

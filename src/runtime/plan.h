@@ -25,6 +25,9 @@ class RowTracker;  // runtime/rows.h
 struct MergedColumns {
   std::string weight;  ///< the merged constant, in Plan::constants
   int64_t column = 0, width = 0;
+  /** The group's biases side by side, in Plan::constants, when every member's product has one
+   *  (runtime/matmul_bias.h); else empty. */
+  std::string bias;
 };
 
 /** One node of the plan with its translation and the inputs it reads on the host. */
@@ -40,6 +43,11 @@ struct PlanNode {
   /** Set for a MatMul of a merged group: the trace computes the group's product once and this
    *  node's output is its columns. */
   std::optional<MergedColumns> merged;
+  /** A MatMul (not merged) whose one reader adds this 1-D constant: the trace may compute both as
+   *  one product (runtime/matmul_bias.h). */
+  std::optional<std::string> bias;
+  /** That Add: its output is this MatMul output where the trace added the bias there. */
+  std::optional<std::string> bias_added_to;
 };
 
 /** A fused cluster ready to be traced. */

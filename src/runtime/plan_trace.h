@@ -59,8 +59,11 @@ class PlanTrace {
   std::vector<mx::array> Outputs();
 
  private:
+  // A node's outputs when it does not fold: a merged MatMul's columns, a MatMul with its bias
+  // (PlanNode::bias) and that bias's Add passing it on, else the node's translation.
+  std::vector<mx::array> TranslateTraced(const PlanNode& pn, const OpContext& c);
   // A merged MatMul's output (PlanNode::merged): its columns of the group's product, which the
-  // group's first MatMul computes.
+  // group's first MatMul computes (with the group's biases where it can: runtime/matmul_bias.h).
   mx::array MergedColumnsOf(const PlanNode& pn, const OpContext& c);
   // Hands the node with its inputs' arrays and host values and its outputs to info_->rows.
   void ObserveRows(const PlanNode& pn, const std::vector<mx::array>& outs);
@@ -166,6 +169,8 @@ class PlanTrace {
   std::unordered_map<std::string, size_t> readers_;                // value -> how many node inputs read it
   std::unordered_map<std::string, mx::array> values_;
   std::unordered_map<std::string, mx::array> merged_products_;  ///< by merged weight
+  std::set<std::string> merged_biased_;  ///< merged weights whose product has the group's biases
+  std::set<std::string> biased_;         ///< MatMul outputs with their Add's bias added
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_;
   std::unordered_map<std::string, size_t> last_use_;    // value -> index of its last consumer
   std::unordered_map<std::string, size_t> live_bytes_;  // produced values still live

@@ -349,3 +349,59 @@ def test_matmuls_on_one_input_are_one_product(dtype):
         matmuls[merge] = [int(line.split("Matmul ")[1].split(",")[0]) for line in lines]
     # W0, W1, W2 merged (W3 is gathered too): 2 products a run, 4 without merging; both shapes.
     assert set(matmuls["1"]) == {2} and set(matmuls["0"]) == {4}, matmuls
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_matmul_bias_is_one_product(dtype):
+    """A MatMul whose one reader adds a 1-D constant (a Linear layer's bias) runs as one product with
+    it, MLX's AddMM (runtime/matmul_bias.h), and so does a merged group whose members all have one
+    (the biases side by side); Add(bias, product) too. A 2-D bias, or a product another output
+    reads, keeps its Add. The values match ORT's for one row and for several; AddMM 2 a run, none
+    with ONNXRUNTIME_EP_MLX_MATMUL_BIAS=0."""
+    import textwrap
+    code = textwrap.dedent(f"""
+        import numpy as np
+        from onnx import TensorProto, helper, numpy_helper
+        import onnxruntime as ort
+        from harness import EP, run_mlx_with_report, run_cpu, assert_close
+        t = np.dtype("{np.dtype(dtype).name}")
+        elem = TensorProto.FLOAT16 if t == np.float16 else TensorProto.FLOAT
+        rng = np.random.default_rng(0)
+        so = ort.SessionOptions()  # ORT's own fusions would make Gemms of some pairs first
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        def const(name, *shape):
+            return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(t), name)
+        inits = [const("Wq", 32, 24), const("Wk", 32, 24), const("Wv", 32, 16), const("bq", 24), const("bk", 24),
+                 const("bv", 16), const("W0", 40, 16), const("b0", 16), const("W4", 24, 8), const("b4", 1, 8),
+                 const("W5", 20, 8), const("b5", 8)]
+        nodes = [helper.make_node("MatMul", ["x", "Wq"], ["q0"]), helper.make_node("Add", ["q0", "bq"], ["q"]),
+                 helper.make_node("MatMul", ["x", "Wk"], ["k0"]), helper.make_node("Add", ["bk", "k0"], ["k"]),
+                 helper.make_node("MatMul", ["x", "Wv"], ["v0"]), helper.make_node("Add", ["v0", "bv"], ["v"]),
+                 helper.make_node("MatMul", ["u", "W0"], ["y0"]), helper.make_node("Add", ["y0", "b0"], ["y"]),
+                 helper.make_node("MatMul", ["s", "W4"], ["z0"]), helper.make_node("Add", ["z0", "b4"], ["z"]),
+                 helper.make_node("MatMul", ["r", "W5"], ["p"]), helper.make_node("Add", ["p", "b5"], ["pb"])]
+        names = ("q", "k", "v", "y", "z", "p", "pb")
+        for batch, rows in ((1, 1), (2, 5)):
+            dims = {{"x": 32, "u": 40, "s": 24, "r": 20}}
+            g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(n, elem, [batch, rows, d])
+                                               for n, d in dims.items()],
+                                  [helper.make_tensor_value_info(n, elem, None) for n in names], inits)
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+            m.ir_version = 8
+            feeds = {{n: rng.standard_normal((batch, rows, d)).astype(t) for n, d in dims.items()}}
+            outs, _, providers = run_mlx_with_report(m, [feeds, feeds], so)
+            assert providers == [EP], providers  # one fused node, on MLX
+            tol = 1e-3 if t == np.float16 else 1e-5
+            for got, want in zip(outs[-1], run_cpu(m, feeds)):
+                assert_close(got, want, rtol=tol, atol=tol)
+    """)
+    addmm = {}
+    for switch in ("1", "0"):
+        stderr = stderr_of_fresh_process(code, {"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1",
+                                                "ONNXRUNTIME_EP_MLX_MATMUL_BIAS": switch})
+        lines = [line for line in stderr.splitlines() if "MLX primitives per run" in line]
+        assert lines, stderr[-2000:]
+        addmm[switch] = [int(line.split("AddMM ")[1].split(",")[0]) if "AddMM " in line else 0 for line in lines]
+    # One row on a GPU stays a Matmul (MLX's GEMV) and its Add.
+    assert set(addmm["1"]) == ({2} if mlx_device() == "cpu" else {0, 2}), addmm
+    assert set(addmm["0"]) == {0}, addmm
