@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 FUZZ_BUILD := $(ROOT)/build-fuzz
 FUZZ_SECONDS ?= 600
 
-.PHONY: setup build test test-cpp test-python conformance demo bench format clean fuzz-build fuzz sanitize
+.PHONY: setup build test test-cpp test-python conformance demo bench format clean fuzz-build fuzz sanitize cuda-check
 
 setup:
 	@bash scripts/setup.sh
@@ -57,6 +57,11 @@ fuzz: fuzz-build
 # VALGRIND=1 adds valgrind memcheck of the host test from the normal build.
 sanitize: fuzz-build build
 	bash tools/fuzz/sanitize.sh $(FUZZ_BUILD)
+
+# The EP library built against MLX's CUDA wheel with this machine's CUDA toolkit, no GPU needed
+# (build-cuda-check/; tools/gpu/compile_here.sh): GPU code compiles before a device lease.
+cuda-check: setup
+	bash tools/gpu/compile_here.sh
 
 clean:
 	rm -rf $(BUILD)
