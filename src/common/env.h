@@ -107,8 +107,8 @@ constexpr const char* kRecurrentCpuKernel =
                                                 // CPU (ops/recurrent_cpu.cc); "portable": its
                                                 // products without OpenBLAS (tests)
 constexpr const char* kUnaryCpuKernel =
-    "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL";  // "0": float32 Exp, Sigmoid, Tanh and Softmax
-                                            // composed on the CPU (ops/unary_cpu.h)
+    "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL";  // "0": float32 Exp, Sigmoid, Tanh, Erf, Gelu and
+                                            // Softmax composed on the CPU (ops/unary_cpu.h)
 constexpr const char* kGqaCpuKernel =
     "ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL";  // "0": GroupQueryAttention composes MLX ops on the CPU too;
                                           // "portable": the kernel's portable loops (tests)

@@ -19,6 +19,7 @@
 
 #include "ops/claim_util.h"
 #include "ops/registry.h"
+#include "ops/unary_cpu.h"
 #include "ops/unary_internal.h"
 
 namespace mlx_ep {
@@ -61,6 +62,8 @@ mx::array AddBias(const OpContext& c, const mx::array& x, size_t bias_slot) {
 
 /** 0.5 v (1 + erf(v / sqrt 2)) in float32, ORT's order: (v * 0.5) * (erf(v * (1/sqrt 2)) + 1). */
 mx::array GeluErf(const mx::array& v, mx::Stream s) {
+  if (v.dtype() == mx::float32 && RuntimeDevice() == mx::Device(mx::Device::cpu))
+    if (auto y = ExpOnCpu(v, ExpForm::kGeluErf, s)) return *y;  // the same steps, one primitive
   const mx::array e = unary::Erf(mx::multiply(v, Scalar(M_SQRT1_2, mx::float32), s), s);
   return mx::multiply(mx::multiply(v, Scalar(0.5, mx::float32), s), mx::add(e, Scalar(1, mx::float32), s), s);
 }

@@ -63,6 +63,9 @@ mx::array Erf(const mx::array& x, mx::StreamOrDevice s) {
   // closer than this fit evaluated in float32: 1 + erf(x) cancels for x < -2 (Gelu), and 3.6e-7
   // there was 1.5e-6 off in BiasSplitGelu on the H200. Metal's is MLX's own (untested here).
   if (!DeviceSupports(ElemType::kDouble) && RuntimeDevice().type == mx::Device::gpu) return mx::erf(x, s);
+  // On MLX's CPU device float32 takes the same function as one vectorized primitive (unary_cpu.h).
+  if (x.dtype() == mx::float32 && RuntimeDevice() == mx::Device(mx::Device::cpu))
+    if (auto y = ExpOnCpu(x, ExpForm::kErf, mx::to_stream(s))) return *y;
   const mx::Dtype d = DeviceSupports(ElemType::kDouble) ? mx::float64 : x.dtype();
   const mx::array xc = mx::clip(mx::astype(x, d, s), Scalar(-4, d), Scalar(4, d), s);
   const mx::array y = mx::multiply(xc, xc, s);

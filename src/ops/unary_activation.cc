@@ -3,6 +3,7 @@
 // come out the same; float16/bfloat16 are computed in float32 (see unary.cc).
 #include <cmath>
 
+#include "ops/unary_cpu.h"
 #include "ops/unary_internal.h"
 
 namespace mlx_ep {
@@ -113,6 +114,8 @@ std::vector<mx::array> TranslateGelu(const OpContext& c) {
         mx::add(mx::multiply(Scalar(k_beta, d), x2, c.stream), Scalar(k_alpha, d), c.stream);
     inner = unary::Tanh(mx::multiply(x, poly, c.stream), c.stream);
   } else {
+    if (d == mx::float32 && RuntimeDevice() == mx::Device(mx::Device::cpu))
+      if (auto y = ExpOnCpu(x, ExpForm::kGeluErf, c.stream)) return Out(c, *y);  // these steps, one primitive
     inner = unary::Erf(mx::multiply(x, Scalar(M_SQRT1_2, d), c.stream), c.stream);
   }
   const mx::array half_x = mx::multiply(Scalar(0.5, d), x, c.stream);

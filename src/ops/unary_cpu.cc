@@ -1,4 +1,4 @@
-// The exp/sigmoid/tanh primitive of unary_cpu.h on MLX's CPU stream.
+// The exp/sigmoid/tanh/erf primitive of unary_cpu.h on MLX's CPU stream.
 #include "ops/unary_cpu.h"
 
 #include <algorithm>
@@ -78,8 +78,52 @@ MLX_EP_CLONES void TanhRange(const float* x, float* y, int64_t n) {
   }
 }
 
+// unary::Erf's rational function (src/ops/unary.cc: Eigen's/XLA's fit, x * P(x^2) / Q(x^2) on x
+// clamped to [-4, 4]), in double precision as it evaluates it on MLX's CPU device, in the same
+// Estrin form; FMA may round less.
+constexpr double kErfP[] = {-1.60960333262415e-02, -2.95459980854025e-03, -7.34990630326855e-04,
+                            -5.69250639462346e-05, -2.10102402082508e-06, 2.77068142495902e-08,
+                            -2.72614225801306e-10};
+constexpr double kErfQ[] = {-1.42647390514189e-02, -7.37332916720468e-03, -1.68282697438203e-03,
+                            -2.13374055278905e-04, -1.45660718464996e-05};
+
+MLX_EP_INLINE double ErfRational(double x) {
+  const double xc = x < -4.0 ? -4.0 : x > 4.0 ? 4.0 : x;  // NaN stays NaN
+  const double y = xc * xc, y2 = y * y, y4 = y2 * y2;
+  const double p = (y2 * kErfP[6] + (y * kErfP[5] + kErfP[4])) * y4 +
+                   ((y * kErfP[3] + kErfP[2]) * y2 + (y * kErfP[1] + kErfP[0]));
+  const double q = y4 * kErfQ[4] + ((y * kErfQ[3] + kErfQ[2]) * y2 + (y * kErfQ[1] + kErfQ[0]));
+  return xc * (p / q);  // x * (P / Q): (x * P) / Q underflows for subnormal x
+}
+
+MLX_EP_CLONES void ErfRange(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(ErfRational(x[i]));
+}
+
+/** GeluErf's steps (activation_contrib.cc, ORT's order) in float32 around the erf. */
+MLX_EP_CLONES void GeluErfRange(const float* x, float* y, int64_t n) {
+  constexpr float kSqrtHalf = static_cast<float>(M_SQRT1_2);
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = static_cast<float>(ErfRational(x[i] * kSqrtHalf));
+    y[i] = (x[i] * 0.5f) * (e + 1.0f);
+  }
+}
+
 // Below this many values one thread is faster than waking others (as in quantized_cpu.cc).
 constexpr int64_t kMinParallelValues = 1 << 16;
+
+using RangeFn = void (*)(const float*, float*, int64_t);
+
+RangeFn RangeOf(ExpForm form) {
+  switch (form) {
+    case ExpForm::kExp: return ExpRange;
+    case ExpForm::kSigmoid: return SigmoidRange;
+    case ExpForm::kTanh: return TanhRange;
+    case ExpForm::kErf: return ErfRange;
+    case ExpForm::kGeluErf: return GeluErfRange;
+  }
+  return ExpRange;
+}
 
 class ExpCpu : public mx::UnaryPrimitive {
  public:
@@ -95,9 +139,7 @@ class ExpCpu : public mx::UnaryPrimitive {
               std::min<int64_t>(std::max<int64_t>(n / 4096, 1), std::max(1, nbits_cpu::PoolThreads())));
           auto task = [&](int t) {
             const int64_t begin = n * t / tasks, end = n * (t + 1) / tasks;
-            (form == ExpForm::kExp       ? ExpRange
-             : form == ExpForm::kSigmoid ? SigmoidRange
-                                         : TanhRange)(src + begin, dst + begin, end - begin);
+            RangeOf(form)(src + begin, dst + begin, end - begin);
           };
           nbits_cpu::RunTasks(tasks, n, kMinParallelValues, task);
         });
@@ -108,7 +150,14 @@ class ExpCpu : public mx::UnaryPrimitive {
   }
 
   const char* name() const override {
-    return form_ == ExpForm::kExp ? "ExpCpu" : form_ == ExpForm::kSigmoid ? "SigmoidCpu" : "TanhCpu";
+    switch (form_) {
+      case ExpForm::kExp: return "ExpCpu";
+      case ExpForm::kSigmoid: return "SigmoidCpu";
+      case ExpForm::kTanh: return "TanhCpu";
+      case ExpForm::kErf: return "ErfCpu";
+      case ExpForm::kGeluErf: return "GeluErfCpu";
+    }
+    return "ExpCpu";
   }
 
   bool is_equivalent(const mx::Primitive& other) const override {

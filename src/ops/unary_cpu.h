@@ -18,6 +18,8 @@ enum class ExpForm {
   kExp,      ///< e^x
   kSigmoid,  ///< 1 / (1 + e^-x), from e^-|x| as the composed form does
   kTanh,     ///< tanh(x): its Taylor polynomial below |x| = 1/16, else 1 - 2 / (e^2|x| + 1), signed
+  kErf,      ///< erf(x): unary::Erf's rational function in double precision, rounded once
+  kGeluErf,  ///< (x * 0.5) * (erf(x * (1/sqrt 2)) + 1), GeluErf's float32 steps around kErf's erf
 };
 
 /** `form` of float32 `x` as one primitive of the EP's; nullopt off MLX's CPU device, for other

@@ -201,17 +201,20 @@ def test_unary_primitive_rounded_once(op):
 
 @pytest.mark.skipif(mlx_device() != "cpu", reason="the exp/sigmoid primitive is MLX's CPU device's")
 def test_unary_primitive():
-    """The tests above run through ExpCpu / SigmoidCpu / TanhCpu on MLX's CPU device (also inside
-    the tanh form of Gelu), and without them (ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0) through the
-    composed forms, which pass them too."""
+    """The tests above run through ExpCpu / SigmoidCpu / TanhCpu / ErfCpu on MLX's CPU device (also
+    inside the tanh form of Gelu; Gelu's erf form as GeluErfCpu, the composed form's float32 steps
+    around the same erf: the same values), and without them (ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0)
+    through the composed forms, which pass them too."""
     from harness import census_with_and_without
     cases = ["test_exp_whole_range_against_float64", "test_float_dtypes[Sigmoid-float32]",
              "test_edge_values[Exp-float32]", "test_edge_values[Sigmoid-float16]",
-             "test_edge_values[Tanh-float32]", "test_gelu_wide_range[tanh]"]
-    names = ("ExpCpu", "SigmoidCpu", "TanhCpu")
+             "test_edge_values[Tanh-float32]", "test_gelu_wide_range[tanh]",
+             "test_erf_whole_range_against_float64", "test_erf_small_arguments", "test_gelu_wide_range[none]"]
+    names = ("ExpCpu", "SigmoidCpu", "TanhCpu", "ErfCpu", "GeluErfCpu")
     kernel, composed = census_with_and_without(__file__, cases, "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL")
     assert sum(any(n in line for n in names) for line in kernel) >= len(cases), kernel
     assert sum("TanhCpu" in line for line in kernel) >= 2, kernel
+    assert sum(" ErfCpu" in line for line in kernel) >= 2 and any("GeluErfCpu" in line for line in kernel), kernel
     assert not any(any(n in line for n in names) for line in composed), composed
 
 
