@@ -27,36 +27,25 @@ constexpr int64_t kMinParallelValues = 1 << 16;
  *  rounded where the composed form rounds it: the max, x - max in float32, e = e^(x - max) in
  *  float32 (ExpNonPositive), the sum of the e in double (the composed form's AccurateSum is within
  *  an ulp of it), e times 1 / sum rounded to float32 (log: (x - max) - log(sum) rounded once). A
- *  NaN anywhere in the row makes its max NaN, hence every output NaN, as the composed form's max
- *  does. */
+ *  NaN anywhere in the row makes every output NaN, as the composed form's max does. */
 MLX_EP_CLONES void SoftmaxRow(const float* x, float* y, int64_t n, bool log) {
-  // Each pass a loop the compiler vectorizes: the max and the NaN test in eight lanes, the e^ in
-  // float lanes, the sum in four double lanes, the scaling.
-  float lanes[8];
-  int nan[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  std::fill(lanes, lanes + 8, -std::numeric_limits<float>::infinity());
+  // Each pass a loop the compiler vectorizes: the max in sixteen float lanes, the e^ in float
+  // lanes, the sum in eight double lanes, the scaling. A NaN is no lane's max (x > max is false),
+  // but its e^ is NaN, so the sum is, and with it every output: the composed form's result.
+  float lanes[16];
+  std::fill(lanes, lanes + 16, -std::numeric_limits<float>::infinity());
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) {
-      lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
-      nan[l] |= x[i + l] != x[i + l];
-    }
-  for (; i < n; ++i) {
-    lanes[0] = x[i] > lanes[0] ? x[i] : lanes[0];
-    nan[0] |= x[i] != x[i];
-  }
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
+  for (; i < n; ++i) lanes[0] = x[i] > lanes[0] ? x[i] : lanes[0];
   float m = lanes[0];
-  for (int l = 1; l < 8; ++l) {
-    m = lanes[l] > m ? lanes[l] : m;
-    nan[0] |= nan[l];
-  }
-  if (nan[0]) m = std::numeric_limits<float>::quiet_NaN();
+  for (int l = 1; l < 16; ++l) m = lanes[l] > m ? lanes[l] : m;
   for (i = 0; i < n; ++i) y[i] = ExpNonPositive(x[i] - m);
-  double sum[4] = {0.0, 0.0, 0.0, 0.0};
-  for (i = 0; i + 4 <= n; i += 4)
-    for (int l = 0; l < 4; ++l) sum[l] += y[i + l];
+  double sum[8] = {};
+  for (i = 0; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) sum[l] += static_cast<double>(y[i + l]);
   for (; i < n; ++i) sum[0] += y[i];
-  const double total = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+  const double total = ((sum[0] + sum[4]) + (sum[2] + sum[6])) + ((sum[1] + sum[5]) + (sum[3] + sum[7]));
   if (log) {
     const double log_total = std::log(total);
     for (i = 0; i < n; ++i) y[i] = static_cast<float>((x[i] - m) - log_total);
