@@ -232,6 +232,17 @@ def stderr_of_fresh_process(code, env, *args):
     return r.stderr
 
 
+def census_counts(code, env, primitive):
+    """How many `primitive`s each census line of `code` (run by stderr_of_fresh_process with the
+    EP's `env` and its census on) counts, 0 where the line has none."""
+    import re
+    stderr = stderr_of_fresh_process(code, {"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1", **env})
+    lines = [line for line in stderr.splitlines() if "MLX primitives per run" in line]
+    assert lines, stderr[-2000:]
+    counts = [re.search(rf"[:,] {primitive} (\d+)", line) for line in lines]
+    return [int(c.group(1)) if c else 0 for c in counts]
+
+
 def test_matmul_on_a_unit_batch_is_one_primitive_a_run():
     """A decode step's [1, 1, K] @ W (an initializer): no Flatten/Unflatten around the Matmul (W
     broadcast to [1, K, N] once, by ConstantFolder); a batch of 3 keeps them on MLX's CPU device."""
@@ -340,13 +351,8 @@ def test_matmuls_on_one_input_are_one_product(dtype):
             for got, want in zip(outs, run_cpu(m, feeds)):
                 assert_close(got, want, rtol=tol, atol=tol)
     """)
-    matmuls = {}
-    for merge in ("1", "0"):
-        stderr = stderr_of_fresh_process(code, {"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1",
-                                                "ONNXRUNTIME_EP_MLX_MERGE_MATMULS": merge})
-        lines = [line for line in stderr.splitlines() if "MLX primitives per run" in line]
-        assert lines, stderr[-2000:]
-        matmuls[merge] = [int(line.split("Matmul ")[1].split(",")[0]) for line in lines]
+    matmuls = {merge: census_counts(code, {"ONNXRUNTIME_EP_MLX_MERGE_MATMULS": merge}, "Matmul")
+               for merge in ("1", "0")}
     # W0, W1, W2 merged (W3 is gathered too): 2 products a run, 4 without merging; both shapes.
     assert set(matmuls["1"]) == {2} and set(matmuls["0"]) == {4}, matmuls
 
@@ -395,13 +401,8 @@ def test_matmul_bias_is_one_product(dtype):
             for got, want in zip(outs[-1], run_cpu(m, feeds)):
                 assert_close(got, want, rtol=tol, atol=tol)
     """)
-    addmm = {}
-    for switch in ("1", "0"):
-        stderr = stderr_of_fresh_process(code, {"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1",
-                                                "ONNXRUNTIME_EP_MLX_MATMUL_BIAS": switch})
-        lines = [line for line in stderr.splitlines() if "MLX primitives per run" in line]
-        assert lines, stderr[-2000:]
-        addmm[switch] = [int(line.split("AddMM ")[1].split(",")[0]) if "AddMM " in line else 0 for line in lines]
+    addmm = {switch: census_counts(code, {"ONNXRUNTIME_EP_MLX_MATMUL_BIAS": switch}, "AddMM")
+             for switch in ("1", "0")}
     # One row on a GPU stays a Matmul (MLX's GEMV) and its Add.
     assert set(addmm["1"]) == ({2} if mlx_device() == "cpu" else {0, 2}), addmm
     assert set(addmm["0"]) == {0}, addmm
