@@ -14,7 +14,7 @@
 #include "ops/cpu_primitive.h"
 #include "ops/quantized_cpu.h"
 
-// The loops are MLX_EP_CLONES (cpu_primitive.h): both builds compute the same double-precision
+// The loops are MLX_EP_CLONES (cpu_primitive.h): every clone computes the same double-precision
 // values; FMA only rounds less.
 
 namespace mlx_ep {
@@ -146,7 +146,7 @@ class ExpCpu : public mx::UnaryPrimitive {
   }
 
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
-    throw std::runtime_error("ExpCpu runs on the CPU only (GPUs take MLX's exp, sigmoid and tanh)");
+    throw std::runtime_error("ExpCpu runs on the CPU only (GPUs take MLX's exp, sigmoid, tanh and erf)");
   }
 
   const char* name() const override {
