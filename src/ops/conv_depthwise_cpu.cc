@@ -123,16 +123,14 @@ class DepthwiseConvCpu : public mx::UnaryPrimitive {
           const float *x = in[0].data<float>(), *w = in[1].data<float>();
           float* dst = y.data<float>();
           const int64_t planes = batch * m;
-          const int tasks =
-              static_cast<int>(std::min<int64_t>(planes, std::max(1, nbits_cpu::PoolThreads())));
-          auto task = [&](int t) {
-            for (int64_t p = planes * t / tasks; p < planes * (t + 1) / tasks; ++p) {
-              const int64_t n = p / m, oc = p % m;
-              Plane(x + (n * channels + oc / d.channels_per_group) * in_plane, w + oc * kernel, d,
-                    dst + p * out_plane);
-            }
-          };
-          nbits_cpu::RunTasks(tasks, planes * out_plane * kernel, kMinParallelWork, task);
+          nbits_cpu::RunRanges(planes, planes * out_plane * kernel, kMinParallelWork,
+                               [&](int64_t begin, int64_t end) {
+                                 for (int64_t p = begin; p < end; ++p) {
+                                   const int64_t n = p / m, oc = p % m;
+                                   Plane(x + (n * channels + oc / d.channels_per_group) * in_plane,
+                                         w + oc * kernel, d, dst + p * out_plane);
+                                 }
+                               });
         });
   }
 

@@ -77,16 +77,14 @@ class Im2ColCpu : public mx::UnaryPrimitive {
           float* cols = y.data<float>();
           // (N, G, C/G * K, O) is (N, C, K, O) in memory: channel c's K rows follow channel c - 1's.
           const int64_t planes = batch * channels;
-          const int tasks =
-              static_cast<int>(std::min<int64_t>(planes, std::max(1, nbits_cpu::PoolThreads())));
-          auto task = [&](int t) {
-            for (int64_t p = planes * t / tasks; p < planes * (t + 1) / tasks; ++p)
-              for (int ky = 0; ky < d.kernel_h; ++ky)
-                for (int kx = 0; kx < d.kernel_w; ++kx)
-                  PlaneRow(x + p * in_plane, d, ky, kx,
-                           cols + (p * kernel + ky * d.kernel_w + kx) * rows_out);
-          };
-          nbits_cpu::RunTasks(tasks, planes * kernel * rows_out, kMinParallelValues, task);
+          nbits_cpu::RunRanges(planes, planes * kernel * rows_out, kMinParallelValues,
+                               [&](int64_t begin, int64_t end) {
+                                 for (int64_t p = begin; p < end; ++p)
+                                   for (int ky = 0; ky < d.kernel_h; ++ky)
+                                     for (int kx = 0; kx < d.kernel_w; ++kx)
+                                       PlaneRow(x + p * in_plane, d, ky, kx,
+                                                cols + (p * kernel + ky * d.kernel_w + kx) * rows_out);
+                               });
         });
   }
 

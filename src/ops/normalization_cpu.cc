@@ -56,12 +56,9 @@ class RowNormCpu : public mx::UnaryPrimitive {
           const float *x = in[0].data<float>(), *w = in[1].data<float>();
           const float* b = p.has_bias ? in[2].data<float>() : nullptr;
           float* out = y.data<float>();
-          const int tasks = static_cast<int>(std::min<int64_t>(rows, std::max(1, nbits_cpu::PoolThreads())));
-          auto task = [&](int t) {
-            for (int64_t r = rows * t / tasks; r < rows * (t + 1) / tasks; ++r)
-              NormalizeRow(x + r * n, w, b, n, p, out + r * n);
-          };
-          nbits_cpu::RunTasks(tasks, rows * n, kMinParallelValues, task);
+          nbits_cpu::RunRanges(rows, rows * n, kMinParallelValues, [&](int64_t begin, int64_t end) {
+            for (int64_t r = begin; r < end; ++r) NormalizeRow(x + r * n, w, b, n, p, out + r * n);
+          });
         });
   }
 

@@ -89,13 +89,11 @@ class MaxPoolCpu : public mx::UnaryPrimitive {
           const int64_t in_plane = p.h.in * p.w.in, out_plane = p.h.out * p.w.out;
           const float* x = in[0].data<float>();
           float* dst = y.data<float>();
-          const int tasks =
-              static_cast<int>(std::min<int64_t>(planes, std::max(1, nbits_cpu::PoolThreads())));
-          auto task = [&](int t) {
-            for (int64_t q = planes * t / tasks; q < planes * (t + 1) / tasks; ++q)
-              Plane(x + q * in_plane, p, h0, h1, w0, w1, dst + q * out_plane);
-          };
-          nbits_cpu::RunTasks(tasks, planes * out_plane * p.h.kernel * p.w.kernel, kMinParallelWork, task);
+          nbits_cpu::RunRanges(planes, planes * out_plane * p.h.kernel * p.w.kernel, kMinParallelWork,
+                               [&](int64_t begin, int64_t end) {
+                                 for (int64_t q = begin; q < end; ++q)
+                                   Plane(x + q * in_plane, p, h0, h1, w0, w1, dst + q * out_plane);
+                               });
         });
   }
 

@@ -15,6 +15,7 @@
 // workers would take the cores ORT's own kernels need (src/blas/blas_pool.c says more).
 #include "ops/quantized_cpu.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -332,6 +333,14 @@ void RunTasks(int tasks, int64_t work, int64_t min_work, const std::function<voi
 }
 
 int PoolThreads() { return ColumnPool::Get().threads(); }
+
+void RunRanges(int64_t items, int64_t work, int64_t min_work, const std::function<void(int64_t, int64_t)>& fn,
+               int64_t grain) {
+  if (items <= 0) return;
+  const int tasks =
+      static_cast<int>(std::min<int64_t>(std::max<int64_t>(items / grain, 1), std::max(1, PoolThreads())));
+  RunTasks(tasks, work, min_work, [&](int t) { fn(items * t / tasks, items * (t + 1) / tasks); });
+}
 
 mx::array Dequantize(const mx::array& b, const mx::array& scales, const std::optional<mx::array>& zero_points,
                      const NBitsShape& shape, mx::Stream s) {

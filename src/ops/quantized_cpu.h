@@ -92,6 +92,13 @@ int PoolThreads();
  *  values touched) pays for waking workers, at least `min_work`; else in turn on this thread. */
 void RunTasks(int tasks, int64_t work, int64_t min_work, const std::function<void(int)>& fn);
 
+/** fn(begin, end) over [0, items) cut into contiguous ranges, one a task, as many tasks as pool
+ *  threads but none of fewer than `grain` items (the first range takes them all then), through
+ *  RunTasks with `work` and `min_work`; nothing for no items. The CPU primitives' row and plane
+ *  loops. */
+void RunRanges(int64_t items, int64_t work, int64_t min_work, const std::function<void(int64_t, int64_t)>& fn,
+               int64_t grain = 1);
+
 /** dequantize(B) [N, k_blocks * block_size] float32 as one primitive on CPU stream `s` (the
  *  same inputs as MatMulNBits but x and bias): for many rows of A, where a BLAS GEMM wins. */
 mx::array Dequantize(const mx::array& b, const mx::array& scales, const std::optional<mx::array>& zero_points,

@@ -121,24 +121,24 @@ void SoftmaxRows(const std::vector<mx::array>& in, mx::array& y, bool log, Score
   const float k = terms.scale != ScoreTerms::Scale::kNone ? in[next++].data<float>()[0] : 1.0f;
   const float* mask = terms.mask ? in[next].data<float>() : nullptr;
   const MaskRows mask_rows(in[0].shape(), terms.mask ? in[next].shape() : mx::Shape{});
-  const int tasks = static_cast<int>(std::min<int64_t>(rows, std::max(1, nbits_cpu::PoolThreads())));
-  auto task = [&](int t) {
+  nbits_cpu::RunRanges(rows, rows * n, kMinParallelValues, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(terms.fused() ? n : 0);
-    for (int64_t r = rows * t / tasks; r < rows * (t + 1) / tasks; ++r) {
+    for (int64_t r = begin; r < end; ++r) {
       const float* row = src + r * n;
       if (terms.fused()) {
-        ScoresRow(row, k, terms.scale, mask ? mask + mask_rows.Offset(r) : nullptr, mask_rows.step, scores.data(), n);
+        ScoresRow(row, k, terms.scale, mask ? mask + mask_rows.Offset(r) : nullptr, mask_rows.step,
+                  scores.data(), n);
         row = scores.data();
       }
       SoftmaxRow(row, dst + r * n, n, log);
     }
-  };
-  nbits_cpu::RunTasks(tasks, rows * n, kMinParallelValues, task);
+  });
 }
 
 class SoftmaxCpu : public mx::UnaryPrimitive {
  public:
-  SoftmaxCpu(mx::Stream stream, bool log, ScoreTerms terms) : mx::UnaryPrimitive(stream), log_(log), terms_(terms) {}
+  SoftmaxCpu(mx::Stream stream, bool log, ScoreTerms terms)
+      : mx::UnaryPrimitive(stream), log_(log), terms_(terms) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     DispatchCpuKernel(name(), stream(), inputs, out,
@@ -208,7 +208,8 @@ std::vector<mx::array> ScoreInputs(const mx::array& x, ScoreTerms& terms) {
     int best = -1;  // the side that is the scores: a scaled one first
     for (int side : {0, 1}) {
       const mx::array& s = x.inputs()[side];
-      if (s.shape() != x.shape() || s.dtype() != mx::float32 || !BroadcastsTo(Unbroadcast(x.inputs()[1 - side]), x))
+      if (s.shape() != x.shape() || s.dtype() != mx::float32 ||
+          !BroadcastsTo(Unbroadcast(x.inputs()[1 - side]), x))
         continue;
       if (best < 0 || (Scaled(s) && !Scaled(x.inputs()[best]))) best = side;
     }

@@ -116,11 +116,16 @@ using RangeFn = void (*)(const float*, float*, int64_t);
 
 RangeFn RangeOf(ExpForm form) {
   switch (form) {
-    case ExpForm::kExp: return ExpRange;
-    case ExpForm::kSigmoid: return SigmoidRange;
-    case ExpForm::kTanh: return TanhRange;
-    case ExpForm::kErf: return ErfRange;
-    case ExpForm::kGeluErf: return GeluErfRange;
+    case ExpForm::kExp:
+      return ExpRange;
+    case ExpForm::kSigmoid:
+      return SigmoidRange;
+    case ExpForm::kTanh:
+      return TanhRange;
+    case ExpForm::kErf:
+      return ErfRange;
+    case ExpForm::kGeluErf:
+      return GeluErfRange;
   }
   return ExpRange;
 }
@@ -135,13 +140,10 @@ class ExpCpu : public mx::UnaryPrimitive {
           const int64_t n = static_cast<int64_t>(y.size());
           const float* src = in[0].data<float>();
           float* dst = y.data<float>();
-          const int tasks = static_cast<int>(
-              std::min<int64_t>(std::max<int64_t>(n / 4096, 1), std::max(1, nbits_cpu::PoolThreads())));
-          auto task = [&](int t) {
-            const int64_t begin = n * t / tasks, end = n * (t + 1) / tasks;
-            RangeOf(form)(src + begin, dst + begin, end - begin);
-          };
-          nbits_cpu::RunTasks(tasks, n, kMinParallelValues, task);
+          nbits_cpu::RunRanges(
+              n, n, kMinParallelValues,
+              [&](int64_t begin, int64_t end) { RangeOf(form)(src + begin, dst + begin, end - begin); },
+              /*grain=*/4096);
         });
   }
 
@@ -151,11 +153,16 @@ class ExpCpu : public mx::UnaryPrimitive {
 
   const char* name() const override {
     switch (form_) {
-      case ExpForm::kExp: return "ExpCpu";
-      case ExpForm::kSigmoid: return "SigmoidCpu";
-      case ExpForm::kTanh: return "TanhCpu";
-      case ExpForm::kErf: return "ErfCpu";
-      case ExpForm::kGeluErf: return "GeluErfCpu";
+      case ExpForm::kExp:
+        return "ExpCpu";
+      case ExpForm::kSigmoid:
+        return "SigmoidCpu";
+      case ExpForm::kTanh:
+        return "TanhCpu";
+      case ExpForm::kErf:
+        return "ErfCpu";
+      case ExpForm::kGeluErf:
+        return "GeluErfCpu";
     }
     return "ExpCpu";
   }
