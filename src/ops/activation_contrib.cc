@@ -10,10 +10,10 @@
 //    ([N, S, D], bias [D]), v[..., :D/2] * Gelu(v[..., D/2:]). ORT has only CUDA kernels for these
 //    two; they follow the contrib op documentation.
 //
-// erf is the project's exp-free float32 Erf (unary_internal.h), tanh MLX's, sigmoid composed from
-// the accurate Exp on MLX's CPU backend (as unary.cc's Sigmoid). ORT's CPU kernels are float32:
-// float16 runs there as float32 between inserted Casts (or as the function body, also in float32),
-// so float16 and bfloat16 compute in float32 here and round once. float64 is declined (ORT has no
+// erf is the project's exp-free float32 Erf (unary_internal.h), tanh MLX's, sigmoid the EP's
+// primitive on MLX's CPU backend (as unary.cc's Sigmoid; QuickGelu with alpha 1 is SiluCpu).
+// ORT's CPU kernels are float32: float16 runs there as float32 between inserted Casts (or as the
+// function body, also in float32), so float16 and bfloat16 compute in float32 here and round once. float64 is declined (ORT has no
 // kernel for Gelu/BiasGelu; FastGelu/QuickGelu run their function bodies, not matched here).
 #include <cmath>
 
@@ -68,9 +68,11 @@ mx::array GeluErf(const mx::array& v, mx::Stream s) {
   return mx::multiply(mx::multiply(v, Scalar(0.5, mx::float32), s), mx::add(e, Scalar(1, mx::float32), s), s);
 }
 
-/** 1 / (1 + e^-x) in float32: MLX's on GPUs, composed from the accurate Exp on the CPU backend. */
+/** 1 / (1 + e^-x) in float32: MLX's on GPUs, the EP's primitive on the CPU backend (composed from
+ *  the accurate Exp where that is switched off). */
 mx::array Sigmoid(const mx::array& x, mx::Stream s) {
   if (RuntimeDevice() != mx::Device(mx::Device::cpu)) return mx::sigmoid(x, s);
+  if (auto y = ExpOnCpu(x, ExpForm::kSigmoid, s)) return *y;
   const mx::array e = unary::Exp(mx::negative(mx::abs(x, s), s), s);  // exp(-|x|) in (0, 1]
   const mx::array den = mx::add(Scalar(1, mx::float32), e, s);
   return mx::where(mx::greater_equal(x, Scalar(0, mx::float32), s), mx::reciprocal(den, s),
@@ -108,8 +110,12 @@ std::vector<mx::array> TranslateFastGelu(const OpContext& c) {
 std::vector<mx::array> TranslateQuickGelu(const OpContext& c) {
   const mx::Stream s = c.stream;
   const mx::array x = Up(c, 0);
-  const mx::array alpha = Scalar(c.node.AttrFloat("alpha", 1.702f), mx::float32);
-  return Out(c, mx::multiply(x, Sigmoid(mx::multiply(x, alpha, s), s), s));
+  const float alpha = c.node.AttrFloat("alpha", 1.702f);
+  // alpha = 1 is SiLU: x times the sigmoid of x itself, one pass on MLX's CPU device (SiluOnCpu).
+  const mx::array z = alpha == 1.0f ? x : mx::multiply(x, Scalar(alpha, mx::float32), s);
+  const mx::array sig = Sigmoid(z, s);
+  if (auto y = SiluOnCpu(x, sig, s)) return Out(c, *y);
+  return Out(c, mx::multiply(x, sig, s));
 }
 
 // ---- BiasAdd, BiasSplitGelu (diffusion models) -------------------------------------------------

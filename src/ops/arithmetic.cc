@@ -26,6 +26,7 @@
 //    numpy broadcasting is the identity, so they share the opset-8 translation.
 #include "ops/claim_util.h"
 #include "ops/registry.h"
+#include "ops/unary_cpu.h"
 
 namespace mlx_ep {
 namespace {
@@ -100,6 +101,7 @@ std::vector<mx::array> TranslateSub(const OpContext& c) {
   return {mx::subtract(c.input(0), c.input(1), c.stream)};
 }
 std::vector<mx::array> TranslateMul(const OpContext& c) {
+  if (auto y = SiluOnCpu(c.input(0), c.input(1), c.stream)) return {*y};  // Mul(x, Sigmoid(x)): one pass
   return {mx::multiply(c.input(0), c.input(1), c.stream)};
 }
 

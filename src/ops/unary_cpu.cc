@@ -60,6 +60,15 @@ MLX_EP_CLONES void SigmoidRange(const float* x, float* y, int64_t n) {
   }
 }
 
+/** x * sigmoid(x): SigmoidRange's value rounded to float32, times x in float32 (Mul's step). */
+MLX_EP_CLONES void SiluRange(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = x[i];
+    const double e = ExpClamped(v < 0 ? v : -v);
+    y[i] = x[i] * static_cast<float>((v >= 0 ? 1.0 : e) / (1.0 + e));
+  }
+}
+
 // tanh's Taylor coefficients, x^1 ... x^9 (odd powers): below |x| = 1/16 the next term is 8e-15
 // relative, where 1 - 2 / (e^2|x| + 1) would cancel most of double's bits for tiny |x|.
 constexpr double kTanhTaylor[] = {1.0, -1.0 / 3, 2.0 / 15, -17.0 / 315, 62.0 / 2835};
@@ -126,6 +135,8 @@ RangeFn RangeOf(ExpForm form) {
       return ErfRange;
     case ExpForm::kGeluErf:
       return GeluErfRange;
+    case ExpForm::kSilu:
+      return SiluRange;
   }
   return ExpRange;
 }
@@ -163,6 +174,8 @@ class ExpCpu : public mx::UnaryPrimitive {
         return "ErfCpu";
       case ExpForm::kGeluErf:
         return "GeluErfCpu";
+      case ExpForm::kSilu:
+        return "SiluCpu";
     }
     return "ExpCpu";
   }
@@ -170,6 +183,8 @@ class ExpCpu : public mx::UnaryPrimitive {
   bool is_equivalent(const mx::Primitive& other) const override {
     return form_ == static_cast<const ExpCpu&>(other).form_;
   }
+
+  ExpForm form() const { return form_; }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
     return {inputs[0].shape()};
@@ -185,6 +200,18 @@ std::optional<mx::array> ExpOnCpu(const mx::array& x, ExpForm form, mx::Stream s
   static const bool off = EnvOff(env::kUnaryCpuKernel);
   if (off || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32) return std::nullopt;
   return mx::array(x.shape(), mx::float32, std::make_shared<ExpCpu>(s, form), {x});
+}
+
+std::optional<mx::array> SiluOnCpu(const mx::array& a, const mx::array& b, mx::Stream s) {
+  // `sig` is ExpCpu's sigmoid of `x` itself (the same array, not an equal one).
+  auto sigmoid_of = [](const mx::array& sig, const mx::array& x) {
+    if (!sig.has_primitive() || sig.inputs().size() != 1 || sig.inputs()[0].id() != x.id()) return false;
+    const auto* p = dynamic_cast<const ExpCpu*>(&sig.primitive());
+    return p && p->form() == ExpForm::kSigmoid;
+  };
+  if (sigmoid_of(b, a)) return ExpOnCpu(a, ExpForm::kSilu, s);
+  if (sigmoid_of(a, b)) return ExpOnCpu(b, ExpForm::kSilu, s);
+  return std::nullopt;
 }
 
 }  // namespace mlx_ep

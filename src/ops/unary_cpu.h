@@ -20,11 +20,18 @@ enum class ExpForm {
   kTanh,     ///< tanh(x): its Taylor polynomial below |x| = 1/16, else 1 - 2 / (e^2|x| + 1), signed
   kErf,      ///< erf(x): unary::Erf's rational function in double precision, rounded once
   kGeluErf,  ///< (x * 0.5) * (erf(x * (1/sqrt 2)) + 1), GeluErf's float32 steps around kErf's erf
+  kSilu,     ///< x * sigmoid(x), kSigmoid's value rounded to float32 then multiplied (SiLU's two nodes)
 };
 
 /** `form` of float32 `x` as one primitive of the EP's; nullopt off MLX's CPU device, for other
  *  dtypes, or with ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0 (the composed forms). */
 std::optional<mx::array> ExpOnCpu(const mx::array& x, ExpForm form, mx::Stream s);
+
+/** x * sigmoid(x) as one primitive (ExpForm::kSilu) where one of `a`, `b` is ExpOnCpu's sigmoid
+ *  of the other (a Mul node after a Sigmoid node: SiLU / Swish in torch's exports and YOLO's
+ *  convolutions); the same values as the composed pair, in one pass instead of two. nullopt for
+ *  any other operands (or where ExpOnCpu declines). */
+std::optional<mx::array> SiluOnCpu(const mx::array& a, const mx::array& b, mx::Stream s);
 
 /** Softmax (`log`: LogSoftmax) of float32 `x` over its last axis as one primitive of the EP's on
  *  MLX's CPU stream, the composed form's steps in one pass a row (softmax_cpu.cc, SoftmaxRow);

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harness import BF16, assert_close, assert_mlx_error, check_parity, ids, random_array, run_cpu, \
-    run_mlx
+    mlx_device, run_mlx
 from harness_bf16 import check_bf16
 from test_contrib_normalization import contrib_model, retyped
 
@@ -62,6 +62,17 @@ def test_gelu_special_values():
 @pytest.mark.parametrize("alpha", [1.0, 1.702, -0.5, 0.0])
 def test_quick_gelu_alpha(alpha):
     parity(*gelu_case("QuickGelu", (3, 17), attrs={"alpha": alpha}), np.float32)
+
+
+@pytest.mark.skipif(mlx_device() != "cpu", reason="the sigmoid primitives are MLX's CPU device's")
+def test_quick_gelu_primitives():
+    """On MLX's CPU device QuickGelu's sigmoid is SigmoidCpu, and with alpha 1 (SiLU) the product
+    too (SiluCpu); without the primitives (ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0) neither."""
+    from harness import census_with_and_without
+    kernel, composed = census_with_and_without(
+        __file__, ["test_quick_gelu_alpha[1.0]", "test_quick_gelu_alpha[1.702]"], "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL")
+    assert any("SiluCpu" in line for line in kernel) and any("SigmoidCpu" in line for line in kernel), kernel
+    assert not any("SiluCpu" in line or "SigmoidCpu" in line for line in composed), composed
 
 
 @pytest.mark.parametrize("op", ["FastGelu", "QuickGelu"])

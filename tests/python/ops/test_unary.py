@@ -199,6 +199,25 @@ def test_unary_primitive_rounded_once(op):
     check_parity(model, {"x": x})
 
 
+@pytest.mark.parametrize("sigmoid_first", [False, True])
+def test_silu_pair(sigmoid_first):
+    """SiLU as torch exports it, Mul(x, Sigmoid(x)) (either operand order), the sigmoid also an
+    output of its own: on MLX's CPU device the pair is one SiluCpu pass (test_unary_primitive's
+    census), which must give exactly x times the sigmoid the EP outputs, rounded in float32."""
+    rng = np.random.default_rng(5)
+    x = np.concatenate([rng.standard_normal(70000) * 6, [0.0, -0.0, 88.8, -104.0, np.inf, -np.inf, np.nan]])
+    x = x.astype(np.float32).reshape(7, -1)
+    pair = ["s", "x"] if sigmoid_first else ["x", "s"]
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", pair, ["y"])]
+    model = make_graph_model(nodes, [("x", F32, list(x.shape))], [("y", F32, None), ("s", F32, None)])
+    (y, s), on_mlx, total = run_mlx(model, {"x": x})
+    assert on_mlx == total  # one fused node, on MLX
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(y, x * s)
+    # ORT's CPU sigmoid (MLAS) loses relative accuracy below x = -8 (the sigmoid tests' range too).
+    check_parity(model, {"x": np.clip(x, -8, 8)})
+
+
 @pytest.mark.skipif(mlx_device() != "cpu", reason="the exp/sigmoid primitive is MLX's CPU device's")
 def test_unary_primitive():
     """The tests above run through ExpCpu / SigmoidCpu / TanhCpu / ErfCpu on MLX's CPU device (also
@@ -209,12 +228,14 @@ def test_unary_primitive():
     cases = ["test_exp_whole_range_against_float64", "test_float_dtypes[Sigmoid-float32]",
              "test_edge_values[Exp-float32]", "test_edge_values[Sigmoid-float16]",
              "test_edge_values[Tanh-float32]", "test_gelu_wide_range[tanh]",
-             "test_erf_whole_range_against_float64", "test_erf_small_arguments", "test_gelu_wide_range[none]"]
-    names = ("ExpCpu", "SigmoidCpu", "TanhCpu", "ErfCpu", "GeluErfCpu")
+             "test_erf_whole_range_against_float64", "test_erf_small_arguments", "test_gelu_wide_range[none]",
+             "test_silu_pair[False]", "test_silu_pair[True]"]
+    names = ("ExpCpu", "SigmoidCpu", "TanhCpu", "ErfCpu", "GeluErfCpu", "SiluCpu")
     kernel, composed = census_with_and_without(__file__, cases, "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL")
     assert sum(any(n in line for n in names) for line in kernel) >= len(cases), kernel
     assert sum("TanhCpu" in line for line in kernel) >= 2, kernel
     assert sum(" ErfCpu" in line for line in kernel) >= 2 and any("GeluErfCpu" in line for line in kernel), kernel
+    assert sum("SiluCpu" in line for line in kernel) >= 2, kernel
     assert not any(any(n in line for n in names) for line in composed), composed
 
 
