@@ -253,18 +253,28 @@ mx::array PointwiseConv(const OpContext& c, mx::array x, const mx::array& w, con
     x = mx::slice(x, mx::Shape(x.ndim(), 0), x.shape(), step, s);
   }
   const int n = x.shape(0), channels = x.shape(1), m = w.shape(0);
-  mx::array y = mx::matmul(mx::reshape(mx::astype(w, ct, s), {m, channels}, s),
-                           mx::reshape(mx::astype(x, ct, s), {n, channels, -1}, s), s);  // (N, M, S)
-  if (c.has_input(2)) y = mx::add(y, mx::reshape(Bias(c, m, ct), {m, 1}, s), s);
-  return mx::reshape(mx::astype(y, c.output_dtype(0), s), out_shape, s);
+  const mx::array wm = mx::reshape(mx::astype(w, ct, s), {m, channels}, s);
+  const mx::array xm = mx::reshape(mx::astype(x, ct, s), {n, channels, -1}, s);
+  std::optional<mx::array> y;  // (N, M, S)
+  // On MLX's CPU device BLAS adds the bias (ConvCpu's reason); GPUs keep the Add (cuBLASLt's bias
+  // epilogue is per column, this bias is per row).
+  if (c.has_input(2) && RuntimeDevice() == mx::Device(mx::Device::cpu))
+    y = mx::addmm(mx::reshape(Bias(c, m, ct), {m, 1}, s), wm, xm, 1.0f, 1.0f, s);
+  else if (c.has_input(2))
+    y = mx::add(mx::matmul(wm, xm, s), mx::reshape(Bias(c, m, ct), {m, 1}, s), s);
+  else
+    y = mx::matmul(wm, xm, s);
+  return mx::reshape(mx::astype(*y, c.output_dtype(0), s), out_shape, s);
 }
 
 /** The CPU path (ConvCpu) in compute dtype `ct`, plus the bias, rounded once to the node's type. */
 mx::array CpuConv(const OpContext& c, const mx::array& x, const mx::array& w, const ConvAttrs& a,
                   const ConvGeometry& g, mx::Dtype ct) {
   const mx::Stream s = c.stream;
-  const mx::array y = ConvCpu(mx::astype(x, ct, s), mx::astype(w, ct, s), a.group, g, s);
-  return mx::astype(AddBiasChannelsFirst(c, y), c.output_dtype(0), s);
+  std::optional<mx::array> bias;
+  if (c.has_input(2)) bias = Bias(c, w.shape(0), ct);
+  const mx::array y = ConvCpu(mx::astype(x, ct, s), mx::astype(w, ct, s), a.group, g, s, bias);
+  return mx::astype(y, c.output_dtype(0), s);
 }
 
 std::vector<mx::array> TranslateConv(const OpContext& c) {

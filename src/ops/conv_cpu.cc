@@ -125,19 +125,27 @@ std::optional<Geometry2d> As2d(const mx::array& x, const ConvGeometry& g) {
   return d;
 }
 
-mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g, mx::Stream s) {
+mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g, mx::Stream s,
+                  const std::optional<mx::array>& bias) {
   const int n = x.shape(0), m = w.shape(0), cg = w.shape(1);
-  if (cg == 1 && groups > 1)
-    if (auto y = DepthwiseConvOnCpu(x, w, groups, g, s)) return *y;
   mx::Shape out_shape = {n, m};
   out_shape.insert(out_shape.end(), g.out.begin(), g.out.end());
-  if (cg == 1 && groups > 1)
-    return mx::reshape(DepthwiseSum(PadOrCrop(x, g.lo, g.hi, s), w, groups, g, s), out_shape, s);
+  mx::Shape bias_shape(out_shape.size(), 1);
+  bias_shape[1] = m;
+  auto plus_bias = [&](const mx::array& y) { return bias ? mx::add(y, mx::reshape(*bias, bias_shape, s), s) : y; };
+  if (cg == 1 && groups > 1) {
+    if (auto y = DepthwiseConvOnCpu(x, w, groups, g, s)) return plus_bias(*y);
+    return plus_bias(mx::reshape(DepthwiseSum(PadOrCrop(x, g.lo, g.hi, s), w, groups, g, s), out_shape, s));
+  }
   std::optional<mx::array> im2col = Im2ColOnCpu(x, groups, g, s);
   const mx::array cols =
       im2col ? *im2col : Columns(PadOrCrop(x, g.lo, g.hi, s), groups, g, s);    // (N, G, C/G*K, O)
   const mx::array wm = mx::reshape(w, {groups, m / groups, cols.shape(2)}, s);  // (G, M/G, C/G*K)
-  return mx::reshape(mx::matmul(wm, cols, s), out_shape, s);                    // (N, G, M/G, O)
+  // With one group BLAS adds the bias (C = bias broadcast, beta = 1): no pass of its own over the
+  // output, and none to zero it first.
+  if (bias && groups == 1)
+    return mx::reshape(mx::addmm(mx::reshape(*bias, {m, 1}, s), wm, cols, 1.0f, 1.0f, s), out_shape, s);
+  return plus_bias(mx::reshape(mx::matmul(wm, cols, s), out_shape, s));  // (N, G, M/G, O)
 }
 
 }  // namespace conv_util

@@ -54,9 +54,11 @@ struct ConvGeometry {
 };
 
 /** Convolution on MLX's CPU device (ops/conv_cpu.cc) in ONNX's layout: X (N, C, *S) and
- *  W (M, C/groups, *K) to (N, M, *O), without bias; im2col + matmul (BLAS), or for depthwise
+ *  W (M, C/groups, *K) to (N, M, *O), plus `bias` (M values of X's dtype) when given; im2col +
+ *  matmul (BLAS; with a bias and one group, BLAS adds it: mx::addmm), or for depthwise
  *  convolutions a sum over kernel positions, instead of mx::conv_general. */
-mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g, mx::Stream s);
+mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g, mx::Stream s,
+                  const std::optional<mx::array>& bias = std::nullopt);
 
 /** A 1-D or 2-D convolution's geometry as 2-D (a 1-D one has height 1), for the CPU primitives. */
 struct Geometry2d {
