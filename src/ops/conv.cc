@@ -7,7 +7,8 @@
 //  - Padding follows ORT's CPU kernels (conv_attributes.h): explicit pads, VALID, and SAME_UPPER /
 //    SAME_LOWER padding to ceil(in / stride) with the odd pixel at the end / the beginning. SAME's
 //    total can be negative (kernel < stride); conv_general then drops the input pixels no window
-//    reaches, as ORT does.
+//    reaches, as ORT does. ORT multiplies the padding's zeros too (an inf weight there gives NaN):
+//    on GPUs X is padded explicitly unless W is a constant known to be finite.
 //  - Declined where ORT's CPU EP rejects the node (auto_pad together with pads, SAME with
 //    dilations != 1) and for float64 (MLX's convolution has no float64 kernel).
 //  - float16/bfloat16: MLX's convolution accumulates in float32 and rounds once; with a bias the
@@ -19,6 +20,7 @@
 //    depthwise ones, in ONNX's layout (ops/conv_cpu.cc); as precise as ORT's CPU EP and 2-50x
 //    faster than conv_general there. float16/bfloat16 then always compute in float32.
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <tuple>
 
@@ -267,6 +269,44 @@ mx::array PointwiseConv(const OpContext& c, mx::array x, const mx::array& w, con
   return mx::reshape(mx::astype(*y, c.output_dtype(0), s), out_shape, s);
 }
 
+/** True when `w`'s values are known now (a constant of the trace, not a traced or computed value)
+ *  and all finite. Read on the host once per trace. */
+bool KnownFinite(const mx::array& w) {
+  if (w.is_tracer() || w.has_primitive() || w.status() != mx::array::Status::available ||
+      !w.flags().row_contiguous)
+    return false;
+  auto all_finite = [&](const auto* p) {
+    for (size_t i = 0; i < w.size(); ++i)
+      if (!std::isfinite(static_cast<float>(p[i]))) return false;
+    return true;
+  };
+  if (w.dtype() == mx::float32) return all_finite(w.data<float>());
+  if (w.dtype() == mx::float16) return all_finite(w.data<mx::float16_t>());
+  if (w.dtype() == mx::bfloat16) return all_finite(w.data<mx::bfloat16_t>());
+  return false;
+}
+
+/** X (channels-last) padded explicitly by the positive parts of `lo` / `hi` on GPUs, where W may
+ *  hold inf or NaN: ORT's CPU kernel multiplies the padding's zeros too (0 * inf is NaN), cuDNN
+ *  leaves padding out of its sums. `lo` / `hi` keep only their negative parts (crops) then. Real
+ *  models' weights are finite constants: they keep conv_general's own padding, no extra copy. */
+mx::array PadForNonFiniteWeights(const mx::array& xl, const mx::array& w, std::vector<int>& lo,
+                                 std::vector<int>& hi, mx::Stream s) {
+  const bool pads = std::any_of(lo.begin(), lo.end(), [](int v) { return v > 0; }) ||
+                    std::any_of(hi.begin(), hi.end(), [](int v) { return v > 0; });
+  if (!pads || KnownFinite(w)) return xl;
+  std::vector<int> axes;
+  mx::Shape pad_lo, pad_hi;
+  for (size_t i = 0; i < lo.size(); ++i) {
+    axes.push_back(static_cast<int>(i) + 1);
+    pad_lo.push_back(std::max(lo[i], 0));
+    pad_hi.push_back(std::max(hi[i], 0));
+    lo[i] = std::min(lo[i], 0);
+    hi[i] = std::min(hi[i], 0);
+  }
+  return mx::pad(xl, axes, pad_lo, pad_hi, mx::array(0, xl.dtype()), "constant", s);
+}
+
 /** The CPU path (ConvCpu) in compute dtype `ct`, plus the bias, rounded once to the node's type. */
 mx::array CpuConv(const OpContext& c, const mx::array& x, const mx::array& w, const ConvAttrs& a,
                   const ConvGeometry& g, mx::Dtype ct) {
@@ -309,7 +349,7 @@ std::vector<mx::array> TranslateConv(const OpContext& c) {
   const mx::Dtype ct = cpu && dt != mx::float32 ? mx::float32 : ComputeDtype(c, dt);
   if (IsPointwise(a, lo, hi)) return {PointwiseConv(c, x, w, strides, out_shape, ct)};
   if (cpu) return {CpuConv(c, x, w, a, {kernel, strides, dilations, lo, hi, out}, ct)};
-  const mx::array xl = ToChannelsLast(mx::astype(x, ct, s), s);
+  const mx::array xl = PadForNonFiniteWeights(ToChannelsLast(mx::astype(x, ct, s), s), w, lo, hi, s);
   const mx::array wl = ToChannelsLast(mx::astype(w, ct, s), s);  // (M, *K, C/group)
   const mx::array y = ConvChannelsLast(xl, wl, strides, lo, hi, dilations, std::vector<int>(nd, 1), a.group,
                                        /*flip=*/false, s);
