@@ -137,12 +137,20 @@ mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const Conv
     if (auto y = DepthwiseConvOnCpu(x, w, groups, g, s)) return plus_bias(*y);
     return plus_bias(mx::reshape(DepthwiseSum(PadOrCrop(x, g.lo, g.hi, s), w, groups, g, s), out_shape, s));
   }
+  int ck = cg;
+  for (int k : g.kernel) ck *= k;
+  // With one group the bias is a column of W times a row of ones in the column matrix: the
+  // product adds it, no pass over the output of its own (W's column is a constant, folded once).
+  if (bias && groups == 1)
+    if (auto cols = Im2ColOnCpu(x, groups, g, s, /*ones_row=*/true)) {
+      const mx::array wb = mx::concatenate({mx::reshape(w, {1, m, ck}, s), mx::reshape(*bias, {1, m, 1}, s)}, 2, s);
+      return mx::reshape(mx::matmul(wb, *cols, s), out_shape, s);
+    }
   std::optional<mx::array> im2col = Im2ColOnCpu(x, groups, g, s);
   const mx::array cols =
-      im2col ? *im2col : Columns(PadOrCrop(x, g.lo, g.hi, s), groups, g, s);    // (N, G, C/G*K, O)
-  const mx::array wm = mx::reshape(w, {groups, m / groups, cols.shape(2)}, s);  // (G, M/G, C/G*K)
-  // With one group BLAS adds the bias (C = bias broadcast, beta = 1): no pass of its own over the
-  // output, and none to zero it first.
+      im2col ? *im2col : Columns(PadOrCrop(x, g.lo, g.hi, s), groups, g, s);  // (N, G, C/G*K, O)
+  const mx::array wm = mx::reshape(w, {groups, m / groups, ck}, s);           // (G, M/G, C/G*K)
+  // Otherwise BLAS adds it (C = bias broadcast, beta = 1): no Add pass, no zeroing by BLAS first.
   if (bias && groups == 1)
     return mx::reshape(mx::addmm(mx::reshape(*bias, {m, 1}, s), wm, cols, 1.0f, 1.0f, s), out_shape, s);
   return plus_bias(mx::reshape(mx::matmul(wm, cols, s), out_shape, s));  // (N, G, M/G, O)

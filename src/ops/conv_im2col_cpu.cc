@@ -24,6 +24,7 @@ namespace {
 /** The geometry of a 1-D or 2-D convolution as 2-D, and its groups. */
 struct Im2Col2d : Geometry2d {
   int groups = 1;
+  bool ones_row = false;  ///< one group: a row of ones after each batch entry's rows (the bias's)
   bool operator==(const Im2Col2d&) const = default;
 };
 
@@ -75,16 +76,25 @@ class Im2ColCpu : public mx::UnaryPrimitive {
           const int64_t in_plane = d.in_h * d.in_w, rows_out = d.out_h * d.out_w;
           const float* x = in[0].data<float>();
           float* cols = y.data<float>();
-          // (N, G, C/G * K, O) is (N, C, K, O) in memory: channel c's K rows follow channel c - 1's.
-          const int64_t planes = batch * channels;
+          // (N, G, C/G * K, O) is (N, C, K, O) in memory: channel c's K rows follow channel c - 1's
+          // (and a batch entry's rows end with the ones row when there is one).
+          const int64_t planes = batch * channels, ones = d.ones_row ? 1 : 0;
+          const int64_t entry_rows = channels * kernel + ones;
           nbits_cpu::RunRanges(planes, planes * kernel * rows_out, kMinParallelValues,
                                [&](int64_t begin, int64_t end) {
-                                 for (int64_t p = begin; p < end; ++p)
+                                 for (int64_t p = begin; p < end; ++p) {
+                                   const int64_t n = p / channels, c = p % channels;
+                                   float* plane_rows = cols + (n * entry_rows + c * kernel) * rows_out;
                                    for (int ky = 0; ky < d.kernel_h; ++ky)
                                      for (int kx = 0; kx < d.kernel_w; ++kx)
                                        PlaneRow(x + p * in_plane, d, ky, kx,
-                                                cols + (p * kernel + ky * d.kernel_w + kx) * rows_out);
+                                                plane_rows + (ky * d.kernel_w + kx) * rows_out);
+                                 }
                                });
+          for (int64_t n = 0; n < batch && ones; ++n) {
+            float* row = cols + (n * entry_rows + channels * kernel) * rows_out;
+            std::fill(row, row + rows_out, 1.f);
+          }
         });
   }
 
@@ -100,7 +110,7 @@ class Im2ColCpu : public mx::UnaryPrimitive {
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
     const int cg = inputs[0].shape(1) / d_.groups;
-    return {{inputs[0].shape(0), d_.groups, cg * d_.kernel_h * d_.kernel_w,
+    return {{inputs[0].shape(0), d_.groups, cg * d_.kernel_h * d_.kernel_w + (d_.ones_row ? 1 : 0),
              static_cast<int>(d_.out_h * d_.out_w)}};
   }
 
@@ -110,17 +120,19 @@ class Im2ColCpu : public mx::UnaryPrimitive {
 
 }  // namespace
 
-std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvGeometry& g, mx::Stream s) {
+std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvGeometry& g, mx::Stream s,
+                                     bool ones_row) {
   static const bool off = EnvOff(env::kConvCpuKernel);
   const std::optional<Geometry2d> g2 = As2d(x, g);
   if (off || !g2 || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 || groups < 1 ||
-      x.shape(1) % groups != 0)
+      x.shape(1) % groups != 0 || (ones_row && groups != 1))
     return std::nullopt;
   Im2Col2d d;
   static_cast<Geometry2d&>(d) = *g2;
   d.groups = groups;
+  d.ones_row = ones_row;
   const int cg = x.shape(1) / groups;
-  const mx::Shape shape = {x.shape(0), groups, cg * d.kernel_h * d.kernel_w,
+  const mx::Shape shape = {x.shape(0), groups, cg * d.kernel_h * d.kernel_w + (ones_row ? 1 : 0),
                            static_cast<int>(d.out_h * d.out_w)};
   return mx::array(shape, mx::float32, std::make_shared<Im2ColCpu>(s, d), {x});
 }

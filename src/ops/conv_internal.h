@@ -75,9 +75,12 @@ std::optional<Geometry2d> As2d(const mx::array& x, const ConvGeometry& g);
 /** The column matrix (N, G, C/G * prod(K), prod(O)) of a 1-D or 2-D convolution of float32 X
  *  (N, C, *S), the padding as zeros, as one primitive of the EP's on MLX's CPU stream
  *  (ops/conv_im2col_cpu.cc; row (c, ky, kx) of a group holds input channel c at kernel position
- *  (ky, kx) for every output position, as ConvCpu's strided view reshaped); nullopt elsewhere or
- *  with ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL=0 (the Pad, strided view and copy of ConvCpu). */
-std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvGeometry& g, mx::Stream s);
+ *  (ky, kx) for every output position, as ConvCpu's strided view reshaped); `ones_row` (one group
+ *  only): one more row of ones, so that a bias column of W adds the bias in the product itself.
+ *  nullopt elsewhere or with ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL=0 (the Pad, strided view and copy
+ *  of ConvCpu). */
+std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvGeometry& g, mx::Stream s,
+                                     bool ones_row = false);
 
 /** A 1-D or 2-D depthwise convolution (X (N, groups, *S), W (M, 1, *K), float32) as one primitive
  *  of the EP's on MLX's CPU stream (ops/conv_depthwise_cpu.cc), X unpadded; nullopt elsewhere (other
