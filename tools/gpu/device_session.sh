@@ -248,7 +248,9 @@ run_step() {
           --json "$R/bench_prompt_lengths.json" 2>&1 | tee "$R/bench_prompt_lengths.log" );;
     split)  # SPLIT_TESTS (files or node ids) spread over SPLIT_JOBS processes (pytest_split.sh)
       wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
-      ( ort_gpu_env && SPLIT_TIMEOUT="${SPLIT_TIMEOUT:-$(( ${CALL_BUDGET:-560} - SECONDS - 30 ))}" \
+      # From the repository (SPLIT_TESTS are its paths; as a background step the twenty-first
+      # session's split found none of them from the background job's directory).
+      ( ort_gpu_env && cd "$ROOT" && SPLIT_TIMEOUT="${SPLIT_TIMEOUT:-$(( ${CALL_BUDGET:-560} - SECONDS - 30 ))}" \
           bash "$ROOT/tools/gpu/pytest_split.sh" "${SPLIT_JOBS:-$(nproc)}" ${SPLIT_TESTS:?} );;
     llm)
       wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; tail -40 "$W/make.log"; return 1; }

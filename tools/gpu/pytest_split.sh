@@ -14,6 +14,8 @@ PY="${PY:-python3}"
 IDS=$(mktemp)
 $PY -m pytest -q -p no:cacheprovider --collect-only "$@" 2>/dev/null | grep '::' >"$IDS"
 echo "$(wc -l <"$IDS") tests in $JOBS processes" | tee "$R/split_summary.txt"
+# None collected is a failure (a wrong directory or path), not an empty success.
+[ -s "$IDS" ] || { echo "no tests collected from $* in $PWD" | tee -a "$R/split_summary.txt"; exit 1; }
 for k in $(seq 0 $((JOBS - 1))); do
   awk -v k="$k" -v n="$JOBS" '(NR - 1) % n == k' "$IDS" >"$IDS.$k"
   [ -s "$IDS.$k" ] || continue
@@ -24,3 +26,4 @@ for k in $(seq 0 $((JOBS - 1))); do
 done | tee -a "$R/split_summary.txt"
 wait
 grep -h -E '^(FAILED|ERROR) ' "$R"/split_*.log | sort | tee -a "$R/split_summary.txt"
+true  # no FAILED line is not an error
