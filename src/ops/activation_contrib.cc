@@ -13,8 +13,9 @@
 // erf is the project's exp-free float32 Erf (unary_internal.h), tanh MLX's, sigmoid the EP's
 // primitive on MLX's CPU backend (as unary.cc's Sigmoid; QuickGelu with alpha 1 is SiluCpu).
 // ORT's CPU kernels are float32: float16 runs there as float32 between inserted Casts (or as the
-// function body, also in float32), so float16 and bfloat16 compute in float32 here and round once. float64 is declined (ORT has no
-// kernel for Gelu/BiasGelu; FastGelu/QuickGelu run their function bodies, not matched here).
+// function body, also in float32), so float16 and bfloat16 compute in float32 here and round once.
+// float64 is declined (ORT has no kernel for Gelu/BiasGelu; FastGelu/QuickGelu run their function
+// bodies, not matched here).
 #include <cmath>
 
 #include "ops/claim_util.h"

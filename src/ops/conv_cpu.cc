@@ -132,7 +132,9 @@ mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const Conv
   out_shape.insert(out_shape.end(), g.out.begin(), g.out.end());
   mx::Shape bias_shape(out_shape.size(), 1);
   bias_shape[1] = m;
-  auto plus_bias = [&](const mx::array& y) { return bias ? mx::add(y, mx::reshape(*bias, bias_shape, s), s) : y; };
+  auto plus_bias = [&](const mx::array& y) {
+    return bias ? mx::add(y, mx::reshape(*bias, bias_shape, s), s) : y;
+  };
   if (cg == 1 && groups > 1) {
     if (auto y = DepthwiseConvOnCpu(x, w, groups, g, s)) return plus_bias(*y);
     return plus_bias(mx::reshape(DepthwiseSum(PadOrCrop(x, g.lo, g.hi, s), w, groups, g, s), out_shape, s));
@@ -143,7 +145,8 @@ mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const Conv
   // product adds it, no pass over the output of its own (W's column is a constant, folded once).
   if (bias && groups == 1)
     if (auto cols = Im2ColOnCpu(x, groups, g, s, /*ones_row=*/true)) {
-      const mx::array wb = mx::concatenate({mx::reshape(w, {1, m, ck}, s), mx::reshape(*bias, {1, m, 1}, s)}, 2, s);
+      const mx::array wb =
+          mx::concatenate({mx::reshape(w, {1, m, ck}, s), mx::reshape(*bias, {1, m, 1}, s)}, 2, s);
       return mx::reshape(mx::matmul(wb, *cols, s), out_shape, s);
     }
   std::optional<mx::array> im2col = Im2ColOnCpu(x, groups, g, s);

@@ -80,17 +80,16 @@ class Im2ColCpu : public mx::UnaryPrimitive {
           // (and a batch entry's rows end with the ones row when there is one).
           const int64_t planes = batch * channels, ones = d.ones_row ? 1 : 0;
           const int64_t entry_rows = channels * kernel + ones;
-          nbits_cpu::RunRanges(planes, planes * kernel * rows_out, kMinParallelValues,
-                               [&](int64_t begin, int64_t end) {
-                                 for (int64_t p = begin; p < end; ++p) {
-                                   const int64_t n = p / channels, c = p % channels;
-                                   float* plane_rows = cols + (n * entry_rows + c * kernel) * rows_out;
-                                   for (int ky = 0; ky < d.kernel_h; ++ky)
-                                     for (int kx = 0; kx < d.kernel_w; ++kx)
-                                       PlaneRow(x + p * in_plane, d, ky, kx,
-                                                plane_rows + (ky * d.kernel_w + kx) * rows_out);
-                                 }
-                               });
+          nbits_cpu::RunRanges(
+              planes, planes * kernel * rows_out, kMinParallelValues, [&](int64_t begin, int64_t end) {
+                for (int64_t p = begin; p < end; ++p) {
+                  const int64_t n = p / channels, c = p % channels;
+                  float* plane_rows = cols + (n * entry_rows + c * kernel) * rows_out;
+                  for (int ky = 0; ky < d.kernel_h; ++ky)
+                    for (int kx = 0; kx < d.kernel_w; ++kx)
+                      PlaneRow(x + p * in_plane, d, ky, kx, plane_rows + (ky * d.kernel_w + kx) * rows_out);
+                }
+              });
           for (int64_t n = 0; n < batch && ones; ++n) {
             float* row = cols + (n * entry_rows + channels * kernel) * rows_out;
             std::fill(row, row + rows_out, 1.f);

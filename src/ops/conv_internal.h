@@ -55,7 +55,8 @@ struct ConvGeometry {
 
 /** Convolution on MLX's CPU device (ops/conv_cpu.cc) in ONNX's layout: X (N, C, *S) and
  *  W (M, C/groups, *K) to (N, M, *O), plus `bias` (M values of X's dtype) when given; im2col +
- *  matmul (BLAS; with a bias and one group, BLAS adds it: mx::addmm), or for depthwise
+ *  matmul (BLAS; with a bias and one group BLAS adds it: a column of W against a row of ones in
+ *  the column matrix, or mx::addmm), or for depthwise
  *  convolutions a sum over kernel positions, instead of mx::conv_general. */
 mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g, mx::Stream s,
                   const std::optional<mx::array>& bias = std::nullopt);
