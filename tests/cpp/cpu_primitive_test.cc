@@ -39,6 +39,10 @@ TEST(RowMajor, CopiesEveryViewKind) {
   ExpectRowMajor(mx::slice(x, {1, 2, 3, 4}, {-3, -4, -5, -6}, {-1, -1, -1, -1}));           // reversed
   ExpectRowMajor(mx::astype(mx::transpose(x), mx::float16));  // half, its input's strides
   ExpectRowMajor(mx::astype(x, mx::float16), false);          // row-major already: itself
+  ExpectRowMajor(mx::astype(mx::transpose(x, {3, 1, 2, 0}), mx::uint8));  // one-byte items
+  ExpectRowMajor(mx::slice(mx::arange(40, mx::int32), {3}, {40}, {4}));   // 1-D, strided
+  ExpectRowMajor(
+      mx::broadcast_to(mx::reshape(mx::arange(4, mx::float32), {4, 1}), {4, 6}));  // inner stride 0
   const mx::array scalar = mx::array(3.5f);
   mx::eval(scalar);
   EXPECT_EQ(RowMajor(scalar).data<float>()[0], 3.5f);
