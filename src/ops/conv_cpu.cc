@@ -136,7 +136,7 @@ mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const Conv
     return bias ? mx::add(y, mx::reshape(*bias, bias_shape, s), s) : y;
   };
   if (cg == 1 && groups > 1) {
-    if (auto y = DepthwiseConvOnCpu(x, w, groups, g, s)) return plus_bias(*y);
+    if (auto y = DepthwiseConvOnCpu(x, w, groups, g, s, bias)) return *y;  // the bias added there
     return plus_bias(mx::reshape(DepthwiseSum(PadOrCrop(x, g.lo, g.hi, s), w, groups, g, s), out_shape, s));
   }
   int ck = cg;

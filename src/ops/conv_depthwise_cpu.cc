@@ -9,7 +9,7 @@
 //
 // Each output sums its kernel positions in the composed form's order (row-major over the kernel),
 // in float32 from zero; the padding's zeros are multiplied too, as in the composed form and ORT's
-// kernels (0 * inf is NaN there).
+// kernels (0 * inf is NaN there). A bias is added to each finished sum, as the Add after it did.
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
@@ -28,6 +28,7 @@ namespace {
 /** The geometry of a 1-D or 2-D depthwise convolution as 2-D. */
 struct Depthwise2d : Geometry2d {
   int channels_per_group = 1;  ///< M / groups: output channels reading one input channel
+  bool bias = false;           ///< a third input: M values added to the sums
   bool operator==(const Depthwise2d&) const = default;
 };
 
@@ -107,6 +108,12 @@ void Plane(const float* x, const float* w, const Depthwise2d& d, float* y) {
   (padded ? padded : PlanePaddedAny)(buf.data(), cols, w, d, y);
 }
 
+/** The bias added to a finished plane: the sum rounded, then the bias added, as the Add after
+ *  the convolution did (and ORT's kernels do), while the plane is still in cache. */
+MLX_EP_CLONES void AddToPlane(float* y, int64_t n, float b) {
+  for (int64_t i = 0; i < n; ++i) y[i] += b;
+}
+
 // Below this many multiply-adds one thread is faster than waking others (as in quantized_cpu.cc).
 constexpr int64_t kMinParallelWork = 1 << 16;
 
@@ -121,14 +128,17 @@ class DepthwiseConvCpu : public mx::UnaryPrimitive {
           const int64_t in_plane = d.in_h * d.in_w, out_plane = d.out_h * d.out_w;
           const int kernel = d.kernel_h * d.kernel_w;
           const float *x = in[0].data<float>(), *w = in[1].data<float>();
+          const float* bias = d.bias ? in[2].data<float>() : nullptr;
           float* dst = y.data<float>();
           const int64_t planes = batch * m;
           nbits_cpu::RunRanges(planes, planes * out_plane * kernel, kMinParallelWork,
                                [&](int64_t begin, int64_t end) {
                                  for (int64_t p = begin; p < end; ++p) {
                                    const int64_t n = p / m, oc = p % m;
+                                   float* out = dst + p * out_plane;
                                    Plane(x + (n * channels + oc / d.channels_per_group) * in_plane,
-                                         w + oc * kernel, d, dst + p * out_plane);
+                                         w + oc * kernel, d, out);
+                                   if (bias) AddToPlane(out, out_plane, bias[oc]);
                                  }
                                });
         });
@@ -158,18 +168,25 @@ class DepthwiseConvCpu : public mx::UnaryPrimitive {
 }  // namespace
 
 std::optional<mx::array> DepthwiseConvOnCpu(const mx::array& x, const mx::array& w, int groups,
-                                            const ConvGeometry& g, mx::Stream s) {
+                                            const ConvGeometry& g, mx::Stream s,
+                                            const std::optional<mx::array>& bias) {
   static const bool off = EnvOff(env::kConvCpuKernel);
   const std::optional<Geometry2d> g2 = As2d(x, g);
   if (off || !g2 || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 ||
       w.dtype() != mx::float32 || x.shape(1) != groups || w.shape(1) != 1 || w.shape(0) % groups != 0)
     return std::nullopt;
+  if (bias && (bias->dtype() != mx::float32 || bias->size() != static_cast<size_t>(w.shape(0))))
+    return std::nullopt;
   Depthwise2d d;
   static_cast<Geometry2d&>(d) = *g2;
   d.channels_per_group = w.shape(0) / groups;
+  d.bias = bias.has_value();
   mx::Shape shape = {x.shape(0), w.shape(0)};
   for (int o : g.out) shape.push_back(o);
-  return mx::array(std::move(shape), mx::float32, std::make_shared<DepthwiseConvCpu>(s, d), {x, w});
+  std::vector<mx::array> inputs = {x, w};
+  if (bias) inputs.push_back(*bias);
+  return mx::array(std::move(shape), mx::float32, std::make_shared<DepthwiseConvCpu>(s, d),
+                   std::move(inputs));
 }
 
 }  // namespace conv_util

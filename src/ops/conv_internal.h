@@ -84,10 +84,12 @@ std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvG
                                      bool ones_row = false);
 
 /** A 1-D or 2-D depthwise convolution (X (N, groups, *S), W (M, 1, *K), float32) as one primitive
- *  of the EP's on MLX's CPU stream (ops/conv_depthwise_cpu.cc), X unpadded; nullopt elsewhere (other
- *  devices, dtypes or ranks) or with ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL=0 (ConvCpu's composed sum). */
+ *  of the EP's on MLX's CPU stream (ops/conv_depthwise_cpu.cc), X unpadded, plus `bias` (M float32
+ *  values) when given; nullopt elsewhere (other devices, dtypes or ranks) or with
+ *  ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL=0 (ConvCpu's composed sum). */
 std::optional<mx::array> DepthwiseConvOnCpu(const mx::array& x, const mx::array& w, int groups,
-                                            const ConvGeometry& g, mx::Stream s);
+                                            const ConvGeometry& g, mx::Stream s,
+                                            const std::optional<mx::array>& bias = std::nullopt);
 
 /** The dtype a node computes in: float32 for float16/bfloat16 nodes with a bias (conv + bias then
  *  round once, as ORT's float kernels do), else the input dtype (MLX's convolution accumulates in
