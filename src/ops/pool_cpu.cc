@@ -50,24 +50,59 @@ void InsideRanges(const Axis& ax, std::vector<int64_t>& first, std::vector<int64
   }
 }
 
-/** One output plane from one input plane. */
+/** Output `ox` of row `oy` by the rule: its first inside element, replaced by each later one
+ *  (row-major over the window) that compares greater; float32's lowest with none inside. */
+float WindowMax(const float* x, const MaxPool2d& p, int64_t oy, int64_t ox, int64_t h0, int64_t h1,
+                int64_t w0, int64_t w1) {
+  if (h0 >= h1 || w0 >= w1) return std::numeric_limits<float>::lowest();
+  float best = x[p.h.Coord(oy, h0) * p.w.in + p.w.Coord(ox, w0)];  // whatever it is (NaN too)
+  for (int64_t jy = h0; jy < h1; ++jy) {
+    const float* row = x + p.h.Coord(oy, jy) * p.w.in;
+    for (int64_t jx = w0; jx < w1; ++jx) {
+      const float v = row[p.w.Coord(ox, jx)];
+      best = v > best ? v : best;  // the first element compares equal to itself: no change
+    }
+  }
+  return best;
+}
+
+/** Outputs [ox0, ox1) of row `oy` whose windows lie inside the input along the width: the same
+ *  rule, each window element in turn over all of them (the loop over outputs vectorizes). */
+MLX_EP_CLONES void InteriorMax(const float* x, const MaxPool2d& p, int64_t oy, int64_t h0, int64_t h1,
+                               int64_t ox0, int64_t ox1, float* out) {
+  const int64_t stride = p.w.stride, base = -p.w.pad_begin;
+  const float* first = x + p.h.Coord(oy, h0) * p.w.in + base;
+  for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] = first[ox * stride];
+  for (int64_t jy = h0; jy < h1; ++jy) {
+    const float* row = x + p.h.Coord(oy, jy) * p.w.in + base;
+    for (int64_t jx = 0; jx < p.w.kernel; ++jx) {
+      const float* at = row + jx * p.w.dilation;
+      for (int64_t ox = ox0; ox < ox1; ++ox) {
+        const float v = at[ox * stride];
+        out[ox] = v > out[ox] ? v : out[ox];
+      }
+    }
+  }
+}
+
+/** One output plane from one input plane: InteriorMax where a window lies inside the width,
+ *  WindowMax at the edges (and for windows that leave the height, which InteriorMax handles by
+ *  its row range h0, h1). */
 void Plane(const float* x, const MaxPool2d& p, const std::vector<int64_t>& h0, const std::vector<int64_t>& h1,
            const std::vector<int64_t>& w0, const std::vector<int64_t>& w1, float* y) {
+  int64_t ox0 = 0, ox1 = 0;  // the interior: every window element inside the width
+  while (ox0 < p.w.out && !(w0[ox0] == 0 && w1[ox0] == p.w.kernel)) ++ox0;
+  ox1 = ox0;
+  while (ox1 < p.w.out && w0[ox1] == 0 && w1[ox1] == p.w.kernel) ++ox1;
   for (int64_t oy = 0; oy < p.h.out; ++oy) {
+    float* out = y + oy * p.w.out;
     for (int64_t ox = 0; ox < p.w.out; ++ox) {
-      float best = std::numeric_limits<float>::lowest();
-      if (h0[oy] < h1[oy] && w0[ox] < w1[ox]) {
-        const float* row = x + p.h.Coord(oy, h0[oy]) * p.w.in;
-        best = row[p.w.Coord(ox, w0[ox])];  // the first inside element, whatever it is (NaN too)
-        for (int64_t jy = h0[oy]; jy < h1[oy]; ++jy) {
-          row = x + p.h.Coord(oy, jy) * p.w.in;
-          for (int64_t jx = w0[ox]; jx < w1[ox]; ++jx) {
-            const float v = row[p.w.Coord(ox, jx)];
-            best = v > best ? v : best;  // the first element compares equal to itself: no change
-          }
-        }
+      if (ox == ox0 && ox1 > ox0 && h0[oy] < h1[oy]) {
+        InteriorMax(x, p, oy, h0[oy], h1[oy], ox0, ox1, out);
+        ox = ox1 - 1;
+        continue;
       }
-      y[oy * p.w.out + ox] = best;
+      out[ox] = WindowMax(x, p, oy, ox, h0[oy], h1[oy], w0[ox], w1[ox]);
     }
   }
 }

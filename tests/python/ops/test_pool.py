@@ -238,6 +238,22 @@ def test_maxpool_values_lowest_nan_and_infinity():
         check_parity(model, feeds, expected=[expected])
 
 
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[3, 2], strides=[2, 2], pads=[1, 0, 1, 1]),
+                                   dict(kernel_shape=[2, 3], dilations=[1, 2], pads=[0, 2, 1, 2])], ids=ids)
+def test_maxpool_values_nan_in_wide_rows(attrs):
+    """Rows wide enough that the primitive takes the windows inside the width together (each window
+    element in turn over all of them): a NaN a window starts with stays, a later one is ignored,
+    per window as at the edges (against the values output of ORT's Indices kernel, as above)."""
+    x = data((2, 2, 7, 41))
+    x[0, 0, 0, 5] = x[0, 0, 3, 17] = x[1, 1, 6, 40] = x[1, 0, 2, 0] = np.nan
+    x[0, 1, 1, 8:12] = np.inf
+    x[1, 1, 4, 20:30] = -np.inf
+    expected = run_cpu(*pool_model("MaxPool", x, attrs, indices=True))[0]
+    model, feeds = pool_model("MaxPool", x, attrs)
+    check_parity(model, feeds, expected=[expected])
+
+
 @pytest.mark.parametrize("shape,attrs", [
     ((2, 4, 13, 11), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2])),  # YOLO's SPPF
     ((1, 3, 20), dict(kernel_shape=[4], strides=[3], pads=[1, 2], dilations=[2])),
@@ -255,7 +271,8 @@ def test_maxpool_primitive():
     takes a Slice and its comparisons per window element."""
     import os
     cases = ["test_maxpool_values_lowest_nan_and_infinity", "test_maxpool_values[sppf]",
-             "test_maxpool_values[1d-dilated]"]
+             "test_maxpool_values[1d-dilated]",
+             "test_maxpool_values_nan_in_wide_rows[kernel_shape=[3, 3]_pads=[1, 1, 1, 1]]"]
     kernel, composed = census_with_and_without(os.path.abspath(__file__), cases, "ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL")
     assert sum("MaxPoolCpu" in line for line in kernel) >= len(cases), kernel
     assert not any("MaxPoolCpu" in line for line in composed), composed
