@@ -21,6 +21,7 @@
 #include "mlx/primitives.h"
 #include "ops/cpu_primitive.h"
 #include "ops/recurrent_internal.h"
+#include "ops/unary_cpu.h"
 
 namespace mlx_ep {
 namespace recurrent {
@@ -97,6 +98,14 @@ float Apply(const FnSpec& a, float x) {
   return x;
 }
 
+/** Apply over `n` values in place: sigmoid and tanh as the exp-family primitive's loops (unary_cpu.h:
+ *  double precision rounded once, vectorized), the others one value at a time. */
+void ApplyAll(const FnSpec& a, float* v, int64_t n) {
+  if (a.fn == Fn::kSigmoid) return ExpFormValues(ExpForm::kSigmoid, v, v, n);
+  if (a.fn == Fn::kTanh) return ExpFormValues(ExpForm::kTanh, v, v, n);
+  for (int64_t i = 0; i < n; ++i) v[i] = Apply(a, v[i]);
+}
+
 struct RecurrenceParams {
   Cell cell = Cell::kRnn;
   int hidden = 0;
@@ -159,6 +168,7 @@ struct StepInputs {
 struct StepBuffers {
   std::vector<float> hr;     ///< [B, G*H]: h·R^T
   std::vector<float> reset;  ///< GRU: [B, H] r, then [B, H] r * h, then [B, H] (r * h)·R_h^T
+  std::vector<float> gates;  ///< [5, H]: one batch row's activations (LSTM i, f, c, o, tanh(c))
 };
 
 /** One step for every batch row: the new h (and c) from the step's `x` ([B, G*H]) and the state. */
@@ -175,8 +185,8 @@ void Step(const RecurrenceParams& p, const StepInputs& in, const float* x, const
     buf.reset.resize(3 * B * H);
     r = buf.reset.data();
     for (int64_t b = 0; b < B; ++b)
-      for (int64_t k = 0; k < H; ++k)
-        r[b * H + k] = Apply(p.f, Clipped(p, x[b * gh + H + k] + buf.hr[b * gh + H + k]));
+      for (int64_t k = 0; k < H; ++k) r[b * H + k] = Clipped(p, x[b * gh + H + k] + buf.hr[b * gh + H + k]);
+    ApplyAll(p.f, r, B * H);
     if (gru_after_reset) {
       float* reset_h = r + B * H;
       rh = r + 2 * B * H;
@@ -184,32 +194,48 @@ void Step(const RecurrenceParams& p, const StepInputs& in, const float* x, const
       Product(reset_h, B, H, in.r + 2 * H * H, H, rh, H);
     }
   }
+  // Each gate's pre-activations for a batch row first, then its function over all of them
+  // (ApplyAll), then what combines them: the same values, element by element, as one at a time.
+  buf.gates.resize(5 * H);
+  float* g0 = buf.gates.data();
+  float *g1 = g0 + H, *g2 = g0 + 2 * H, *g3 = g0 + 3 * H, *g4 = g0 + 4 * H;
   for (int64_t b = 0; b < B; ++b) {
     const float* xb = x + b * gh;
     const float* hrb = buf.hr.data() + b * gh;
     const float* hb = h + b * H;
     float* ho = h_out + b * H;
     if (p.cell == Cell::kRnn) {
-      for (int64_t k = 0; k < H; ++k) ho[k] = Apply(p.f, Clipped(p, xb[k] + hrb[k]));
+      for (int64_t k = 0; k < H; ++k) ho[k] = Clipped(p, xb[k] + hrb[k]);
+      ApplyAll(p.f, ho, H);
     } else if (p.cell == Cell::kLstm) {  // gates i, o, f, c; peepholes i, o, f
       const float* cb = c + b * H;
+      float* cn = c_out + b * H;
+      // Gate `at`'s pre-activation for unit k, with peephole `which` on `cell`.
+      auto pre = [&](int64_t at, int which, float cell, int64_t k) {
+        float v = xb[at * H + k] + hrb[at * H + k];
+        if (p.has_peepholes) v += cell * in.peep[which * H + k];
+        return Clipped(p, v);
+      };
       for (int64_t k = 0; k < H; ++k) {
-        auto gate = [&](int64_t at, int which, float cell) {
-          float pre = xb[at * H + k] + hrb[at * H + k];
-          if (p.has_peepholes) pre += cell * in.peep[which * H + k];
-          return Apply(p.f, Clipped(p, pre));
-        };
-        const float i = gate(0, 0, cb[k]);
-        const float f = p.input_forget ? 1.f - i : gate(2, 2, cb[k]);
-        const float c_in = Apply(p.g, Clipped(p, xb[3 * H + k] + hrb[3 * H + k]));
-        const float c_next = cb[k] * f + i * c_in;
-        const float o = gate(1, 1, c_next);
-        c_out[b * H + k] = c_next;
-        ho[k] = o * Apply(p.h, c_next);
+        g0[k] = pre(0, 0, cb[k], k);                         // i
+        if (!p.input_forget) g1[k] = pre(2, 2, cb[k], k);    // f
+        g2[k] = Clipped(p, xb[3 * H + k] + hrb[3 * H + k]);  // c
       }
+      ApplyAll(p.f, g0, H);
+      if (!p.input_forget) ApplyAll(p.f, g1, H);
+      ApplyAll(p.g, g2, H);
+      for (int64_t k = 0; k < H; ++k) {
+        const float f = p.input_forget ? 1.f - g0[k] : g1[k];
+        cn[k] = cb[k] * f + g0[k] * g2[k];
+        g3[k] = pre(1, 1, cn[k], k);  // o, its peephole on the new cell
+        g4[k] = cn[k];
+      }
+      ApplyAll(p.f, g3, H);
+      ApplyAll(p.h, g4, H);
+      for (int64_t k = 0; k < H; ++k) ho[k] = g3[k] * g4[k];
     } else {  // gates z, r, h
       for (int64_t k = 0; k < H; ++k) {
-        const float z = Apply(p.f, Clipped(p, xb[k] + hrb[k]));
+        g0[k] = Clipped(p, xb[k] + hrb[k]);  // z
         const float reset = r[b * H + k];
         float h_pre;
         if (p.linear_before_reset) {
@@ -218,9 +244,11 @@ void Step(const RecurrenceParams& p, const StepInputs& in, const float* x, const
         } else {
           h_pre = xb[2 * H + k] + rh[b * H + k];
         }
-        const float h_new = Apply(p.g, Clipped(p, h_pre));
-        ho[k] = (1.f - z) * h_new + z * hb[k];
+        g1[k] = Clipped(p, h_pre);
       }
+      ApplyAll(p.f, g0, H);
+      ApplyAll(p.g, g1, H);
+      for (int64_t k = 0; k < H; ++k) ho[k] = (1.f - g0[k]) * g1[k] + g0[k] * hb[k];
     }
   }
 }

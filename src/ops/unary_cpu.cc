@@ -202,6 +202,8 @@ std::optional<mx::array> ExpOnCpu(const mx::array& x, ExpForm form, mx::Stream s
   return mx::array(x.shape(), mx::float32, std::make_shared<ExpCpu>(s, form), {x});
 }
 
+void ExpFormValues(ExpForm form, const float* x, float* y, int64_t n) { RangeOf(form)(x, y, n); }
+
 std::optional<mx::array> SiluOnCpu(const mx::array& a, const mx::array& b, mx::Stream s) {
   // `sig` is ExpCpu's sigmoid of `x` itself (the same array, not an equal one).
   auto sigmoid_of = [](const mx::array& sig, const mx::array& x) {

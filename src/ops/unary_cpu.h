@@ -7,6 +7,7 @@
 // NaN as the exact function gives them.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 
 #include "ops/op.h"
@@ -26,6 +27,10 @@ enum class ExpForm {
 /** `form` of float32 `x` as one primitive of the EP's; nullopt off MLX's CPU device, for other
  *  dtypes, or with ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0 (the composed forms). */
 std::optional<mx::array> ExpOnCpu(const mx::array& x, ExpForm form, mx::Stream s);
+
+/** `form` of `n` float32 values (`y` may be `x`) on the calling thread, as the primitive computes
+ *  them (the clone for this CPU): for the EP's other CPU loops (the recurrences' gates). */
+void ExpFormValues(ExpForm form, const float* x, float* y, int64_t n);
 
 /** x * sigmoid(x) as one primitive (ExpForm::kSilu) where one of `a`, `b` is ExpOnCpu's sigmoid
  *  of the other (a Mul node after a Sigmoid node: SiLU / Swish in torch's exports and YOLO's
