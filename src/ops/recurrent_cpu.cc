@@ -7,8 +7,9 @@
 // 1,348 MLX primitives a run, 72 with this). Here the loop runs in C++ over the same equations
 // (recurrent_cells.cc states them, with ORT's formulas for the activations): X·W^T and the
 // foldable biases stay one MLX matmul before it; each step computes h·R^T (OpenBLAS where the EP
-// has it, as MLX's matmuls; R read as stored), applies the gates in float32, and masks by
-// sequence length as RunDirection does.
+// has it, as MLX's matmuls; R read as stored), applies the gates in float32 (sigmoid and tanh
+// through the exp-family primitive's vectorized loops, unary_cpu.h), and masks by sequence length
+// as RunDirection does.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
