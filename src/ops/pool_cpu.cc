@@ -70,15 +70,15 @@ float WindowMax(const float* x, const MaxPool2d& p, int64_t oy, int64_t ox, int6
  *  rule, each window element in turn over all of them (the loop over outputs vectorizes). */
 MLX_EP_CLONES void InteriorMax(const float* x, const MaxPool2d& p, int64_t oy, int64_t h0, int64_t h1,
                                int64_t ox0, int64_t ox1, float* out) {
-  const int64_t stride = p.w.stride, base = -p.w.pad_begin;
-  const float* first = x + p.h.Coord(oy, h0) * p.w.in + base;
-  for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] = first[ox * stride];
+  const int64_t stride = p.w.stride;
+  const float* first = x + p.h.Coord(oy, h0) * p.w.in;
+  for (int64_t ox = ox0; ox < ox1; ++ox) out[ox] = first[ox * stride - p.w.pad_begin];
   for (int64_t jy = h0; jy < h1; ++jy) {
-    const float* row = x + p.h.Coord(oy, jy) * p.w.in + base;
+    const float* row = x + p.h.Coord(oy, jy) * p.w.in;
     for (int64_t jx = 0; jx < p.w.kernel; ++jx) {
-      const float* at = row + jx * p.w.dilation;
+      const int64_t at = jx * p.w.dilation - p.w.pad_begin;  // inside the row for every ox here
       for (int64_t ox = ox0; ox < ox1; ++ox) {
-        const float v = at[ox * stride];
+        const float v = row[ox * stride + at];
         out[ox] = v > out[ox] ? v : out[ox];
       }
     }
