@@ -68,15 +68,16 @@ std::optional<Fn> FnOf(const std::string& name) {
 /** e^x of float x, rounded once (as unary::Exp's primitive). */
 float ExpF(float x) { return static_cast<float>(std::exp(static_cast<double>(x))); }
 
-/** The activation as Activate (recurrent.cc) computes it. */
+/** The activation as Activate (recurrent.cc) computes it; sigmoid and tanh as the exp-family
+ *  primitive's loops (ApplyAll takes them over whole rows). */
 float Apply(const FnSpec& a, float x) {
   switch (a.fn) {
-    case Fn::kSigmoid: {
-      const double e = std::exp(-std::fabs(static_cast<double>(x)));
-      return static_cast<float>((x >= 0 ? 1.0 : e) / (1.0 + e));
+    case Fn::kSigmoid:
+    case Fn::kTanh: {
+      float y;
+      ExpFormValues(a.fn == Fn::kSigmoid ? ExpForm::kSigmoid : ExpForm::kTanh, &x, &y, 1);
+      return y;
     }
-    case Fn::kTanh:
-      return std::tanh(x);
     case Fn::kRelu:
       return x > 0.f ? x : (x == x ? 0.f : x);
     case Fn::kAffine:
@@ -102,8 +103,8 @@ float Apply(const FnSpec& a, float x) {
 /** Apply over `n` values in place: sigmoid and tanh as the exp-family primitive's loops (unary_cpu.h:
  *  double precision rounded once, vectorized), the others one value at a time. */
 void ApplyAll(const FnSpec& a, float* v, int64_t n) {
-  if (a.fn == Fn::kSigmoid) return ExpFormValues(ExpForm::kSigmoid, v, v, n);
-  if (a.fn == Fn::kTanh) return ExpFormValues(ExpForm::kTanh, v, v, n);
+  if (a.fn == Fn::kSigmoid || a.fn == Fn::kTanh)
+    return ExpFormValues(a.fn == Fn::kSigmoid ? ExpForm::kSigmoid : ExpForm::kTanh, v, v, n);
   for (int64_t i = 0; i < n; ++i) v[i] = Apply(a, v[i]);
 }
 

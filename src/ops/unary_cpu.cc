@@ -51,22 +51,20 @@ MLX_EP_CLONES void ExpRange(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(ExpClamped(x[i]));
 }
 
-/** 1 / (1 + e) for x >= 0, e / (1 + e) below, with e = e^-|x| in (0, 1]. */
-MLX_EP_CLONES void SigmoidRange(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = x[i];
-    const double e = ExpClamped(v < 0 ? v : -v);
-    y[i] = static_cast<float>((v >= 0 ? 1.0 : e) / (1.0 + e));
-  }
+/** sigmoid(v) rounded to float32: 1 / (1 + e) for v >= 0, e / (1 + e) below, with e = e^-|v| in
+ *  (0, 1]. */
+MLX_EP_INLINE float SigmoidOf(double v) {
+  const double e = ExpClamped(v < 0 ? v : -v);
+  return static_cast<float>((v >= 0 ? 1.0 : e) / (1.0 + e));
 }
 
-/** x * sigmoid(x): SigmoidRange's value rounded to float32, times x in float32 (Mul's step). */
+MLX_EP_CLONES void SigmoidRange(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = SigmoidOf(x[i]);
+}
+
+/** x * sigmoid(x): SigmoidRange's value, times x in float32 (Mul's step). */
 MLX_EP_CLONES void SiluRange(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const double v = x[i];
-    const double e = ExpClamped(v < 0 ? v : -v);
-    y[i] = x[i] * static_cast<float>((v >= 0 ? 1.0 : e) / (1.0 + e));
-  }
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * SigmoidOf(x[i]);
 }
 
 // tanh's Taylor coefficients, x^1 ... x^9 (odd powers): below |x| = 1/16 the next term is 8e-15
