@@ -121,22 +121,28 @@ constexpr int64_t kMinParallelValues = 1 << 16;
 
 using RangeFn = void (*)(const float*, float*, int64_t);
 
-RangeFn RangeOf(ExpForm form) {
+/** A form's loop and the primitive's name for it. */
+struct FormInfo {
+  RangeFn range;
+  const char* name;
+};
+
+FormInfo InfoOf(ExpForm form) {
   switch (form) {
     case ExpForm::kExp:
-      return ExpRange;
+      return {ExpRange, "ExpCpu"};
     case ExpForm::kSigmoid:
-      return SigmoidRange;
+      return {SigmoidRange, "SigmoidCpu"};
     case ExpForm::kTanh:
-      return TanhRange;
+      return {TanhRange, "TanhCpu"};
     case ExpForm::kErf:
-      return ErfRange;
+      return {ErfRange, "ErfCpu"};
     case ExpForm::kGeluErf:
-      return GeluErfRange;
+      return {GeluErfRange, "GeluErfCpu"};
     case ExpForm::kSilu:
-      return SiluRange;
+      return {SiluRange, "SiluCpu"};
   }
-  return ExpRange;
+  return {ExpRange, "ExpCpu"};
 }
 
 class ExpCpu : public mx::UnaryPrimitive {
@@ -151,7 +157,7 @@ class ExpCpu : public mx::UnaryPrimitive {
           float* dst = y.data<float>();
           nbits_cpu::RunRanges(
               n, n, kMinParallelValues,
-              [&](int64_t begin, int64_t end) { RangeOf(form)(src + begin, dst + begin, end - begin); },
+              [&](int64_t begin, int64_t end) { InfoOf(form).range(src + begin, dst + begin, end - begin); },
               /*grain=*/4096);
         });
   }
@@ -160,23 +166,7 @@ class ExpCpu : public mx::UnaryPrimitive {
     throw std::runtime_error("ExpCpu runs on the CPU only (GPUs take MLX's exp, sigmoid, tanh and erf)");
   }
 
-  const char* name() const override {
-    switch (form_) {
-      case ExpForm::kExp:
-        return "ExpCpu";
-      case ExpForm::kSigmoid:
-        return "SigmoidCpu";
-      case ExpForm::kTanh:
-        return "TanhCpu";
-      case ExpForm::kErf:
-        return "ErfCpu";
-      case ExpForm::kGeluErf:
-        return "GeluErfCpu";
-      case ExpForm::kSilu:
-        return "SiluCpu";
-    }
-    return "ExpCpu";
-  }
+  const char* name() const override { return InfoOf(form_).name; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
     return form_ == static_cast<const ExpCpu&>(other).form_;
@@ -200,7 +190,7 @@ std::optional<mx::array> ExpOnCpu(const mx::array& x, ExpForm form, mx::Stream s
   return mx::array(x.shape(), mx::float32, std::make_shared<ExpCpu>(s, form), {x});
 }
 
-void ExpFormValues(ExpForm form, const float* x, float* y, int64_t n) { RangeOf(form)(x, y, n); }
+void ExpFormValues(ExpForm form, const float* x, float* y, int64_t n) { InfoOf(form).range(x, y, n); }
 
 std::optional<mx::array> SiluOnCpu(const mx::array& a, const mx::array& b, mx::Stream s) {
   // `sig` is ExpCpu's sigmoid of `x` itself (the same array, not an equal one).
