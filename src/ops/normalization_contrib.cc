@@ -20,10 +20,11 @@
 // accumulate in float; ORT has no bfloat16 kernel, the same rule is applied); float32 computes in
 // float32, float64 (LayerNormalization/SimplifiedLayerNormalization only) in float64.
 // On GPUs, where the normalized axis is the last one, scale/bias hold one value per position of it
-// and no statistic output is used, the translation is mx::fast::layer_norm / mx::fast::rms_norm
-// on float32 values (rounded once afterwards; float32 rows recentered first, FastLayerNorm;
-// ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS switches it, as for the ai.onnx forms); on MLX's CPU backend
-// (whose fused kernels are not accurate enough) the EP's row-normalization primitive
+// and no statistic output is used, the translation is one kernel of the EP's on MLX's CUDA backend
+// (normalization_cuda.h: sum, norm and roundings in one launch; a skip of input's shape only),
+// else mx::fast::layer_norm / mx::fast::rms_norm on float32 values (rounded once afterwards; float32 rows
+// recentered first, FastLayerNorm; ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS switches it, as for the ai.onnx forms);
+// on MLX's CPU backend (whose fused kernels are not accurate enough) the EP's row-normalization primitive
 // (normalization_cpu.h) in that case.
 // Otherwise it is composed with accurate sums (the mean refined once, as in normalization.cc),
 // which also gives the statistics.
@@ -32,6 +33,7 @@
 #include "ops/claim_util.h"
 #include "ops/fused_gpu_internal.h"
 #include "ops/normalization_cpu.h"
+#include "ops/normalization_cuda.h"
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
@@ -91,9 +93,8 @@ Normalized Normalize(const mx::array& x, int axis, const mx::array& scale,
   // Not on MLX's CPU backend: there the fused kernels fall back to one-chain float32 reductions,
   // measured ~10x further from float64 truth than ORT (LayerNorm, H = 4096: 2x the 1e-5 parity
   // tolerance from ORT, the composed form 0.4x).
-  const bool fused = UseFusedGpuPaths() && !want_stats &&
-                     x.dtype() == mx::float32 && axis == rank - 1 && IsLastAxisVector(scale, n, rank) &&
-                     (!bias || IsLastAxisVector(*bias, n, rank));
+  const bool fused = UseFusedGpuPaths() && !want_stats && x.dtype() == mx::float32 && axis == rank - 1 &&
+                     IsLastAxisVector(scale, n, rank) && (!bias || IsLastAxisVector(*bias, n, rank));
   if (fused) {
     const mx::array w = mx::reshape(scale, {n}, s);
     if (simplified) return {mx::fast::rms_norm(x, w, eps, s), std::nullopt};
@@ -201,6 +202,19 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
 
   const mx::Dtype acc = AccDtype(dt);
   const float eps = c.node.AttrFloat("epsilon", 1e-5f);
+  const int n = x.shape(-1);
+  if (!wanted(mean_slot) && !wanted(inv_slot) && axis == rank - 1 && IsLastAxisVector(scale, n, rank) &&
+      (!bias || IsLastAxisVector(*bias, n, rank))) {
+    std::optional<mx::array> b;
+    if (bias) b = mx::reshape(*bias, {n}, s);
+    if (auto r = RowNormByKernel(
+            {x, std::nullopt, std::nullopt, mx::reshape(scale, {n}, s), b, eps, kSimplified, y_dt, false},
+            s)) {
+      outs.push_back((*r)[0]);
+      for (size_t k = 1; k < c.num_outputs(); ++k) outs.push_back(mx::zeros(stat_shape, mx::float32, s));
+      return outs;
+    }
+  }
   std::optional<mx::array> b;
   if (bias) b = mx::astype(*bias, acc, s);
   Normalized r = Normalize(mx::astype(x, acc, s), static_cast<int>(axis), mx::astype(scale, acc, s), b, eps,
@@ -277,27 +291,45 @@ std::vector<mx::array> TranslateSkipLayerNorm(const OpContext& c) {
     if (p.ndim() != 1 || p.shape(0) != hidden)
       c.Fail("input " + std::to_string(*slot) + " must be 1-D of the input's last dim " +
              std::to_string(hidden));
-    return mx::astype(p, mx::float32, s);
+    return p;
   };
-  const mx::array gamma = *vector_input(2);
-  const std::optional<mx::array> beta = vector_input(slots.beta), bias = vector_input(slots.bias);
-
-  // The sum in float32 (ORT: float for float16, T for float32), bias added last.
-  mx::array sum = mx::add(mx::astype(x, mx::float32, s), mx::astype(skip, mx::float32, s), s);
-  if (bias) sum = mx::add(sum, *bias, s);
+  const mx::array gamma_in = *vector_input(2);
+  const std::optional<mx::array> beta_in = vector_input(slots.beta), bias_in = vector_input(slots.bias);
   auto wanted = [&](size_t k) { return k < c.num_outputs() && !c.node.outputs[k].empty(); };
   mx::Shape stat_shape = x.shape();
   stat_shape.back() = 1;
   const mx::Dtype dt = x.dtype();
+  const float eps = c.node.AttrFloat("epsilon", 1e-12f);
   std::vector<mx::array> outs;
+  // On CUDA one kernel of the EP's: the sum, the norm and both roundings (normalization_cuda.h).
+  if (!wanted(1) && !wanted(2)) {
+    const std::optional<mx::array> skip_in = skip;
+    if (auto r =
+            RowNormByKernel({x, skip_in, bias_in, gamma_in, beta_in, eps, kSimplified, dt, wanted(3)}, s)) {
+      outs.push_back((*r)[0]);
+      for (size_t k = 1; k < std::min<size_t>(c.num_outputs(), 3); ++k)
+        outs.push_back(mx::zeros(stat_shape, mx::float32, s));
+      if (c.num_outputs() > 3) outs.push_back(wanted(3) ? (*r)[1] : x);  // x: an unused slot's stand-in
+      return outs;
+    }
+  }
+  auto f32 = [&](const std::optional<mx::array>& p) -> std::optional<mx::array> {
+    if (!p) return std::nullopt;
+    return mx::astype(*p, mx::float32, s);
+  };
+  const mx::array gamma = *f32(gamma_in);
+  const std::optional<mx::array> beta = f32(beta_in), bias = f32(bias_in);
+
+  // The sum in float32 (ORT: float for float16, T for float32), bias added last.
+  mx::array sum = mx::add(mx::astype(x, mx::float32, s), mx::astype(skip, mx::float32, s), s);
+  if (bias) sum = mx::add(sum, *bias, s);
   if (x.size() == 0) {
     outs.push_back(mx::astype(x, dt, s));
     for (size_t k = 1; k < std::min<size_t>(c.num_outputs(), 3); ++k)
       outs.push_back(mx::full(stat_shape, NAN, mx::float32, s));
   } else {
-    const float eps = c.node.AttrFloat("epsilon", 1e-12f);
-    Normalized r = Normalize(sum, rank - 1, gamma, beta, eps, kSimplified, wanted(1) || wanted(2),
-                             dt == mx::float32, s);
+    Normalized r =
+        Normalize(sum, rank - 1, gamma, beta, eps, kSimplified, wanted(1) || wanted(2), dt == mx::float32, s);
     outs.push_back(mx::astype(r.y, dt, s));
     if (c.num_outputs() > 1)
       outs.push_back(wanted(1) ? r.stats->mean : mx::zeros(stat_shape, mx::float32, s));

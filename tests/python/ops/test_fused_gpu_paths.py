@@ -11,6 +11,8 @@ parity over the layouts that matter (padding, shared buffer, windows, packed QKV
 subsequent prompts). On a GPU the same tests run the fused kernels themselves (the default there,
 =force is then the same).
 """
+import os
+
 import numpy as np
 import pytest
 
@@ -148,6 +150,37 @@ def test_rms_norm(forced, xshape, axis, sshape):
     x, scale = random_array(xshape, np.float32, rng), random_array(sshape, np.float32, rng)
     check_parity(*rms_model(x, scale, {"axis": axis}))
     check_parity(*rms_model(x.astype(np.float16), scale.astype(np.float16), {"axis": axis}))
+
+
+NORM_KERNEL_CASES = ["test_layer_norm_float16", "test_layer_norm_bf16", "test_layer_norm_offset_rows[1000.0-1.0]",
+                     "test_contrib_layer_norm_offset_rows[SkipLayerNormalization-1000.0-1.0]",
+                     "test_contrib_layer_norm_offset_rows[LayerNormalization-100.0-1.0]",
+                     "test_rms_norm[(5, 1031)--1-(1031,)]"]
+CONTRIB_NORM_KERNEL_CASES = ["test_skip_low_precision[SkipSimplifiedLayerNormalization-2x5x64-float16]",
+                             "test_skip_low_precision[SkipLayerNormalization-2x5x64-bfloat16]",
+                             "test_skip_simplified_optional_inputs_outputs[bias-y-_-_-sum]",
+                             "test_norm_other_floats[SimplifiedLayerNormalization-3x5x64-bfloat16]"]
+
+
+def test_norm_kernel():
+    """On MLX's CUDA backend a row normalization whose statistics go unused is one kernel of the
+    EP's (src/ops/normalization_cuda.cc: the skip sum, the norm and the roundings in one launch):
+    the cases above (float16, bfloat16, float32 rows offset far from their spread, the skip sum as
+    an output) hold their tolerances with a CustomKernel and neither MLX's RMSNorm nor LayerNorm in
+    their graphs, and ONNXRUNTIME_EP_MLX_NORM_KERNEL=0 (MLX's fused kernels on float32 values)
+    takes more primitives. tests/cpp/norm_kernel_test.cc runs the kernel's text on the host."""
+    if mlx_device() != "gpu":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    contrib = os.path.join(os.path.dirname(__file__), "test_contrib_normalization.py")
+    for test_file, cases in [(__file__, NORM_KERNEL_CASES), (contrib, CONTRIB_NORM_KERNEL_CASES)]:
+        census, _ = census_of_tests(test_file, cases, timeout=600)
+        assert census and all("CustomKernel" in line for line in census), census
+        assert not any("RMSNorm" in line or "LayerNorm" in line for line in census), census
+    fp16 = [CONTRIB_NORM_KERNEL_CASES[0]]
+    with_kernel, _ = census_of_tests(contrib, fp16)
+    without, _ = census_of_tests(contrib, fp16, env={"ONNXRUNTIME_EP_MLX_NORM_KERNEL": "0"})
+    assert "RMSNorm" in without[-1], without
+    assert census_total(with_kernel[-1]) < census_total(without[-1]), (with_kernel[-1], without[-1])
 
 
 def query_doublings(log):

@@ -1,0 +1,66 @@
+// Row normalizations (LayerNormalization, RMSNormalization and ORT's contrib forms, with or
+// without the skip sum) as one custom CUDA kernel of the EP's (normalization_cuda.cc), where
+// MLX's fused kernels need a cast before and after (mx::fast::layer_norm / rms_norm on float32
+// values) and the skip sum is a kernel of its own: three kernels a norm of a float16 decode step
+// (~90 of a TinyLlama step's 352 launches, each ~15 us of MLX's host encoding) become one.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mlx/fast.h"
+#include "ops/op.h"
+
+namespace mlx_ep {
+
+/** One row normalization over the last axis of x [..., n]: s = x (+ skip) (+ bias) in float32,
+ *  then simplified: y = s / sqrt(mean(s^2) + eps) * scale; else y = (s - mean) / sqrt(var + eps)
+ *  * scale (+ beta), every operation in float32 in ORT's order, y rounded once to `y_dtype`.
+ *  x float16, bfloat16 or float32; skip x's shape and type; scale, bias, beta [n] of any float
+ *  type but float64. With `want_sum` the kernel also writes s rounded to x's type (ORT's
+ *  input_skip_bias_sum). */
+struct RowNormInputs {
+  const mx::array& x;
+  const std::optional<mx::array>& skip;
+  const std::optional<mx::array>& bias;
+  const mx::array& scale;
+  const std::optional<mx::array>& beta;
+  float eps;
+  bool simplified;
+  mx::Dtype y_dtype;
+  bool want_sum;
+};
+
+/** What RowNormByKernel hands MLX's cuda_kernel: its inputs (x, skip, bias, scale, beta; an
+ *  absent one replaced by another input, never read), its outputs' shapes and dtypes, the threads
+ *  of its grid, a block's threads (one block a row) and the constants its body names. */
+struct RowNormLaunch {
+  std::vector<mx::array> inputs;
+  std::vector<mx::Shape> output_shapes;
+  std::vector<mx::Dtype> output_dtypes;
+  int threads;
+  int per_block;
+  std::vector<std::pair<std::string, mx::fast::TemplateArg>> constants;
+};
+
+/** The launch on any device (a test's view of it): nullopt for what the kernel does not take
+ *  (other dtypes, rows over 16384 values, a skip of another shape, empty x). */
+std::optional<RowNormLaunch> PlanRowNorm(const RowNormInputs& in);
+
+/** True where RowNormByKernel runs: MLX's CUDA backend on `s` with the fused GPU paths on
+ *  (fused_gpu_internal.h), unless ONNXRUNTIME_EP_MLX_NORM_KERNEL=0 (MLX's fused kernels then,
+ *  the A/B). */
+bool RowNormKernelWanted(mx::Stream s);
+
+/** y (x's shape, `y_dtype`), then s (x's type) when `want_sum`; nullopt off MLX's CUDA backend
+ *  or where PlanRowNorm declines. */
+std::optional<std::vector<mx::array>> RowNormByKernel(const RowNormInputs& in, mx::Stream s);
+
+/** The kernel's device code as NVRTC compiles it (header, then "// kernel body:" and the body
+ *  of the kernel without the sum output; RowNormSumBodyForTests: the body with it). */
+const char* RowNormKernelSourceForTests();
+const char* RowNormSumBodyForTests();
+
+}  // namespace mlx_ep
