@@ -87,6 +87,10 @@ constexpr const char* kNbitsKernel =
     "ONNXRUNTIME_EP_MLX_NBITS_KERNEL";  // "0": GPU MatMulNBits decode through mx::quantized_matmul;
                                         // "1": the decode kernel only; "all" (default): the
                                         // prefill's dequantization a kernel too
+constexpr const char* kNormKernel =
+    "ONNXRUNTIME_EP_MLX_NORM_KERNEL";  // "0": GPU row normalizations through MLX's fused kernels on
+                                       // float32 values, not the EP's one-launch CUDA kernel
+                                       // (normalization_cuda.h)
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls on one input stay one product each
 constexpr const char* kMatmulBias =

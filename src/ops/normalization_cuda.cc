@@ -31,7 +31,6 @@
 namespace mlx_ep {
 namespace {
 
-constexpr const char* kNormKernelEnv = "ONNXRUNTIME_EP_MLX_NORM_KERNEL";
 constexpr int kMaxRow = 16384;
 
 constexpr const char* kHeader = R"(
@@ -176,7 +175,7 @@ std::optional<RowNormLaunch> PlanRowNorm(const RowNormInputs& in) {
 }
 
 bool RowNormKernelWanted(mx::Stream s) {
-  static const bool enabled = !EnvOff(kNormKernelEnv);
+  static const bool enabled = !EnvOff(env::kNormKernel);
   return enabled && UseFusedGpuPaths() && CudaKernelsAvailable(s);
 }
 
