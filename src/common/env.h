@@ -88,9 +88,9 @@ constexpr const char* kNbitsKernel =
                                         // "1": the decode kernel only; "all" (default): the
                                         // prefill's dequantization a kernel too
 constexpr const char* kNormKernel =
-    "ONNXRUNTIME_EP_MLX_NORM_KERNEL";  // "0": GPU row normalizations through MLX's fused kernels on
-                                       // float32 values, not the EP's one-launch CUDA kernel
-                                       // (normalization_cuda.h)
+    "ONNXRUNTIME_EP_MLX_NORM_KERNEL";  // "1": GPU row normalizations as the EP's one-launch CUDA
+                                       // kernel (normalization_cuda.h; opt-in until a GPU has run
+                                       // it), not MLX's fused kernels on float32 values
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls on one input stay one product each
 constexpr const char* kMatmulBias =

@@ -13,14 +13,14 @@
 //  - LayerNormalization (17): normalizes over dims [axis, rank); Scale/B must hold exactly
 //    prod(shape[axis:]) values (ORT's rule; they are read flat). Composed in float32 (float64 for
 //    float64 X) with accurate sums; Mean and InvStdDev come from the same computation. On GPUs,
-//    when neither statistic is used, one kernel of the EP's on MLX's CUDA backend
-//    (normalization_cuda.h), else mx::fast::layer_norm on float32 values (FusedLayerNorm).
+//    when neither statistic is used, mx::fast::layer_norm on float32 values (FusedLayerNorm), or
+//    with ONNXRUNTIME_EP_MLX_NORM_KERNEL=1 on CUDA one kernel of the EP's (normalization_cuda.h).
 //  - RMSNormalization (23): Y = X / sqrt(mean(X^2 over [axis, rank)) + epsilon) * Scale, in float32
 //    (float64 for float64 X) and rounded once, like ORT's kernel (LayerNorm's simplified path:
 //    divide, then multiply). Scale broadcasts against X (numpy rules, as ORT accepts it: [C],
 //    [1, C], X.shape[axis:], ...); a Scale that would widen Y is an error. On GPUs, when Scale
-//    holds one value per position of X.shape[axis:], the EP's kernel on CUDA
-//    (normalization_cuda.h), else mx::fast::rms_norm on float32 values.
+//    holds one value per position of X.shape[axis:], mx::fast::rms_norm on float32 values (the
+//    EP's kernel on CUDA with ONNXRUNTIME_EP_MLX_NORM_KERNEL=1, normalization_cuda.h).
 #include <cmath>
 #include <numeric>
 
@@ -214,7 +214,7 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
   std::optional<mx::array> b;
   if (bias) b = mx::reshape(*bias, {static_cast<int>(norm_size)}, s);
 
-  if (!want_mean && !want_inv) {  // on CUDA one kernel of the EP's (normalization_cuda.h)
+  if (!want_mean && !want_inv) {  // where wanted, one kernel of the EP's (normalization_cuda.h)
     if (auto r = RowNormByKernel({xf, std::nullopt, std::nullopt, w, b, eps, false, dt, false}, s)) {
       outs.push_back(mx::reshape((*r)[0], x.shape(), s));
       if (c.num_outputs() > 1) outs.push_back(mx::zeros(stat_shape, mx::float32, s));
@@ -290,7 +290,7 @@ std::optional<mx::array> RowRmsNorm(const mx::array& x, const mx::array& scale, 
   for (int d : tail) n *= d;
   mx::Shape flat(x.shape().begin(), x.shape().begin() + axis);  // x's own shape when axis is the last
   flat.push_back(n);
-  if (fused)  // on CUDA one kernel of the EP's (normalization_cuda.h)
+  if (fused)  // where wanted, one kernel of the EP's (normalization_cuda.h)
     if (auto r = RowNormByKernel({mx::reshape(x, flat, s), std::nullopt, std::nullopt,
                                   mx::reshape(scale, {n}, s), std::nullopt, eps, true, x.dtype(), false},
                                  s))

@@ -20,12 +20,13 @@
 // accumulate in float; ORT has no bfloat16 kernel, the same rule is applied); float32 computes in
 // float32, float64 (LayerNormalization/SimplifiedLayerNormalization only) in float64.
 // On GPUs, where the normalized axis is the last one, scale/bias hold one value per position of it
-// and no statistic output is used, the translation is one kernel of the EP's on MLX's CUDA backend
-// (normalization_cuda.h: sum, norm and roundings in one launch; a skip of input's shape only),
-// else mx::fast::layer_norm / mx::fast::rms_norm on float32 values (rounded once afterwards; float32 rows
-// recentered first, FastLayerNorm; ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS switches it, as for the ai.onnx forms);
-// on MLX's CPU backend (whose fused kernels are not accurate enough) the EP's row-normalization primitive
-// (normalization_cpu.h) in that case.
+// and no statistic output is used, the translation is mx::fast::layer_norm / mx::fast::rms_norm
+// on float32 values, rounded once afterwards (float32 rows recentered first, FastLayerNorm;
+// ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS switches it, as for the ai.onnx forms); with
+// ONNXRUNTIME_EP_MLX_NORM_KERNEL=1 on MLX's CUDA backend one kernel of the EP's instead
+// (normalization_cuda.h: sum, norm and roundings in one launch; a skip of input's shape only). On
+// MLX's CPU backend (whose fused kernels are not accurate enough) the EP's row-normalization
+// primitive (normalization_cpu.h) in that case.
 // Otherwise it is composed with accurate sums (the mean refined once, as in normalization.cc),
 // which also gives the statistics.
 #include <cmath>
@@ -301,7 +302,7 @@ std::vector<mx::array> TranslateSkipLayerNorm(const OpContext& c) {
   const mx::Dtype dt = x.dtype();
   const float eps = c.node.AttrFloat("epsilon", 1e-12f);
   std::vector<mx::array> outs;
-  // On CUDA one kernel of the EP's: the sum, the norm and both roundings (normalization_cuda.h).
+  // Where wanted, one kernel of the EP's: the sum, the norm and both roundings (normalization_cuda.h).
   if (!wanted(1) && !wanted(2)) {
     const std::optional<mx::array> skip_in = skip;
     if (auto r =

@@ -3,6 +3,7 @@
 // MLX's fused kernels need a cast before and after (mx::fast::layer_norm / rms_norm on float32
 // values) and the skip sum is a kernel of its own: three kernels a norm of a float16 decode step
 // (~90 of a TinyLlama step's 352 launches, each ~15 us of MLX's host encoding) become one.
+// Opt-in (ONNXRUNTIME_EP_MLX_NORM_KERNEL=1) until a GPU has run it.
 #pragma once
 
 #include <optional>
@@ -50,8 +51,9 @@ struct RowNormLaunch {
 std::optional<RowNormLaunch> PlanRowNorm(const RowNormInputs& in);
 
 /** True where RowNormByKernel runs: MLX's CUDA backend on `s` with the fused GPU paths on
- *  (fused_gpu_internal.h), unless ONNXRUNTIME_EP_MLX_NORM_KERNEL=0 (MLX's fused kernels then,
- *  the A/B). */
+ *  (fused_gpu_internal.h) and ONNXRUNTIME_EP_MLX_NORM_KERNEL=1. Opt-in for now: no GPU has run
+ *  the kernel yet (no machine was lent after it was written); without it, MLX's fused kernels on
+ *  float32 values as before. */
 bool RowNormKernelWanted(mx::Stream s);
 
 /** y (x's shape, `y_dtype`), then s (x's type) when `want_sum`; nullopt off MLX's CUDA backend

@@ -163,21 +163,23 @@ CONTRIB_NORM_KERNEL_CASES = ["test_skip_low_precision[SkipSimplifiedLayerNormali
 
 
 def test_norm_kernel():
-    """On MLX's CUDA backend a row normalization whose statistics go unused is one kernel of the
-    EP's (src/ops/normalization_cuda.cc: the skip sum, the norm and the roundings in one launch):
-    the cases above (float16, bfloat16, float32 rows offset far from their spread, the skip sum as
-    an output) hold their tolerances with a CustomKernel and neither MLX's RMSNorm nor LayerNorm in
-    their graphs, and ONNXRUNTIME_EP_MLX_NORM_KERNEL=0 (MLX's fused kernels on float32 values)
-    takes more primitives. tests/cpp/norm_kernel_test.cc runs the kernel's text on the host."""
+    """With ONNXRUNTIME_EP_MLX_NORM_KERNEL=1 on MLX's CUDA backend a row normalization whose
+    statistics go unused is one kernel of the EP's (src/ops/normalization_cuda.cc: the skip sum,
+    the norm and the roundings in one launch): the cases above (float16, bfloat16, float32 rows
+    offset far from their spread, the skip sum as an output) hold their tolerances with a
+    CustomKernel and neither MLX's RMSNorm nor LayerNorm in their graphs, and without it (MLX's
+    fused kernels on float32 values) the float16 case takes more primitives.
+    tests/cpp/norm_kernel_test.cc runs the kernel's text on the host."""
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    on = {"ONNXRUNTIME_EP_MLX_NORM_KERNEL": "1"}
     contrib = os.path.join(os.path.dirname(__file__), "test_contrib_normalization.py")
     for test_file, cases in [(__file__, NORM_KERNEL_CASES), (contrib, CONTRIB_NORM_KERNEL_CASES)]:
-        census, _ = census_of_tests(test_file, cases, timeout=600)
+        census, _ = census_of_tests(test_file, cases, env=on, timeout=600)
         assert census and all("CustomKernel" in line for line in census), census
         assert not any("RMSNorm" in line or "LayerNorm" in line for line in census), census
     fp16 = [CONTRIB_NORM_KERNEL_CASES[0]]
-    with_kernel, _ = census_of_tests(contrib, fp16)
+    with_kernel, _ = census_of_tests(contrib, fp16, env=on)
     without, _ = census_of_tests(contrib, fp16, env={"ONNXRUNTIME_EP_MLX_NORM_KERNEL": "0"})
     assert "RMSNorm" in without[-1], without
     assert census_total(with_kernel[-1]) < census_total(without[-1]), (with_kernel[-1], without[-1])
