@@ -3,7 +3,9 @@
 // MLX's fused kernels need a cast before and after (mx::fast::layer_norm / rms_norm on float32
 // values) and the skip sum is a kernel of its own: three kernels a norm of a float16 decode step
 // (~90 of a TinyLlama step's 352 launches, each ~15 us of MLX's host encoding) become one.
-// Opt-in (ONNXRUNTIME_EP_MLX_NORM_KERNEL=1) until a GPU has run it.
+// Opt-in (ONNXRUNTIME_EP_MLX_NORM_KERNEL=1) until a GPU has run it: a kernel of the same plan was
+// measured slower in the twelfth session (its flags in a params array, a dummy sum output) and
+// reverted (caafe65); this one takes template constants and writes only the outputs used.
 #pragma once
 
 #include <optional>
