@@ -261,6 +261,8 @@ run_step() {
     paged)  # PagedAttention against ORT's CUDA EP too (onnxruntime-gpu's schema; skipped on 1.30)
       ( ort_gpu_env && timeout 200 $PY -m pytest -q -p no:cacheprovider -rfEs "$ROOT/tests/python/ops/test_paged_attention.py" \
         >"$R/pytest_paged_ortgpu.log" 2>&1; log "paged on onnxruntime-gpu: rc=$? $(tail -1 "$R/pytest_paged_ortgpu.log")" );;
+    launch)  # a custom kernel's launch against MLX's own (bench/mlx_launch_cost.py --what norms), ~1 min
+      timeout 150 $PY "$ROOT/bench/mlx_launch_cost.py" --what norms --iters 100 2>&1 | tee "$R/mlx_launch_norms.log";;
     vjp)  # the AttentionVJP CUDA kernels against the composed query blocks (their tests run in parity)
       timeout 150 $PY "$ROOT/bench/bench_attention_vjp.py" --json "$R/bench_attention_vjp.json" 2>&1 \
         | grep -v -e GetCapability -e "] session" | tee "$R/bench_attention_vjp.log";;
