@@ -175,9 +175,16 @@ bool AsyncRunEvaluation(const std::vector<mx::array>& arrays) {
 
 mx::array OffsetsInRange(const std::vector<std::pair<mx::array, int64_t>>& offsets_and_room, mx::Stream s) {
   // One concatenation per distinct room (in practice one: every KV buffer of a model has the same
-  // length), then its min and max: a handful of primitives for any number of layers.
+  // length), then its min and max: a handful of primitives for any number of layers. An array
+  // shared by several writes (the layers' one offsets output, plan.cc) is checked once, so a
+  // decoder's usual single array needs no Concatenate.
   std::map<int64_t, std::vector<mx::array>> by_room;
-  for (const auto& [offsets, room] : offsets_and_room) by_room[room].push_back(offsets);
+  for (const auto& [offsets, room] : offsets_and_room) {
+    std::vector<mx::array>& arrays = by_room[room];
+    if (std::none_of(arrays.begin(), arrays.end(),
+                     [&](const mx::array& a) { return a.id() == offsets.id(); }))
+      arrays.push_back(offsets);
+  }
   std::optional<mx::array> ok;
   for (auto& [room, arrays] : by_room) {
     const mx::array all = arrays.size() == 1 ? arrays[0] : mx::concatenate(arrays, 0, s);

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <set>
 #include <stdexcept>
+#include <typeinfo>
 #include <unordered_set>
 
 #include "common/error.h"
+#include "mlx/primitives.h"
 #include "ops/matmul_internal.h"
 #include "partition/partition.h"
 #include "runtime/matmul_bias.h"
@@ -55,6 +58,32 @@ void EnsureAllocatable(size_t bytes, const std::string& what) {
                            " bytes");
   std::free(p);
 }
+
+namespace {
+
+// True when `a` and `b` compute the same values by the rule mx::compile's simplification merges
+// by (one array; equal one-element leaves; primitives of one type, equivalent, over inputs that
+// are the same computations), followed to a small depth: each layer's GroupQueryAttention
+// computes its in-place offsets anew from the same seqlens_k.
+bool SameComputation(const mx::array& a, const mx::array& b, int depth = 0) {
+  if (a.id() == b.id()) return true;
+  if (a.dtype() != b.dtype() || a.shape() != b.shape()) return false;
+  if (!a.has_primitive() && !b.has_primitive()) {
+    return a.size() == 1 && a.is_available() && b.is_available() && a.data<void>() && b.data<void>() &&
+           std::memcmp(a.data<void>(), b.data<void>(), a.nbytes()) == 0;
+  }
+  constexpr int kMaxDepth = 8;
+  if (depth >= kMaxDepth || !a.has_primitive() || !b.has_primitive() || !a.siblings().empty() ||
+      !b.siblings().empty() || a.inputs().size() != b.inputs().size())
+    return false;
+  const mx::Primitive &pa = a.primitive(), &pb = b.primitive();
+  if (typeid(pa) != typeid(pb) || !pa.is_equivalent(pb)) return false;
+  for (size_t i = 0; i < a.inputs().size(); ++i)
+    if (!SameComputation(a.inputs()[i], b.inputs()[i], depth + 1)) return false;
+  return true;
+}
+
+}  // namespace
 
 // A row-contiguous host copy of an array that does not depend on the traced inputs.
 std::shared_ptr<const Tensor> ToHostTensor(const mx::array& a, mx::Stream stream) {
@@ -207,11 +236,24 @@ std::vector<mx::array> PlanTrace::Outputs() {
   EnsureAllocatable(bytes_, "partition " + plan_.name + " (largest value: output of " + largest_ + ", " +
                                 std::to_string(largest_bytes_) + " bytes)");
   if (!check_sink_->empty()) outputs.push_back(FirstFailedCheck());
+  // The rows as they are: the device writes copy strided rows themselves (their kernels ensure
+  // row-contiguous inputs) and the host's writes make them contiguous when they are not
+  // (runner_in_place.cc), so a decode step no longer evaluates a Contiguous per K/V row. The
+  // offsets once per distinct array: a decoder's layers share one (44 outputs and Reshapes a
+  // TinyLlama step were one).
+  std::vector<std::pair<mx::array, size_t>> offsets_at;  // each distinct computation, its output
   for (auto& [where, u] : in_place_) {
     where.rows = outputs.size();
-    outputs.push_back(mx::contiguous(u.rows, false, stream_));
-    where.offsets = outputs.size();
-    outputs.push_back(mx::astype(mx::reshape(u.offsets, {-1}, stream_), mx::int32, stream_));
+    outputs.push_back(u.rows);
+    auto same = std::find_if(offsets_at.begin(), offsets_at.end(),
+                             [&](const auto& seen) { return SameComputation(seen.first, u.offsets); });
+    if (same == offsets_at.end()) {
+      same = offsets_at.emplace(offsets_at.end(), u.offsets, outputs.size());
+      // [B] already (GroupQueryAttention's): no Reshape primitive of the same shape.
+      const bool flat = u.offsets.ndim() == 1 && u.offsets.has_primitive();
+      outputs.push_back(mx::astype(flat ? u.offsets : mx::reshape(u.offsets, {-1}, stream_), mx::int32, stream_));
+    }
+    where.offsets = same->second;
     if (info_) info_->in_place.push_back(where);
   }
   return outputs;

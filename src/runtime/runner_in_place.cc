@@ -106,7 +106,12 @@ bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
   uint64_t in_place_bytes = 0;
   for (const InPlaceOutput& e : in_place) {
     if (!aliased[e.output]) continue;
-    const mx::array &rows = outputs[e.rows], &offsets = outputs[e.offsets];
+    const mx::array& offsets = outputs[e.offsets];
+    mx::array rows = outputs[e.rows];  // as the trace left them (plan.cc): strided views too
+    if (!rows.flags().row_contiguous) {
+      rows = mx::contiguous(rows, false, mx::default_stream(RuntimeDevice()));
+      mx::eval(rows);
+    }
     const RowsLayout l = Layout(outputs, e);
     const size_t outer = static_cast<size_t>(l.outer), per_entry = static_cast<size_t>(l.per_entry);
     const size_t inner = static_cast<size_t>(l.inner) * rows.itemsize();  // bytes: rows are row-contiguous

@@ -264,6 +264,46 @@ def test_shared_buffer_in_place_with_device_memory_forced(models):
     assert_in_place_in_device_memory(part, models, name, steps)
 
 
+def decode_in_child(name, steps):
+    """A shared-buffer greedy decode's tokens, printed as JSON (the EP's graph census is read once
+    per process: the test below runs this in a child)."""
+    import json
+
+    dirs, cfg = llm.build(OUT, "tiny")
+    rs = ReportedSession(os.path.join(dirs[name], "model.onnx"))
+    tokens = decoder((dirs, cfg), name, rs.sess).greedy(PROMPT, steps)[1]
+    rs.close()
+    print(json.dumps(tokens))
+
+
+def test_decode_step_hands_rows_as_they_are_and_one_offsets(models):
+    """A decode step's graph (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS=graph) ends in the logits' Contiguous
+    only: the in-place K/V rows are outputs as the trace made them (no Contiguous each; the writes
+    make strided rows contiguous themselves), and the layers' offsets, computed anew by each
+    GroupQueryAttention from the same seqlens_k, are one output (one int32 Reshape to [B]), where
+    they were a Contiguous and a Reshape per K/V row (88 primitives of a 22-layer step)."""
+    import json
+    import re
+    import subprocess
+
+    name, steps = "genai_fp16_shared", 3
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import sys; sys.path[:0] = [{os.path.join(ROOT, 'python')!r}, {here!r}]; "
+            f"import test_llm as t; t.decode_in_child({name!r}, {steps})")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tokens = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert tokens == decoder(models, name, cpu_session(path(models, name))).greedy(PROMPT, steps)[1]
+    graph = proc.stderr.split("MLX graph of a run")[-1].splitlines()
+    assert len(graph) > 20, proc.stderr[-2000:]
+    contiguous = [line for line in graph if line.startswith("Contiguous ")]
+    offsets = [line for line in graph if re.match(r"^Reshape .*int32\] -> \w+ \[\(\d+\), int32\]$", line)]
+    vocab = models[1].vocab
+    assert len(contiguous) == 1 and f"(1,1,{vocab})" in contiguous[0], contiguous  # the logits
+    assert len(offsets) == 1, offsets
+
+
 def test_shared_layout_with_its_own_present_buffer(models):
     """The shared-buffer model run without binding present to past (ORT allocates present): the
     whole present is written, rows past the new ones zero, and the decode matches the CPU EP. (With
