@@ -251,7 +251,8 @@ std::vector<mx::array> PlanTrace::Outputs() {
       same = offsets_at.emplace(offsets_at.end(), u.offsets, outputs.size());
       // [B] already (GroupQueryAttention's): no Reshape primitive of the same shape.
       const bool flat = u.offsets.ndim() == 1 && u.offsets.has_primitive();
-      outputs.push_back(mx::astype(flat ? u.offsets : mx::reshape(u.offsets, {-1}, stream_), mx::int32, stream_));
+      const mx::array offsets = flat ? u.offsets : mx::reshape(u.offsets, {-1}, stream_);
+      outputs.push_back(mx::astype(offsets, mx::int32, stream_));
     }
     where.offsets = same->second;
     if (info_) info_->in_place.push_back(where);
