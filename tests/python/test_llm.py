@@ -230,6 +230,21 @@ def test_shared_buffer_decode_writes_only_new_rows(models, name):
     assert part["bytes_out_host_copied"] == tokens * _logits_bytes(models, name), part
 
 
+def in_child(function, name, steps, env):
+    """This module's `function`(name, steps) in a child process with `env` added (the EP reads its
+    switches once per process): the JSON its last stdout line holds, and its stderr."""
+    import json
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import sys; sys.path[:0] = [{os.path.join(ROOT, 'python')!r}, {here!r}]; "
+            f"import test_llm as t; t.{function}({name!r}, {steps})")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1]), proc.stderr
+
+
 def shared_decode_in_child(name, steps):
     """(tokens, the partition's counters) of a shared-buffer greedy decode, printed as JSON: run
     in a child process by the test below (the device-memory switch is read once per process)."""
@@ -249,17 +264,9 @@ def test_shared_buffer_in_place_with_device_memory_forced(models):
     """ONNXRUNTIME_EP_MLX_DEVICE_MEMORY=force (the GPU's device-memory path, over MLX's CPU
     allocator), the caches allocated in the EP's memory: assert_in_place_in_device_memory's
     counters; tokens as on the CPU EP."""
-    import json
-    import subprocess
-
     name, steps = "genai_fp32_shared", 6
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = (f"import sys; sys.path[:0] = [{os.path.join(ROOT, 'python')!r}, {here!r}]; "
-            f"import test_llm as t; t.shared_decode_in_child({name!r}, {steps})")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY": "force"})
-    assert proc.returncode == 0, proc.stderr
-    tokens, part = json.loads(proc.stdout.strip().splitlines()[-1])
+    (tokens, part), _ = in_child("shared_decode_in_child", name, steps,
+                                 env={"ONNXRUNTIME_EP_MLX_DEVICE_MEMORY": "force"})
     assert tokens == decoder(models, name, cpu_session(path(models, name))).greedy(PROMPT, steps)[1]
     assert_in_place_in_device_memory(part, models, name, steps)
 
@@ -282,21 +289,13 @@ def test_decode_step_hands_rows_as_they_are_and_one_offsets(models):
     make strided rows contiguous themselves), and the layers' offsets, computed anew by each
     GroupQueryAttention from the same seqlens_k, are one output (one int32 Reshape to [B]), where
     they were a Contiguous and a Reshape per K/V row (88 primitives of a 22-layer step)."""
-    import json
     import re
-    import subprocess
 
     name, steps = "genai_fp16_shared", 3
-    here = os.path.dirname(os.path.abspath(__file__))
-    code = (f"import sys; sys.path[:0] = [{os.path.join(ROOT, 'python')!r}, {here!r}]; "
-            f"import test_llm as t; t.decode_in_child({name!r}, {steps})")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    tokens = json.loads(proc.stdout.strip().splitlines()[-1])
+    tokens, stderr = in_child("decode_in_child", name, steps, env={"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph"})
     assert tokens == decoder(models, name, cpu_session(path(models, name))).greedy(PROMPT, steps)[1]
-    graph = proc.stderr.split("MLX graph of a run")[-1].splitlines()
-    assert len(graph) > 20, proc.stderr[-2000:]
+    graph = stderr.split("MLX graph of a run")[-1].splitlines()
+    assert len(graph) > 20, stderr[-2000:]
     contiguous = [line for line in graph if line.startswith("Contiguous ")]
     offsets = [line for line in graph if re.match(r"^Reshape .*int32\] -> \w+ \[\(\d+\), int32\]$", line)]
     vocab = models[1].vocab
