@@ -492,7 +492,10 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
     if (!claim.ok)
       throw std::invalid_argument("[MlxEp] " + node.Label() + " (" + node.op_type +
                                   ") can no longer be claimed: " + claim.reason);
-    PlanNode pn{node, registry.Find(node.domain, node.op_type, node.since_version), claim.host_inputs, {}};
+    PlanNode pn;
+    pn.node = node;
+    pn.spec = registry.Find(node.domain, node.op_type, node.since_version);
+    pn.host_inputs = claim.host_inputs;
     if (auto m = merged.find(idx); m != merged.end()) {
       pn.merged = m->second;
     } else if (auto b = biases.find(idx); b != biases.end()) {
