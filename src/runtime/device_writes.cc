@@ -181,8 +181,8 @@ mx::array OffsetsInRange(const std::vector<std::pair<mx::array, int64_t>>& offse
   std::map<int64_t, std::vector<mx::array>> by_room;
   for (const auto& [offsets, room] : offsets_and_room) {
     std::vector<mx::array>& arrays = by_room[room];
-    if (std::none_of(arrays.begin(), arrays.end(),
-                     [&](const mx::array& a) { return a.id() == offsets.id(); }))
+    const std::uintptr_t id = offsets.id();  // a lambda may not capture a structured binding (C++17)
+    if (std::none_of(arrays.begin(), arrays.end(), [id](const mx::array& a) { return a.id() == id; }))
       arrays.push_back(offsets);
   }
   std::optional<mx::array> ok;

@@ -245,14 +245,14 @@ std::vector<mx::array> PlanTrace::Outputs() {
   for (auto& [where, u] : in_place_) {
     where.rows = outputs.size();
     outputs.push_back(u.rows);
+    const mx::array& offsets = u.offsets;  // a lambda may not capture a structured binding (C++17)
     auto same = std::find_if(offsets_at.begin(), offsets_at.end(),
-                             [&](const auto& seen) { return SameComputation(seen.first, u.offsets); });
+                             [&](const auto& seen) { return SameComputation(seen.first, offsets); });
     if (same == offsets_at.end()) {
-      same = offsets_at.emplace(offsets_at.end(), u.offsets, outputs.size());
+      same = offsets_at.emplace(offsets_at.end(), offsets, outputs.size());
       // [B] already (GroupQueryAttention's): no Reshape primitive of the same shape.
-      const bool flat = u.offsets.ndim() == 1 && u.offsets.has_primitive();
-      const mx::array offsets = flat ? u.offsets : mx::reshape(u.offsets, {-1}, stream_);
-      outputs.push_back(mx::astype(offsets, mx::int32, stream_));
+      const bool flat = offsets.ndim() == 1 && offsets.has_primitive();
+      outputs.push_back(mx::astype(flat ? offsets : mx::reshape(offsets, {-1}, stream_), mx::int32, stream_));
     }
     where.offsets = same->second;
     if (info_) info_->in_place.push_back(where);
