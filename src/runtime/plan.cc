@@ -239,8 +239,8 @@ std::vector<mx::array> PlanTrace::Outputs() {
   // The rows as they are: the device writes copy strided rows themselves (their kernels ensure
   // row-contiguous inputs) and the host's writes make them contiguous when they are not
   // (runner_in_place.cc), so a decode step no longer evaluates a Contiguous per K/V row. The
-  // offsets once per distinct array: a decoder's layers share one (44 outputs and Reshapes a
-  // TinyLlama step were one).
+  // offsets once per distinct computation: a decoder's layers compute the same one (a TinyLlama
+  // step's 44 offsets outputs and their Reshapes become one).
   std::vector<std::pair<mx::array, size_t>> offsets_at;  // each distinct computation, its output
   for (auto& [where, u] : in_place_) {
     where.rows = outputs.size();
