@@ -228,6 +228,11 @@ run_step() {
       # it (the seventeenth session's decode steps measured 21-24 ms beside four of them, 5.9 ms in
       # the sixteenth alone).
       pkill -f -- "-m pytest -q -p no:cacheprovider -rfE" && log "parity: files still running at its end stopped";;
+    conformance)  # the ONNX backend tests alone (the parity step runs them beside every parity file)
+      wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
+      ( ort_gpu_env && CONFORMANCE_GPUS=$(gpu_count) timeout "${CONF_TIMEOUT:-500}" $PY "$ROOT/tests/conformance/run_conformance.py" \
+          --budget "$(( ${CONF_TIMEOUT:-500} - 40 ))" --jobs "${CONF_JOBS:-8}" --out-dir "$R" --list-failures >"$R/conformance.log" 2>&1 )
+      log "conformance rc=$?: $(tail -3 "$R/conformance.log" | tr '\n' ' ')";;
     bert)  # BERT-base fp16/fp32 8x128 against ORT's CUDA EP (run and IOBinding) and PyTorch eager
       wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
       ( ort_gpu_env && timeout "${BERT_TIMEOUT:-300}" $PY "$ROOT/bench/bench_bert_gpu.py" --json "$R/bench_bert_gpu.json" 2>&1 \
