@@ -106,7 +106,7 @@ NORM_SOURCE = """
 """
 
 
-def norm_chains(iters):
+def norm_chains():
     """name -> make(steps) for the --what norms peers (see the module's docstring)."""
     import mlx.core as mx
 
@@ -159,7 +159,7 @@ def main():
 
     if args.what == "norms":
         print(f"MLX {mx.__version__} on {mx.default_device()}; chains of row norms of one [1, {NORM_ROW}] float16 row")
-        peers = norm_chains(args.iters)
+        peers = norm_chains()
         print("| steps | " + " | ".join(f"{k} us/call | us/step" for k in peers) + " |")
         print("|---|" + "---|---|" * len(peers))
         for n in [int(v) for v in args.steps.split(",")]:
