@@ -81,6 +81,9 @@ constexpr const char* kDecodeAttention =
                                             // paths); "sdpa": cuDNN's masked attention; "kernel"
                                             // (default): the whole decode step as one custom
                                             // CUDA kernel (attention_gqa_cuda.cc)
+constexpr const char* kDecodeThreads =
+    "ONNXRUNTIME_EP_MLX_DECODE_THREADS";  // "256" or "512": the decode-step kernel's block (default
+                                          // 128; attention_gqa_cuda.cc), an A/B
 constexpr const char* kNbitsPrefill =
     "ONNXRUNTIME_EP_MLX_NBITS_PREFILL";  // "split" (default), "half" or "float32": ops/quantized.cc
 constexpr const char* kNbitsKernel =

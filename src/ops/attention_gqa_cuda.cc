@@ -19,8 +19,9 @@
 // total_sequence_length is 1, the new row at offset_b = seqlens_k[b] (0 on the first prompt),
 // past rows j < offset_b, window [offset_b + 1 - window, ...), a row attending nothing is zero.
 //
-// Layout: one block of 128 threads per (batch entry, query head). The rotated query and key rows
-// in shared memory; the scores of the P + 1 keys in shared memory (up to kMaxKeys), block
+// Layout: one block of NT threads (128; DecodeThreads) per (batch entry, query head). The rotated
+// query and key rows in shared memory; the scores of the P + 1 keys in shared memory (up to
+// kMaxKeys), block
 // reductions for the max and the sum. The past rows, for the scores and for P V, are read by
 // groups of lanes, 16 bytes a lane (Lanes: 8 lanes a float16 row of 64), eight rows a group in
 // flight before their arithmetic; the groups' P V sums are added at the end with the new row's.
@@ -38,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.h"
 #include "mlx/fast.h"
 #include "mlx/ops.h"
 #include "ops/attention_gqa_step.h"
@@ -46,14 +48,40 @@
 namespace mlx_ep {
 namespace {
 
-constexpr int kThreads = 128;
 constexpr int kMaxKeys = 8192;  // 32 KiB of float scores in static shared memory
 constexpr int kMaxHeadSize = 128;
+constexpr int kMaxSharedBytes = 48 * 1024;  // static shared memory a block may declare
+
+/** A block's threads (NT): 128, or ONNXRUNTIME_EP_MLX_DECODE_THREADS (256 or 512; an A/B): more
+ *  past rows in flight a block, where a step launches only B x H blocks (32 of an H100's 132
+ *  SMs at batch 1: the kernel read its 1 MB of KV a layer at ~24 GB/s, 42 us, on the twenty-second
+ *  session's timeline). */
+int DecodeThreads() {
+  static const int threads = [] {
+    const std::string v = EnvString(env::kDecodeThreads);
+    return v == "256" ? 256 : v == "512" ? 512 : 128;
+  }();
+  return threads;
+}
+
+/** The header's Lanes<D, CH, NT>::KEYS: past rows a pass of the block. */
+int KeysPerPass(int D, int ch, int nt) {
+  const int chunks = D / ch;
+  const int sub = chunks > 16 ? 32 : chunks > 8 ? 16 : chunks > 4 ? 8 : chunks > 2 ? 4 : chunks;
+  return nt / sub;
+}
+
+/** decode_step's static shared memory in bytes: scores, the query and key rows, the reductions'
+ *  slots and the groups' partial sums (GROUPS * D floats). */
+int SharedBytes(int D, int cap, int nt, int item_size) {
+  const int wide = D % (16 / item_size) == 0 ? 16 / item_size : 1;
+  const int groups = std::max(KeysPerPass(D, wide, nt), KeysPerPass(D, 1, nt));
+  return 4 * (cap + 2 * D + 32 + groups * D);
+}
 
 constexpr const char* kHeader = R"(
 namespace mlx_ep_gqa {
 
-constexpr int kThreads = 128;  // the launch's
 
 // Nothing from the C library's headers, which NVRTC need not have (INFINITY, integer min/max):
 // -inf as attention_vjp_cuda.cc's kernels, which ran on the H200, spell it.
@@ -100,16 +128,16 @@ struct StepShape {
   float scale;
 };
 
-// How the block's 128 threads share a past buffer's rows, CH values of a row at a time (16-byte
+// How the block's NT threads share a past buffer's rows, CH values of a row at a time (16-byte
 // loads where CH * sizeof(T) is 16): SUB lanes a row (the row's CHUNKS chunks, PER each), KEYS
 // rows a pass of the block, U passes' loads issued before their arithmetic (the rows are
 // independent: U * KEYS rows in flight, where one thread walking its keys waited on each load).
-template <int D, int CH>
+template <int D, int CH, int NT>
 struct Lanes {
   static constexpr int CHUNKS = D / CH;
   static constexpr int SUB = CHUNKS > 16 ? 32 : CHUNKS > 8 ? 16 : CHUNKS > 4 ? 8 : CHUNKS > 2 ? 4 : CHUNKS;
   static constexpr int PER = (CHUNKS + SUB - 1) / SUB;
-  static constexpr int KEYS = kThreads / SUB;
+  static constexpr int KEYS = NT / SUB;
   static constexpr int U = 8;
 };
 
@@ -134,11 +162,11 @@ __device__ __forceinline__ Chunk<T, CH> load_chunk(const T* rows, int t, bool us
 
 // One pass's loads: row base + u * KEYS + group for each u, this lane's chunks of it, and whether
 // the row is attended (use[u]; its chunks are zeros when not).
-template <int D, int CH, typename T, typename F>
+template <int D, int CH, int NT, typename T, typename F>
 __device__ __forceinline__ void load_pass(const T* rows, int base, int P, F attended,
-                                          Chunk<T, CH> (&c)[Lanes<D, CH>::U][Lanes<D, CH>::PER],
-                                          bool (&use)[Lanes<D, CH>::U]) {
-  using L = Lanes<D, CH>;
+                                          Chunk<T, CH> (&c)[Lanes<D, CH, NT>::U][Lanes<D, CH, NT>::PER],
+                                          bool (&use)[Lanes<D, CH, NT>::U]) {
+  using L = Lanes<D, CH, NT>;
   const int group = threadIdx.x / L::SUB, j = threadIdx.x % L::SUB;
 #pragma unroll
   for (int u = 0; u < L::U; ++u) {
@@ -151,16 +179,16 @@ __device__ __forceinline__ void load_pass(const T* rows, int base, int P, F atte
 
 // scores[t] = q . key_t * scale for the past rows t < P that are attended (0 for the others);
 // returns this thread's largest score (-inf if none).
-template <int D, int CH, typename T, typename F>
+template <int D, int CH, int NT, typename T, typename F>
 __device__ __forceinline__ float past_scores(const float* qs, const T* keys, int P, float scale, F attended,
                                              float* scores) {
-  using L = Lanes<D, CH>;
+  using L = Lanes<D, CH, NT>;
   const int group = threadIdx.x / L::SUB, j = threadIdx.x % L::SUB;
   float local_max = negative_infinity();
   for (int base = 0; base < P; base += L::U * L::KEYS) {
     Chunk<T, CH> c[L::U][L::PER];
     bool use[L::U];
-    load_pass<D, CH>(keys, base, P, attended, c, use);
+    load_pass<D, CH, NT>(keys, base, P, attended, c, use);
 #pragma unroll
     for (int u = 0; u < L::U; ++u) {
       float dot = 0.f;
@@ -184,10 +212,10 @@ __device__ __forceinline__ float past_scores(const float* qs, const T* keys, int
 }
 
 // Each group's sum of p_t * value_t over its past rows, in partial[group * D + d].
-template <int D, int CH, typename T, typename F>
+template <int D, int CH, int NT, typename T, typename F>
 __device__ __forceinline__ void past_values(const float* scores, const T* values, int P, F attended,
                                             float* partial) {
-  using L = Lanes<D, CH>;
+  using L = Lanes<D, CH, NT>;
   const int group = threadIdx.x / L::SUB, j = threadIdx.x % L::SUB;
   float acc[L::PER][CH];
 #pragma unroll
@@ -197,7 +225,7 @@ __device__ __forceinline__ void past_values(const float* scores, const T* values
   for (int base = 0; base < P; base += L::U * L::KEYS) {
     Chunk<T, CH> c[L::U][L::PER];
     bool use[L::U];
-    load_pass<D, CH>(values, base, P, attended, c, use);
+    load_pass<D, CH, NT>(values, base, P, attended, c, use);
 #pragma unroll
     for (int u = 0; u < L::U; ++u) {
       const float p = use[u] ? scores[base + u * L::KEYS + group] : 0.f;
@@ -216,7 +244,7 @@ __device__ __forceinline__ void past_values(const float* scores, const T* values
   }
 }
 
-template <int D, int LCAP, int ROT, bool INTERLEAVED, typename T>
+template <int D, int LCAP, int ROT, bool INTERLEAVED, int NT, typename T>
 __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, const T* k_in, const T* v_in,
                                             const T* past_k, const T* past_v, const int* seqlens,
                                             const int* total_len, const T* cos_cache, const T* sin_cache,
@@ -224,7 +252,8 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
   // 16-byte loads of the past rows where D allows them and the buffers are 16-byte aligned (a
   // view into a larger allocation need not be), else one value at a time.
   constexpr int WIDE = D % (16 / sizeof(T)) == 0 ? 16 / sizeof(T) : 1;
-  constexpr int GROUPS = Lanes<D, WIDE>::KEYS > Lanes<D, 1>::KEYS ? Lanes<D, WIDE>::KEYS : Lanes<D, 1>::KEYS;
+  constexpr int GROUPS =
+      Lanes<D, WIDE, NT>::KEYS > Lanes<D, 1, NT>::KEYS ? Lanes<D, WIDE, NT>::KEYS : Lanes<D, 1, NT>::KEYS;
   __shared__ float scores[LCAP];
   __shared__ float qs[D];
   __shared__ float ks[D];
@@ -272,8 +301,8 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
   const unsigned long long bases =
       reinterpret_cast<unsigned long long>(past_k) | reinterpret_cast<unsigned long long>(past_v);
   const bool wide = WIDE > 1 && (bases & 15) == 0;
-  float local_max = wide ? past_scores<D, WIDE>(qs, keys, P, sh.scale, attended, scores)
-                         : past_scores<D, 1>(qs, keys, P, sh.scale, attended, scores);
+  float local_max = wide ? past_scores<D, WIDE, NT>(qs, keys, P, sh.scale, attended, scores)
+                         : past_scores<D, 1, NT>(qs, keys, P, sh.scale, attended, scores);
   if (tid < 32) {  // the new row's score, by the first warp
     float dot = 0.f;
     for (int d = tid; d < D; d += 32) dot = fmaf(qs[d], ks[d], dot);
@@ -291,11 +320,11 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
   }
   const float sum = block_reduce<false>(local_sum, red);  // its barriers publish `scores` too
   if (wide)
-    past_values<D, WIDE>(scores, values, P, attended, partial);
+    past_values<D, WIDE, NT>(scores, values, P, attended, partial);
   else
-    past_values<D, 1>(scores, values, P, attended, partial);
+    past_values<D, 1, NT>(scores, values, P, attended, partial);
   __syncthreads();
-  const int groups = wide ? Lanes<D, WIDE>::KEYS : Lanes<D, 1>::KEYS;
+  const int groups = wide ? Lanes<D, WIDE, NT>::KEYS : Lanes<D, 1, NT>::KEYS;
   const bool any = start < end;  // a row attending no key is zero, as in ORT
   const float p_new = scores[P];
   for (int d = tid; d < D; d += threads) {
@@ -313,7 +342,7 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
 constexpr const char* kSource = R"(
   const mlx_ep_gqa::StepShape shape{H, HKV, P, MAXPOS, WINDOW, POS_STRIDE, QS, QO, KS, KO, VS, VO,
                                     __int_as_float(SCALE_BITS)};
-  mlx_ep_gqa::decode_step<D, LCAP, ROT, INTERLEAVED>(shape, q_in, k_in, v_in, past_k, past_v, seqlens,
+  mlx_ep_gqa::decode_step<D, LCAP, ROT, INTERLEAVED, NT>(shape, q_in, k_in, v_in, past_k, past_v, seqlens,
       total_len, reinterpret_cast<const T*>(cos_cache), reinterpret_cast<const T*>(sin_cache),
       reinterpret_cast<const int64_t*>(pos_ids), out, k_row, v_row);
 )";
@@ -392,6 +421,8 @@ std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in) {
   std::memcpy(&scale_bits, &in.scale, sizeof scale_bits);
   if (!(in.scale > 0.f) || !std::isfinite(in.scale) || in.window < 0) return std::nullopt;
   const int cap = std::max(256, static_cast<int>(std::bit_ceil(static_cast<unsigned>(keys))));
+  int nt = DecodeThreads();
+  if (SharedBytes(D, cap, nt, static_cast<int>(t.size())) > kMaxSharedBytes) nt = 128;  // fits (kMaxKeys)
   const mx::array& placeholder = in.seqlens_k;  // for absent inputs: never read
   const auto& [qs, qo, ks, ko, vs, vo] = *starts;
   const auto& [rot, max_pos, pos_stride] = *rotation;
@@ -401,7 +432,8 @@ std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in) {
        in.position_ids ? *in.position_ids : placeholder},
       {{batch, 1, in.heads * D}, {batch, in.kv_heads, 1, D}, {batch, in.kv_heads, 1, D}},
       t,
-      batch * in.heads * kThreads,
+      batch * in.heads * nt,
+      nt,
       {{"D", D},
        {"LCAP", cap},
        {"ROT", rot},
@@ -419,6 +451,7 @@ std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in) {
        {"VS", vs},
        {"VO", vo},
        {"SCALE_BITS", scale_bits},
+       {"NT", nt},
        {"T", t}}};
 }
 
@@ -428,7 +461,7 @@ std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, m
   if (!plan) return std::nullopt;
   const std::vector<mx::array> outs =
       StepKernel()(plan->inputs, plan->output_shapes, {plan->dtype, plan->dtype, plan->dtype},
-                   {plan->threads, 1, 1}, {kThreads, 1, 1}, plan->constants, std::nullopt, false, s);
+                   {plan->threads, 1, 1}, {plan->per_block, 1, 1}, plan->constants, std::nullopt, false, s);
   return GqaDecodeStep{outs[0], outs[1], outs[2]};
 }
 

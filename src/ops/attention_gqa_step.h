@@ -53,13 +53,15 @@ bool DecodeStepByKernelWanted();
 std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s);
 
 /** What DecodeStepByKernel hands MLX's cuda_kernel: the kernel's inputs (absent ones replaced by
- *  another), its three outputs' shapes (all of `dtype`), the threads of its grid (128 a block)
- *  and the constants its body names. */
+ *  another), its three outputs' shapes (all of `dtype`), the threads of its grid and of a block
+ *  (128, or ONNXRUNTIME_EP_MLX_DECODE_THREADS where its shared memory fits) and the constants
+ *  its body names. */
 struct DecodeStepLaunch {
   std::vector<mx::array> inputs;
   std::vector<mx::Shape> output_shapes;
   mx::Dtype dtype;
   int threads;
+  int per_block;
   std::vector<std::pair<std::string, mx::fast::TemplateArg>> constants;
 };
 

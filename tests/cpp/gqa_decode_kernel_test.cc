@@ -31,7 +31,8 @@ std::string Parameters(const std::string& t, const std::string& cache, const std
 }
 
 // The template constants MLX declares before the body, for one kernel of the compile test.
-std::string Constants(const std::string& t, int d, int rot, bool interleaved, int window, int pos_stride) {
+std::string Constants(const std::string& t, int d, int rot, bool interleaved, int window, int pos_stride,
+                      int nt) {
   std::string text = "  using T = " + t + ";\n";
   auto constant = [&](const char* name, int value) {
     text += "  constexpr int " + std::string(name) + " = " + std::to_string(value) + ";\n";
@@ -53,6 +54,7 @@ std::string Constants(const std::string& t, int d, int rot, bool interleaved, in
   constant("VS", 40 * d);
   constant("VO", 36 * d);
   constant("SCALE_BITS", 1040187392);
+  constant("NT", nt);
   return text;
 }
 
@@ -69,11 +71,14 @@ TEST(GqaDecodeKernel, Compiles) {
         bool interleaved;
         int window, pos_stride;
       } cases[] = {{0, false, 0, 0}, {d, false, 0, 0}, {d / 2, true, 16, 1}};
-      for (const auto& k : cases) {
-        const std::string cache = k.rot ? t : "int32_t", ids = k.pos_stride ? "int64_t" : "int32_t";
-        text += "__global__ void k" + std::to_string(count++) + "(" + Parameters(t, cache, ids) + ") {\n" +
-                Constants(t, d, k.rot, k.interleaved, k.window, k.pos_stride) + Body() + "\n}\n";
-      }
+      for (const auto& k : cases)
+        for (int nt : {128, 512}) {  // the default block and ONNXRUNTIME_EP_MLX_DECODE_THREADS' largest
+          const std::string cache = k.rot ? t : "int32_t", ids = k.pos_stride ? "int64_t" : "int32_t";
+          std::string name = "k";
+          name += std::to_string(count++);
+          text += "__global__ void " + name + "(" + Parameters(t, cache, ids) + ") {\n" +
+                  Constants(t, d, k.rot, k.interleaved, k.window, k.pos_stride, nt) + Body() + "\n}\n";
+        }
     }
   text += kMlxKernelsEnd;
   EXPECT_EQ(CompileLikeMlx("mlx_ep_gqa_decode_compile", text), "");
@@ -87,7 +92,7 @@ TEST(GqaDecodeKernel, ValuesOnTheHostEmulation) {
       "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
       "template <class T, int D, int LCAP, int ROT, bool INTERLEAVED, int H, int HKV, int P, int MAXPOS, int "
       "WINDOW,\n"
-      "          int POS_STRIDE, int QS, int QO, int KS, int KO, int VS, int VO, int SCALE_BITS>\n"
+      "          int POS_STRIDE, int QS, int QO, int KS, int KO, int VS, int VO, int SCALE_BITS, int NT>\n"
       "void step_kernel(" +
       Parameters("T", "T", "int64_t") + ") {\n" + Body() + "\n}\n#include \"" +
       (tests / "gqa_decode_driver.inc").string() + "\"\n";
@@ -117,9 +122,11 @@ TEST(GqaDecodeKernel, PlanOfTheLaunch) {
       {"D", D},     {"LCAP", 512}, {"ROT", 32},       {"H", H},
       {"HKV", Hkv}, {"P", P},      {"MAXPOS", 512},   {"WINDOW", 4},
       {"QS", 768},  {"QO", 0},     {"KS", 768},       {"KO", 512},
-      {"VS", 768},  {"VO", 640},   {"POS_STRIDE", 1}, {"SCALE_BITS", 1040187392}};
+      {"VS", 768},  {"VO", 640},   {"POS_STRIDE", 1}, {"SCALE_BITS", 1040187392},
+      {"NT", 128}};
   EXPECT_EQ(Ints(*plan), want);
-  EXPECT_EQ(plan->threads, B * H * 128);
+  EXPECT_EQ(plan->threads, B * H * 128);  // ONNXRUNTIME_EP_MLX_DECODE_THREADS unset
+  EXPECT_EQ(plan->per_block, 128);
   ASSERT_EQ(plan->output_shapes.size(), 3u);
   EXPECT_EQ(plan->output_shapes[0], (mx::Shape{B, 1, H * D}));
   EXPECT_EQ(plan->output_shapes[1], (mx::Shape{B, Hkv, 1, D}));
