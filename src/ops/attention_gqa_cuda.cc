@@ -21,10 +21,10 @@
 //
 // Layout: one block of NT threads (128; DecodeThreads) per (batch entry, query head). The rotated
 // query and key rows in shared memory; the scores of the P + 1 keys in shared memory (up to
-// kMaxKeys), block
-// reductions for the max and the sum. The past rows, for the scores and for P V, are read by
-// groups of lanes, 16 bytes a lane (Lanes: 8 lanes a float16 row of 64), eight rows a group in
-// flight before their arithmetic; the groups' P V sums are added at the end with the new row's.
+// kMaxKeys), block reductions for the max and the sum. The past rows, for the scores and for P V,
+// are read by groups of lanes, 16 bytes a lane (Lanes: 8 lanes a float16 row of 64), eight rows a
+// group in flight before their arithmetic; the groups' P V sums are added at the end with the new
+// row's.
 // The sixteenth session's H200 run measured the first layout (each thread one key's 64 values one
 // at a time for the scores, each warp a quarter of the keys one row at a time for P V, ~256
 // dependent loads a warp): the GPU, not the host, was then most of a decode step.
