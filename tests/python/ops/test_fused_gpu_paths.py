@@ -217,6 +217,19 @@ DECODE_CASES = [f"test_gqa_masks_float32[{c}]" for c in GQA_CASES if GQA_CASES[c
     ["test_gqa_float16[decode]", "test_gqa_bfloat16_against_float32"]
 
 
+@pytest.mark.parametrize("threads", ["256", "512"])
+def test_decode_step_kernel_blocks(threads):
+    """ONNXRUNTIME_EP_MLX_DECODE_THREADS: the decode-step kernel in blocks of 256 or 512 threads (more
+    past rows in flight a block; an A/B of the default 128) holds the decode cases' tolerances
+    (float32 with every mask layout, float16, bfloat16), still one CustomKernel a step. MLX's CUDA
+    backend only; tests/cpp/gqa_decode_kernel_test.cc runs both sizes' text on the host."""
+    if mlx_device() != "gpu":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    census, _ = census_of_tests(__file__, DECODE_CASES, env={"ONNXRUNTIME_EP_MLX_DECODE_THREADS": threads},
+                                timeout=600)
+    assert census and all("CustomKernel" in line for line in census), census
+
+
 def test_decode_core_by_gemv():
     """ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=gemv: a decode step's core as two float32 one-row products
     and a softmax instead of cuDNN's masked attention (src/ops/attention_gqa_fused.cc): the decode
