@@ -1,6 +1,7 @@
 // PartitionRunner: outputs written in place into their input's buffer (docs/kv_cache.md).
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "common/env.h"
 #include "runtime/device.h"
@@ -96,6 +97,18 @@ bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
   for (const InPlaceOutput& e : in_place)
     if (aliased[e.output]) read.insert(read.end(), {outputs[e.rows], outputs[e.offsets]});
   mx::eval(read);
+  // The trace leaves the rows as they are (plan.cc): strided ones are copied, in one evaluation.
+  std::vector<std::optional<mx::array>> rows_of(in_place.size());
+  std::vector<mx::array> copies;
+  for (size_t k = 0; k < in_place.size(); ++k) {
+    const InPlaceOutput& e = in_place[k];
+    if (!aliased[e.output]) continue;
+    const mx::array& rows = outputs[e.rows];
+    rows_of[k] =
+        rows.flags().row_contiguous ? rows : mx::contiguous(rows, false, mx::default_stream(RuntimeDevice()));
+    if (rows_of[k]->id() != rows.id()) copies.push_back(*rows_of[k]);
+  }
+  if (!copies.empty()) mx::eval(copies);
   for (const InPlaceOutput& e : in_place) {
     if (!aliased[e.output]) continue;
     const mx::array& offsets = outputs[e.offsets];
@@ -104,14 +117,10 @@ bool PartitionRunner::WriteInPlace(const std::vector<mx::array>& outputs,
     if (!std::all_of(off, off + offsets.size(), [&](int32_t o) { return o >= 0 && o <= room; })) return false;
   }
   uint64_t in_place_bytes = 0;
-  for (const InPlaceOutput& e : in_place) {
+  for (size_t k = 0; k < in_place.size(); ++k) {
+    const InPlaceOutput& e = in_place[k];
     if (!aliased[e.output]) continue;
-    const mx::array& offsets = outputs[e.offsets];
-    mx::array rows = outputs[e.rows];  // as the trace left them (plan.cc): strided views too
-    if (!rows.flags().row_contiguous) {
-      rows = mx::contiguous(rows, false, mx::default_stream(RuntimeDevice()));
-      mx::eval(rows);
-    }
+    const mx::array &offsets = outputs[e.offsets], &rows = *rows_of[k];
     const RowsLayout l = Layout(outputs, e);
     const size_t outer = static_cast<size_t>(l.outer), per_entry = static_cast<size_t>(l.per_entry);
     const size_t inner = static_cast<size_t>(l.inner) * rows.itemsize();  // bytes: rows are row-contiguous
