@@ -356,8 +356,6 @@ const mx::fast::CustomKernelFunction& StepKernel() {
   return kernel;
 }
 
-bool IsFloat(mx::Dtype t) { return t == mx::float16 || t == mx::bfloat16 || t == mx::float32; }
-
 /** Where each batch entry's query, key and value rows start (stride, offset), in elements; empty
  *  when the inputs' shapes are not [B, 1, ...] with the heads' widths. */
 std::optional<std::array<int, 6>> RowStarts(const GqaDecodeStepInputs& in) {
@@ -406,7 +404,7 @@ std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in) {
   if (batch == 0 || D < 1 || D > kMaxHeadSize || in.kv_heads < 1 || in.heads % in.kv_heads != 0)
     return std::nullopt;
   const mx::Dtype t = q.dtype();
-  if (!IsFloat(t) || past_k.dtype() != t || past_v.dtype() != t) return std::nullopt;
+  if (!IsCudaKernelFloat(t) || past_k.dtype() != t || past_v.dtype() != t) return std::nullopt;
   const mx::Shape past_shape = {batch, in.kv_heads, past_k.ndim() == 4 ? past_k.shape(2) : 0, D};
   if (past_k.shape() != past_shape || past_v.shape() != past_shape) return std::nullopt;
   const int past = past_shape[2], keys = past + 1;

@@ -123,8 +123,6 @@ const mx::fast::CustomKernelFunction& NormKernel(bool with_sum) {
   return with_sum ? summed : plain;
 }
 
-bool IsKernelFloat(mx::Dtype t) { return t == mx::float16 || t == mx::bfloat16 || t == mx::float32; }
-
 /** A block's threads for rows of n values: at most 16 values a thread. */
 int ThreadsPerRow(int n) {
   if (n <= 1024) return 128;
@@ -137,12 +135,12 @@ int ThreadsPerRow(int n) {
 
 std::optional<RowNormLaunch> PlanRowNorm(const RowNormInputs& in) {
   const mx::array& x = in.x;
-  if (x.ndim() == 0 || x.size() == 0 || !IsKernelFloat(x.dtype()) || !IsKernelFloat(in.y_dtype))
+  if (x.ndim() == 0 || x.size() == 0 || !IsCudaKernelFloat(x.dtype()) || !IsCudaKernelFloat(in.y_dtype))
     return std::nullopt;
   const int n = x.shape(-1);
   if (n < 1 || n > kMaxRow) return std::nullopt;
   auto is_vector = [&](const std::optional<mx::array>& p) {
-    return !p || (p->ndim() == 1 && p->shape(0) == n && IsKernelFloat(p->dtype()));
+    return !p || (p->ndim() == 1 && p->shape(0) == n && IsCudaKernelFloat(p->dtype()));
   };
   if (!is_vector(in.scale) || !is_vector(in.bias) || !is_vector(in.beta)) return std::nullopt;
   if (in.simplified && in.beta) return std::nullopt;

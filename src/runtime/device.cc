@@ -63,6 +63,8 @@ bool CudaKernelsAvailable(mx::Stream s) {
   }
 }
 
+bool IsCudaKernelFloat(mx::Dtype t) { return t == mx::float16 || t == mx::bfloat16 || t == mx::float32; }
+
 std::optional<mx::array> WrapHostMemory(const void* p, const mx::Shape& shape, mx::Dtype dtype,
                                         std::shared_ptr<const void> owner) {
   // The header word before `p` is read by MLX (array::buffer_size, only to choose between sharing

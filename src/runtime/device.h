@@ -19,6 +19,9 @@ mx::Device RuntimeDevice();
 /** True when stream `s` runs on the GPU of an MLX built with CUDA (custom CUDA kernels work). */
 bool CudaKernelsAvailable(mx::Stream s);
 
+/** True for the float types the EP's custom CUDA kernels take (float16, bfloat16, float32). */
+bool IsCudaKernelFloat(mx::Dtype t);
+
 /** Host memory `p` as an MLX array without a copy where this MLX's allocator allows it (its
  *  CPU-only allocator: see device.cc), else nullopt. The array never frees `p`; it holds `owner`
  *  (whatever keeps `p` alive, if anything) until MLX drops its last reference. MLX never donates
