@@ -43,6 +43,7 @@
 #include "mlx/fast.h"
 #include "mlx/ops.h"
 #include "ops/attention_gqa_step.h"
+#include "ops/cuda_block_reduce.h"
 #include "runtime/device.h"
 
 namespace mlx_ep {
@@ -87,22 +88,6 @@ namespace mlx_ep_gqa {
 // -inf as attention_vjp_cuda.cc's kernels, which ran on the H200, spell it.
 __device__ __forceinline__ float negative_infinity() { return -__int_as_float(0x7f800000); }
 __device__ __forceinline__ int lesser(int a, int b) { return a < b ? a : b; }
-
-// A block-wide max (MAX) or sum of every thread's value; every thread gets it. `red` holds one
-// value per warp; blockDim.x is a multiple of 32.
-template <bool MAX>
-__device__ __forceinline__ float block_reduce(float v, float* red) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float other = __shfl_xor_sync(0xffffffffu, v, o);
-    v = MAX ? fmaxf(v, other) : v + other;
-  }
-  __syncthreads();  // a previous reduction's readers are done with `red`
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  float r = red[0];
-  for (int w = 1; w < static_cast<int>(blockDim.x / 32); ++w) r = MAX ? fmaxf(r, red[w]) : r + red[w];
-  return r;
-}
 
 // Value d of row x after the rotation by cos/sin row (c, s) of ROT / 2 values (ROT = 0: none):
 // pairs (i, i + ROT / 2), or (2i, 2i + 1) when INTERLEAVED, in float32, rounded to T.
@@ -311,14 +296,14 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
     if (tid == 0) scores[P] = score;
     if (attended(P)) local_max = fmaxf(local_max, score);
   }
-  const float top = block_reduce<true>(local_max, red);  // its barriers publish `scores` too
+  const float top = mlx_ep_cuda::block_reduce<true>(local_max, red);  // its barriers publish `scores` too
   float local_sum = 0.f;
   for (int t = tid; t <= P; t += threads) {
     const float p = attended(t) ? expf(scores[t] - top) : 0.f;
     scores[t] = p;
     local_sum += p;
   }
-  const float sum = block_reduce<false>(local_sum, red);  // its barriers publish `scores` too
+  const float sum = mlx_ep_cuda::block_reduce<false>(local_sum, red);  // its barriers publish `scores` too
   if (wide)
     past_values<D, WIDE, NT>(scores, values, P, attended, partial);
   else
@@ -347,12 +332,18 @@ constexpr const char* kSource = R"(
       reinterpret_cast<const int64_t*>(pos_ids), out, k_row, v_row);
 )";
 
+/** The kernel's header: the shared block reduction, then its own helpers. */
+const std::string& Header() {
+  static const std::string text = std::string(kBlockReduceSource) + kHeader;
+  return text;
+}
+
 const mx::fast::CustomKernelFunction& StepKernel() {
   static const mx::fast::CustomKernelFunction kernel =
       mx::fast::cuda_kernel("mlx_ep_gqa_decode_step",
                             {"q_in", "k_in", "v_in", "past_k", "past_v", "seqlens", "total_len", "cos_cache",
                              "sin_cache", "pos_ids"},
-                            {"out", "k_row", "v_row"}, kSource, kHeader, /*ensure_row_contiguous=*/true);
+                            {"out", "k_row", "v_row"}, kSource, Header(), /*ensure_row_contiguous=*/true);
   return kernel;
 }
 
@@ -394,7 +385,7 @@ std::optional<std::array<int, 3>> RotationConstants(const GqaDecodeStepInputs& i
 }  // namespace
 
 const char* GqaDecodeKernelSourceForTests() {
-  static const std::string text = std::string(kHeader) + "\n// kernel body:\n" + kSource;
+  static const std::string text = Header() + "\n// kernel body:\n" + kSource;
   return text.c_str();
 }
 

@@ -13,8 +13,8 @@
 // row whose mean is large against its spread keeps its accuracy (FastLayerNorm's recentering,
 // without the extra kernels); y = (s - mean) / sqrt(var + eps) * scale + beta, each operation rounded on its
 // own (__fmul_rn / __fadd_rn: no contraction into fused multiply-adds), rounded once to y's type.
-// The sums are a block's tree (warp shuffles, then the warps' partials in one order), as MLX's
-// own norm kernels sum.
+// The sums are a block's tree (cuda_block_reduce.h: warp shuffles, then the warps' partials in one
+// order), as MLX's own norm kernels sum.
 //
 // Layout: one block a row, TPB threads, thread t holding values t, t + TPB, ... of the row in
 // registers (PER of them, PER <= 16), so x and skip are read once.
@@ -24,6 +24,7 @@
 
 #include "common/env.h"
 #include "mlx/ops.h"
+#include "ops/cuda_block_reduce.h"
 #include "ops/fused_gpu_internal.h"
 #include "ops/normalization_cuda.h"
 #include "runtime/device.h"
@@ -35,18 +36,6 @@ constexpr int kMaxRow = 16384;
 
 constexpr const char* kHeader = R"(
 namespace mlx_ep_norm {
-
-// The sum of every thread's `v` (TPB threads, a multiple of 32), the same value in each thread.
-template <int TPB>
-__device__ __forceinline__ float block_sum(float v, float* partial) {
-  for (int m = 16; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-  if ((threadIdx.x & 31u) == 0) partial[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float total = 0.f;
-  for (int w = 0; w < TPB / 32; ++w) total += partial[w];
-  __syncthreads();  // `partial` is reused by the next sum
-  return total;
-}
 
 template <int N, int TPB, bool SIMPLIFIED, bool SKIP, bool BIAS, bool BETA, bool SUM, typename T,
           typename S, typename B, typename W, typename Z, typename O, typename U>
@@ -75,20 +64,20 @@ __device__ void row_norm(const T* x, const S* skip, const B* bias, const W* scal
   // of a row's offset) does not reach y; the refinement is small and nearly exact.
   float mean = 0.f, refinement = 0.f, denom;
   if constexpr (SIMPLIFIED) {
-    denom = sqrtf(__fadd_rn(block_sum<TPB>(first, partial) / n, eps));
+    denom = sqrtf(__fadd_rn(mlx_ep_cuda::block_reduce<false>(first, partial) / n, eps));
   } else {
-    mean = block_sum<TPB>(first, partial) / n;
+    mean = mlx_ep_cuda::block_reduce<false>(first, partial) / n;
     float residual = 0.f;
     for (int k = 0; k < PER; ++k)
       if (tid + k * TPB < N) residual += __fsub_rn(v[k], mean);
-    refinement = block_sum<TPB>(residual, partial) / n;
+    refinement = mlx_ep_cuda::block_reduce<false>(residual, partial) / n;
     float squares = 0.f;
     for (int k = 0; k < PER; ++k)
       if (tid + k * TPB < N) {
         const float d = __fsub_rn(__fsub_rn(v[k], mean), refinement);
         squares += __fmul_rn(d, d);
       }
-    denom = sqrtf(__fadd_rn(block_sum<TPB>(squares, partial) / n, eps));
+    denom = sqrtf(__fadd_rn(mlx_ep_cuda::block_reduce<false>(squares, partial) / n, eps));
   }
   for (int k = 0; k < PER; ++k) {
     const int i = tid + k * TPB;
@@ -113,13 +102,19 @@ constexpr const char* kSumSource = R"(
       x, skip, bias, scale, beta, y, sum, __int_as_float(EPS_BITS));
 )";
 
+/** The kernel's header: the shared block reduction, then row_norm. */
+const std::string& Header() {
+  static const std::string text = std::string(kBlockReduceSource) + kHeader;
+  return text;
+}
+
 const mx::fast::CustomKernelFunction& NormKernel(bool with_sum) {
   static const mx::fast::CustomKernelFunction plain = mx::fast::cuda_kernel(
-      "mlx_ep_row_norm", {"x", "skip", "bias", "scale", "beta"}, {"y"}, kSource, kHeader,
+      "mlx_ep_row_norm", {"x", "skip", "bias", "scale", "beta"}, {"y"}, kSource, Header(),
       /*ensure_row_contiguous=*/true);
   static const mx::fast::CustomKernelFunction summed =
       mx::fast::cuda_kernel("mlx_ep_row_norm_sum", {"x", "skip", "bias", "scale", "beta"}, {"y", "sum"},
-                            kSumSource, kHeader, /*ensure_row_contiguous=*/true);
+                            kSumSource, Header(), /*ensure_row_contiguous=*/true);
   return with_sum ? summed : plain;
 }
 
@@ -189,7 +184,7 @@ std::optional<std::vector<mx::array>> RowNormByKernel(const RowNormInputs& in, m
 }
 
 const char* RowNormKernelSourceForTests() {
-  static const std::string text = std::string(kHeader) + "\n// kernel body:\n" + kSource;
+  static const std::string text = Header() + "\n// kernel body:\n" + kSource;
   return text.c_str();
 }
 
