@@ -94,6 +94,10 @@ constexpr const char* kNormKernel =
     "ONNXRUNTIME_EP_MLX_NORM_KERNEL";  // "1": GPU row normalizations as the EP's one-launch CUDA
                                        // kernel (normalization_cuda.h; opt-in until a GPU has run
                                        // it), not MLX's fused kernels on float32 values
+constexpr const char* kSoftmaxKernel =
+    "ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL";  // "1": GPU (Log)Softmax over the last axis as the EP's
+                                          // one-launch CUDA kernel (softmax_cuda.h; opt-in until a
+                                          // GPU has run it), not MLX's composed kernels
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls on one input stay one product each
 constexpr const char* kMatmulBias =

@@ -32,6 +32,7 @@
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
+#include "ops/softmax_cuda.h"
 #include "ops/unary_cpu.h"
 #include "ops/unary_internal.h"
 
@@ -104,8 +105,13 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
     red = {static_cast<int>(flat.size()) - 1};
   }
   const mx::Dtype dt = x.dtype();
-  if (!kLog && dt == mx::float16 && c.node.since_version >= 13)
-    return {SoftmaxFunctionBody(in, red, x.shape(), s)};
+  const bool float16_body = !kLog && dt == mx::float16 && c.node.since_version >= 13;
+  // On MLX's CUDA backend with ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=1: either form below as one
+  // kernel a node (softmax_cuda.h), over the last axis.
+  if (red.size() == 1 && red[0] == static_cast<int>(in.ndim()) - 1)
+    if (std::optional<mx::array> y = RowSoftmaxByKernel({in, kLog, float16_body}, s))
+      return {axes.size() > 1 ? mx::reshape(*y, x.shape(), s) : *y};
+  if (float16_body) return {SoftmaxFunctionBody(in, red, x.shape(), s)};
   mx::array y = [&]() -> mx::array {
     // Composed rather than mx::softmax: its CPU kernel sums exp() in one float32 chain, off by
     // ~4e-5 rel for vocabulary-sized rows, where ORT stays at ~1e-6.

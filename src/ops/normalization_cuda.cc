@@ -32,8 +32,6 @@
 namespace mlx_ep {
 namespace {
 
-constexpr int kMaxRow = 16384;
-
 constexpr const char* kHeader = R"(
 namespace mlx_ep_norm {
 
@@ -118,33 +116,25 @@ const mx::fast::CustomKernelFunction& NormKernel(bool with_sum) {
   return with_sum ? summed : plain;
 }
 
-/** A block's threads for rows of n values: at most 16 values a thread. */
-int ThreadsPerRow(int n) {
-  if (n <= 1024) return 128;
-  if (n <= 4096) return 256;
-  if (n <= 8192) return 512;
-  return 1024;
-}
-
 }  // namespace
 
-std::optional<RowNormLaunch> PlanRowNorm(const RowNormInputs& in) {
+std::optional<RowKernelLaunch> PlanRowNorm(const RowNormInputs& in) {
   const mx::array& x = in.x;
   if (x.ndim() == 0 || x.size() == 0 || !IsCudaKernelFloat(x.dtype()) || !IsCudaKernelFloat(in.y_dtype))
     return std::nullopt;
   const int n = x.shape(-1);
-  if (n < 1 || n > kMaxRow) return std::nullopt;
+  if (n < 1 || n > kMaxKernelRow) return std::nullopt;
   auto is_vector = [&](const std::optional<mx::array>& p) {
     return !p || (p->ndim() == 1 && p->shape(0) == n && IsCudaKernelFloat(p->dtype()));
   };
   if (!is_vector(in.scale) || !is_vector(in.bias) || !is_vector(in.beta)) return std::nullopt;
   if (in.simplified && in.beta) return std::nullopt;
   if (in.skip && (in.skip->shape() != x.shape() || in.skip->dtype() != x.dtype())) return std::nullopt;
-  const int tpb = ThreadsPerRow(n);
+  const int tpb = RowKernelThreads(n);
   const int64_t rows = static_cast<int64_t>(x.size()) / n;
   if (rows * tpb > INT_MAX) return std::nullopt;
 
-  RowNormLaunch launch;
+  RowKernelLaunch launch;
   // Absent inputs: x or scale in their place (never read: SKIP, BIAS, BETA say so).
   launch.inputs = {x, in.skip.value_or(x), in.bias.value_or(in.scale), in.scale, in.beta.value_or(in.scale)};
   launch.output_shapes = {x.shape()};
@@ -176,11 +166,9 @@ bool RowNormKernelWanted(mx::Stream s) {
 
 std::optional<std::vector<mx::array>> RowNormByKernel(const RowNormInputs& in, mx::Stream s) {
   if (!RowNormKernelWanted(s)) return std::nullopt;
-  std::optional<RowNormLaunch> plan = PlanRowNorm(in);
+  std::optional<RowKernelLaunch> plan = PlanRowNorm(in);
   if (!plan) return std::nullopt;
-  return NormKernel(in.want_sum)(plan->inputs, plan->output_shapes, plan->output_dtypes,
-                                 {plan->threads, 1, 1}, {plan->per_block, 1, 1}, plan->constants,
-                                 std::nullopt, false, s);
+  return LaunchRowKernel(NormKernel(in.want_sum), *plan, s);
 }
 
 const char* RowNormKernelSourceForTests() {

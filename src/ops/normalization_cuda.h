@@ -9,11 +9,9 @@
 #pragma once
 
 #include <optional>
-#include <string>
-#include <utility>
 #include <vector>
 
-#include "mlx/fast.h"
+#include "ops/cuda_rows.h"
 #include "ops/op.h"
 
 namespace mlx_ep {
@@ -36,21 +34,9 @@ struct RowNormInputs {
   bool want_sum;
 };
 
-/** What RowNormByKernel hands MLX's cuda_kernel: its inputs (x, skip, bias, scale, beta; an
- *  absent one replaced by another input, never read), its outputs' shapes and dtypes, the threads
- *  of its grid, a block's threads (one block a row) and the constants its body names. */
-struct RowNormLaunch {
-  std::vector<mx::array> inputs;
-  std::vector<mx::Shape> output_shapes;
-  std::vector<mx::Dtype> output_dtypes;
-  int threads;
-  int per_block;
-  std::vector<std::pair<std::string, mx::fast::TemplateArg>> constants;
-};
-
 /** The launch on any device (a test's view of it): nullopt for what the kernel does not take
  *  (other dtypes, rows over 16384 values, a skip of another shape, empty x). */
-std::optional<RowNormLaunch> PlanRowNorm(const RowNormInputs& in);
+std::optional<RowKernelLaunch> PlanRowNorm(const RowNormInputs& in);
 
 /** True where RowNormByKernel runs: MLX's CUDA backend on `s` with the fused GPU paths on
  *  (fused_gpu_internal.h) and ONNXRUNTIME_EP_MLX_NORM_KERNEL=1. Opt-in for now: no GPU has run

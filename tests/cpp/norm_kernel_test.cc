@@ -78,7 +78,7 @@ TEST(NormKernel, ValuesOnTheHostEmulation) {
   EXPECT_EQ(BuildAndRun("mlx_ep_norm_emulation", program, "g++", EmulationFlags()), "");
 }
 
-std::map<std::string, int> Ints(const RowNormLaunch& plan) {
+std::map<std::string, int> Ints(const RowKernelLaunch& plan) {
   std::map<std::string, int> ints;
   for (const auto& [name, value] : plan.constants) {
     if (const int* i = std::get_if<int>(&value)) ints[name] = *i;

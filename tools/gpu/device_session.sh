@@ -286,8 +286,10 @@ run_step() {
           --model "$W/llm/$m" --past 0 --prompt "$PHASES_PROMPT" ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} ${PHASES_ROUNDS:+--rounds "$PHASES_ROUNDS"} \
           --json "$R/phases_llm_${m}_prompt$PHASES_PROMPT.json" 2>&1 | tee -a "$R/phases.log"
       done
+      # PHASES_BERT_SETTINGS: BERT's own settings (default PHASES_SETTINGS)
+      local bert_settings="${PHASES_BERT_SETTINGS:-${PHASES_SETTINGS:-}}"
       [ -n "${PHASES_BERT-1}" ] && timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" bert \
-        ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} ${PHASES_ROUNDS:+--rounds "$PHASES_ROUNDS"} --json "$R/phases_bert.json" 2>&1 | tee -a "$R/phases.log";;
+        ${bert_settings:+--settings "$bert_settings"} ${PHASES_ROUNDS:+--rounds "$PHASES_ROUNDS"} --json "$R/phases_bert.json" 2>&1 | tee -a "$R/phases.log";;
     kernels)  # each CUDA kernel family's GPU time in one run: TinyLlama decode steps, BERT fp16;
       # KERNELS_VIA: "timeline" (CUPTI through torch.profiler: real start and end, the GPU's busy
       # time against the run's span), "ncu" (each kernel's own time, serialized), both by default

@@ -185,6 +185,44 @@ def test_norm_kernel():
     assert census_total(with_kernel[-1]) < census_total(without[-1]), (with_kernel[-1], without[-1])
 
 
+SOFTMAX_KERNEL_CASES = ["test_softmax13_float16_follows_function_body[13]",
+                        "test_attention_float16_matches_onnx_reference[2]",
+                        "test_attention_float16_matches_onnx_reference[3]",
+                        "test_softmax_float32[Softmax-(3, 4, 5)-axisNone-1]",
+                        "test_softmax_float32[LogSoftmax-(3, 4, 5)-axisNone-13]",
+                        "test_softmax_bf16[Softmax]", "test_softmax_bf16[LogSoftmax]",
+                        "test_softmax_special_values[Softmax]", "test_softmax_special_values[LogSoftmax]",
+                        "test_softmax_of_scaled_masked_scores[Softmax-div-mask-b11s]"]
+
+
+def composed_softmax_steps(line):
+    """The composed softmax's own reductions in a census line: its Max and Sum primitives."""
+    import re
+    return re.findall(r"(?:: |, )(?:Max|Sum) \d+", line)
+
+
+def test_softmax_kernel():
+    """With ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=1 on MLX's CUDA backend a (Log)Softmax over the last
+    axis is one kernel of the EP's (src/ops/softmax_cuda.cc): the normalization file's cases
+    (float16 Softmax-13 against ONNX's reference of its function body, also through P @ V, which
+    amplifies the probabilities' rounding; float32 legacy and LogSoftmax, bfloat16, infinities and
+    NaN, scaled and masked scores) hold their tolerances with a CustomKernel and without the
+    composed form's Max and Sum, and without the switch the float16 case takes more primitives.
+    tests/cpp/softmax_kernel_test.cc runs the kernel's text on the host."""
+    if mlx_device() != "gpu":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    normalization = os.path.join(os.path.dirname(__file__), "test_normalization.py")
+    on = {"ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL": "1"}
+    census, _ = census_of_tests(normalization, SOFTMAX_KERNEL_CASES, env=on, timeout=600)
+    assert census and all("CustomKernel" in line for line in census), census
+    assert not any(composed_softmax_steps(line) for line in census), census
+    fp16 = SOFTMAX_KERNEL_CASES[:1]
+    with_kernel, _ = census_of_tests(normalization, fp16, env=on)
+    without, _ = census_of_tests(normalization, fp16, env={"ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL": "0"})
+    assert composed_softmax_steps(without[-1]), without
+    assert census_total(with_kernel[-1]) < census_total(without[-1]), (with_kernel[-1], without[-1])
+
+
 def query_doublings(log):
     """Concatenate lines of an MLX graph print that join an array to itself along the query axis,
     excluding the bool mask's (the decode query's duplicate row for cuDNN's masked path)."""

@@ -1,0 +1,47 @@
+// What the EP's one-block-a-row CUDA kernels (normalization_cuda.cc, softmax_cuda.cc) share: the
+// launch they plan for MLX's cuda_kernel and a row's block size.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mlx/fast.h"
+
+namespace mx = mlx::core;
+
+namespace mlx_ep {
+
+/** What a row kernel hands MLX's cuda_kernel: its inputs, its outputs' shapes and dtypes, the
+ *  threads of its grid, a block's threads (one block a row) and the constants its body names. */
+struct RowKernelLaunch {
+  std::vector<mx::array> inputs;
+  std::vector<mx::Shape> output_shapes;
+  std::vector<mx::Dtype> output_dtypes;
+  int threads;
+  int per_block;
+  std::vector<std::pair<std::string, mx::fast::TemplateArg>> constants;
+};
+
+/** The most values a row kernel takes a row: 16 a thread in blocks of 1,024. */
+constexpr int kMaxKernelRow = 16384;
+
+/** A block's threads for rows of n values (n <= kMaxKernelRow): a multiple of 32 (the block
+ *  reduction's warps), at most 16 values a thread. */
+inline int RowKernelThreads(int n) {
+  if (n <= 32) return 32;
+  if (n <= 64) return 64;
+  if (n <= 1024) return 128;
+  if (n <= 4096) return 256;
+  if (n <= 8192) return 512;
+  return 1024;
+}
+
+/** `kernel` launched as `launch` plans it, on `s`. */
+inline std::vector<mx::array> LaunchRowKernel(const mx::fast::CustomKernelFunction& kernel,
+                                              const RowKernelLaunch& launch, mx::Stream s) {
+  return kernel(launch.inputs, launch.output_shapes, launch.output_dtypes, {launch.threads, 1, 1},
+                {launch.per_block, 1, 1}, launch.constants, std::nullopt, false, s);
+}
+
+}  // namespace mlx_ep

@@ -1,0 +1,42 @@
+// Softmax and LogSoftmax over a row as one custom CUDA kernel of the EP's (softmax_cuda.cc), where
+// the composed translation (normalization.cc) is five or six MLX kernels a node: the max, the
+// shifted exp with its casts, the widening of e for the sum, the sum and the division. A float16
+// BERT-base layer's softmax is ~5 of its ~25 launches, each ~15 us of MLX's host encoding on a run
+// where the GPU idles (issue 7's kernel timeline). Opt-in (ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=1)
+// until a GPU has run it, as the row normalizations' kernel (normalization_cuda.h).
+#pragma once
+
+#include <optional>
+
+#include "ops/cuda_rows.h"
+#include "ops/op.h"
+
+namespace mlx_ep {
+
+/** A (Log)Softmax over the last axis of x [..., n], as normalization.cc composes it:
+ *  - `float16_body` (float16 Softmax-13+, x float16, not `log`): ONNX's function body, each step
+ *    rounded to float16: x - max, exp of it, the float32 sum of those, then e / sum;
+ *  - otherwise (float32, bfloat16, float16 LogSoftmax or Softmax before opset 13): the steps in
+ *    float32 on the widened row, y = e / sum (or (x - max) - log(sum)), rounded once to x's type. */
+struct RowSoftmaxInputs {
+  const mx::array& x;
+  bool log;
+  bool float16_body;
+};
+
+/** The launch on any device (a test's view of it): nullopt for what the kernel does not take
+ *  (float64 and integer rows, rows over kMaxKernelRow values, empty x, a float16 body of
+ *  another type or of a LogSoftmax). */
+std::optional<RowKernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in);
+
+/** True where RowSoftmaxByKernel runs: MLX's CUDA backend on `s` with the fused GPU paths on
+ *  (fused_gpu_internal.h) and ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=1 (opt-in: no GPU has run it yet). */
+bool RowSoftmaxKernelWanted(mx::Stream s);
+
+/** y (x's shape and type); nullopt off MLX's CUDA backend or where PlanRowSoftmax declines. */
+std::optional<mx::array> RowSoftmaxByKernel(const RowSoftmaxInputs& in, mx::Stream s);
+
+/** The kernel's device code as NVRTC compiles it (header, then "// kernel body:" and the body). */
+const char* RowSoftmaxKernelSourceForTests();
+
+}  // namespace mlx_ep

@@ -1,0 +1,103 @@
+// The row (Log)Softmax kernel (src/ops/softmax_cuda.cc) compiled by NVRTC as MLX's cuda_kernel
+// wraps it, its text run on the host through tests/cpp/cuda_host_emulation.h against a
+// double-precision reference of the composed translation (tests/cpp/softmax_kernel_driver.inc),
+// and the launch it plans. On a GPU, test_fused_gpu_paths.py::test_softmax_kernel runs the
+// normalization file's Softmax cases with it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <variant>
+
+#include "mlx/ops.h"
+
+#include "host_program.h"
+#include "ops/softmax_cuda.h"
+
+namespace mlx_ep {
+namespace {
+
+std::string Source() { return RowSoftmaxKernelSourceForTests(); }
+std::string Header() { return Source().substr(0, Source().find("// kernel body:")); }
+std::string Body() { return Source().substr(Source().find("// kernel body:")); }
+
+// MLX's parameters for the kernel's input and output, then the constants it declares.
+std::string Kernel(const std::string& name, const std::string& t, int n, int tpb, bool log, bool body16) {
+  auto flag = [](const char* c, bool v) {
+    return std::string("  constexpr bool ") + c + (v ? " = true;\n" : " = false;\n");
+  };
+  return "__global__ void " + name + "(const " + t + "* x, " + t + "* y) {\n  constexpr int N = " +
+         std::to_string(n) + ";\n  constexpr int TPB = " + std::to_string(tpb) + ";\n" + flag("LOG", log) +
+         flag("BODY16", body16) + Body() + "\n}\n";
+}
+
+TEST(SoftmaxKernel, CompilesLikeMlx) {
+  if (!NvrtcAvailable()) GTEST_SKIP() << "no NVRTC (the CUDA toolkit)";
+  std::string text = MlxKernelsBegin(Header());
+  int count = 0;
+  for (const char* t : {"__half", "__nv_bfloat16", "float"})
+    for (int n : {7, 128, 3000, 16384})
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool log = variant == 1, body16 = variant == 2;
+        if (body16 && std::string(t) != "__half") continue;
+        text += Kernel("k" + std::to_string(count++), t, n, RowKernelThreads(n), log, body16);
+      }
+  text += kMlxKernelsEnd;
+  EXPECT_EQ(CompileLikeMlx("mlx_ep_softmax_compile", text), "");
+}
+
+TEST(SoftmaxKernel, ValuesOnTheHostEmulation) {
+  if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
+  const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
+  const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
+                              "template <class T, int N, int TPB, bool LOG, bool BODY16>\n"
+                              "void softmax_kernel(const T* x, T* y) {\n" +
+                              Body() + "\n}\n#include \"" + (tests / "softmax_kernel_driver.inc").string() + "\"\n";
+  EXPECT_EQ(BuildAndRun("mlx_ep_softmax_emulation", program, "g++", EmulationFlags()), "");
+}
+
+std::map<std::string, int> Ints(const RowKernelLaunch& plan) {
+  std::map<std::string, int> ints;
+  for (const auto& [name, value] : plan.constants) {
+    if (const int* i = std::get_if<int>(&value)) ints[name] = *i;
+    if (const bool* b = std::get_if<bool>(&value)) ints[name] = *b ? 1 : 0;
+  }
+  return ints;
+}
+
+TEST(SoftmaxKernel, PlanOfTheLaunch) {
+  // BERT-base's scores: [8, 12, 128, 128] float16, Softmax-13's body.
+  const mx::array scores = mx::zeros({8, 12, 128, 128}, mx::float16);
+  auto plan = PlanRowSoftmax({scores, false, true});
+  ASSERT_TRUE(plan);
+  const std::map<std::string, int> want = {{"N", 128}, {"TPB", 128}, {"LOG", 0}, {"BODY16", 1}};
+  EXPECT_EQ(Ints(*plan), want);
+  EXPECT_EQ(plan->threads, 8 * 12 * 128 * 128);
+  EXPECT_EQ(plan->per_block, 128);
+  ASSERT_EQ(plan->inputs.size(), 1u);
+  EXPECT_EQ(plan->inputs[0].id(), scores.id());
+  ASSERT_EQ(plan->output_shapes.size(), 1u);
+  EXPECT_EQ(plan->output_shapes[0], scores.shape());
+  EXPECT_EQ(plan->output_dtypes[0], mx::float16);
+
+  // bfloat16 LogSoftmax rows of 3,000 in blocks of 256; rows of 20 in one warp.
+  plan = PlanRowSoftmax({mx::zeros({5, 3000}, mx::bfloat16), true, false});
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->threads, 5 * 256);
+  EXPECT_EQ(Ints(*plan)["LOG"], 1);
+  plan = PlanRowSoftmax({mx::zeros({3, 20}, mx::float32), false, false});
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->per_block, 32);
+
+  // What it leaves to the composed paths.
+  EXPECT_FALSE(PlanRowSoftmax({mx::zeros({2, 8}, mx::float64), false, false}));
+  EXPECT_FALSE(PlanRowSoftmax({mx::zeros({2, 50257}, mx::float32), false, false}));  // vocabulary rows
+  EXPECT_FALSE(PlanRowSoftmax({mx::zeros({0, 8}, mx::float32), false, false}));
+  EXPECT_FALSE(PlanRowSoftmax({mx::zeros({2, 8}, mx::float32), false, true}));   // the body is float16's
+  EXPECT_FALSE(PlanRowSoftmax({mx::zeros({2, 8}, mx::float16), true, true}));    // and Softmax's
+  EXPECT_FALSE(PlanRowSoftmax({mx::zeros({2, 8}, mx::int32), false, false}));
+}
+
+}  // namespace
+}  // namespace mlx_ep
