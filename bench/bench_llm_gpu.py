@@ -120,8 +120,11 @@ class BoundDecoder:
     """What onnxruntime-genai does with a past_present_share_buffer model, over a plain ORT
     session: KV buffers on `kv_device` bound as both past and present, logits on the device."""
 
-    def __init__(self, sess, cfg, batch, dtype, make_buffer, out_device):
+    def __init__(self, sess, cfg, batch, dtype, make_buffer, out_device, make_input=None):
         self.sess, self.cfg, self.batch = sess, cfg, batch
+        # make_input(numpy) -> OrtValue: the small inputs as values made once a shape (in the EP's
+        # memory, say), not host arrays ORT copies into the EP's memory every run
+        self.make_input, self.inputs = make_input, {}
         names = {i.name for i in sess.get_inputs()}
         self.position_ids = "position_ids" in names
         shape = [batch, cfg.kv_heads, cfg.max_len, cfg.head]
@@ -135,11 +138,17 @@ class BoundDecoder:
         """One run of `new` tokens per row after `past` tokens."""
         total = past + new
         io = self.sess.io_binding()
-        ids = np.full((self.batch, new), 7, np.int64)
-        io.bind_cpu_input("input_ids", ids)
-        io.bind_cpu_input("attention_mask", np.ones((self.batch, total), np.int64))
+        small = {"input_ids": lambda: np.full((self.batch, new), 7, np.int64),
+                 "attention_mask": lambda: np.ones((self.batch, total), np.int64)}
         if self.position_ids:
-            io.bind_cpu_input("position_ids", np.tile(np.arange(past, total, dtype=np.int64), (self.batch, 1)))
+            small["position_ids"] = lambda: np.tile(np.arange(past, total, dtype=np.int64), (self.batch, 1))
+        for name, make in small.items():
+            if self.make_input is None:
+                io.bind_cpu_input(name, make())
+                continue
+            if (name, past, new) not in self.inputs:
+                self.inputs[(name, past, new)] = self.make_input(make())
+            io.bind_ortvalue_input(name, self.inputs[(name, past, new)])
         for (past_name, present_name), buf in self.kv.items():
             io.bind_ortvalue_input(past_name, buf)
             io.bind_ortvalue_output(present_name, buf)
