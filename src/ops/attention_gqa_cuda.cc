@@ -56,7 +56,8 @@ constexpr int kMaxSharedBytes = 48 * 1024;  // static shared memory a block may 
 /** A block's threads (NT): 128, or ONNXRUNTIME_EP_MLX_DECODE_THREADS (256 or 512; an A/B): more
  *  past rows in flight a block, where a step launches only B x H blocks (32 of an H100's 132
  *  SMs at batch 1: the kernel read its 1 MB of KV a layer at ~24 GB/s, 42 us, on the twenty-second
- *  session's timeline). */
+ *  session's timeline). Not 1024: the kernel takes up to 94 registers a thread on sm_90a, and a
+ *  block of 1024 such threads would not launch (65,536 a block; gqa_decode_kernel_test.cc). */
 int DecodeThreads() {
   static const int threads = [] {
     const std::string v = EnvString(env::kDecodeThreads);
@@ -410,8 +411,10 @@ std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in) {
   std::memcpy(&scale_bits, &in.scale, sizeof scale_bits);
   if (!(in.scale > 0.f) || !std::isfinite(in.scale) || in.window < 0) return std::nullopt;
   const int cap = std::max(256, static_cast<int>(std::bit_ceil(static_cast<unsigned>(keys))));
+  // The largest block up to DecodeThreads() whose static shared memory fits (128 always does:
+  // kMaxKeys).
   int nt = DecodeThreads();
-  if (SharedBytes(D, cap, nt, static_cast<int>(t.size())) > kMaxSharedBytes) nt = 128;  // fits (kMaxKeys)
+  while (nt > 128 && SharedBytes(D, cap, nt, static_cast<int>(t.size())) > kMaxSharedBytes) nt /= 2;
   const mx::array& placeholder = in.seqlens_k;  // for absent inputs: never read
   const auto& [qs, qo, ks, ko, vs, vo] = *starts;
   const auto& [rot, max_pos, pos_stride] = *rotation;

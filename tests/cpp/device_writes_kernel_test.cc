@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,11 @@ TEST(DeviceWritesKernel, CompilesLikeMlx) {
             ";\n" + DeviceWritesSourceForTests(3) + "}\n";
   }
   text += kMlxKernelsEnd;
-  EXPECT_EQ(CompileLikeMlx("mlx_ep_device_writes_compile", text), "");
+  ASSERT_EQ(CompileLikeMlx("mlx_ep_device_writes_compile", text, /*registers=*/true), "");
+  // Every block of 256 threads (device_writes.cc) fits a block's registers.
+  const std::map<std::string, int> registers = KernelRegisters("mlx_ep_device_writes_compile");
+  EXPECT_EQ(registers.size(), static_cast<size_t>(2 * count));
+  for (const auto& [name, used] : registers) EXPECT_LE(256 * used, kRegistersPerBlock) << name;
 }
 
 TEST(DeviceWritesKernel, ValuesOnTheHostEmulation) {

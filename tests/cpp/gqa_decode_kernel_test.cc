@@ -62,6 +62,7 @@ TEST(GqaDecodeKernel, Compiles) {
   if (!NvrtcAvailable()) GTEST_SKIP() << "no NVRTC (the CUDA toolkit)";
   std::string text = MlxKernelsBegin(Header());
   int count = 0;
+  std::map<std::string, int> threads;  // a kernel's block
   for (const char* t : {"__half", "__nv_bfloat16", "float"})
     for (int d : {64, 80, 128}) {
       // No rotation (caches and position_ids absent: int32 placeholders), full-width, and a
@@ -76,12 +77,18 @@ TEST(GqaDecodeKernel, Compiles) {
           const std::string cache = k.rot ? t : "int32_t", ids = k.pos_stride ? "int64_t" : "int32_t";
           std::string name = "k";
           name += std::to_string(count++);
+          threads[name] = nt;
           text += "__global__ void " + name + "(" + Parameters(t, cache, ids) + ") {\n" +
                   Constants(t, d, k.rot, k.interleaved, k.window, k.pos_stride, nt) + Body() + "\n}\n";
         }
     }
   text += kMlxKernelsEnd;
-  EXPECT_EQ(CompileLikeMlx("mlx_ep_gqa_decode_compile", text), "");
+  ASSERT_EQ(CompileLikeMlx("mlx_ep_gqa_decode_compile", text, /*registers=*/true), "");
+  // Every block launches: its threads' registers fit a block's (sm_90a's sass; up to 94 a thread,
+  // so 512 threads fit and 1024 would not).
+  const std::map<std::string, int> registers = KernelRegisters("mlx_ep_gqa_decode_compile");
+  ASSERT_EQ(registers.size(), threads.size());
+  for (const auto& [name, nt] : threads) EXPECT_LE(nt * registers.at(name), kRegistersPerBlock) << name;
 }
 
 TEST(GqaDecodeKernel, ValuesOnTheHostEmulation) {

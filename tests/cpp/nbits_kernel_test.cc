@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "host_program.h"
@@ -72,8 +73,13 @@ TEST(NBitsKernel, CompilesForEveryCase) {
         }
       }
   text += kMlxKernelsEnd;
-  EXPECT_EQ(CompileLikeMlx("mlx_ep_nbits_kernel_test", text), "");
+  ASSERT_EQ(CompileLikeMlx("mlx_ep_nbits_kernel_test", text, /*registers=*/true), "");
   EXPECT_GT(count, 60);
+  // Every block launches: the product's 128 threads ("k") and the dequantization's 256 ("d")
+  // times their registers fit a block's (quantized_cuda.cc's launches).
+  const std::map<std::string, int> registers = KernelRegisters("mlx_ep_nbits_kernel_test");
+  EXPECT_EQ(registers.size(), static_cast<size_t>(count));
+  for (const auto& [name, used] : registers) EXPECT_LE((name[0] == 'k' ? 128 : 256) * used, kRegistersPerBlock) << name;
 }
 
 // The kernels' own text run on the host (tests/cpp/cuda_host_emulation.h): every dequantized value

@@ -50,17 +50,22 @@ TEST(NormKernel, CompilesLikeMlx) {
                {"__nv_bfloat16", "__nv_bfloat16", "__nv_bfloat16"},
                {"float", "float", "float"},
                {"float", "__half", "__half"}};
+  std::map<std::string, int> threads;  // a kernel's block
   for (const auto& ty : types)
-    for (int n : {768, 2048, 5000})
+    for (int n : {768, 2048, 5000, 16384})  // up to the largest row, in blocks of 1,024
       for (bool simplified : {true, false})
         for (bool sum : {true, false}) {
-          const int tpb = n <= 1024 ? 128 : n <= 4096 ? 256 : 512;
+          const int tpb = RowKernelThreads(n);
           std::string name = "k";
           name += std::to_string(count++);
+          threads[name] = tpb;
           text += Kernel(name, ty.t, ty.w, ty.o, n, tpb, simplified, sum, sum, !simplified, sum);
         }
   text += kMlxKernelsEnd;
-  EXPECT_EQ(CompileLikeMlx("mlx_ep_norm_compile", text), "");
+  ASSERT_EQ(CompileLikeMlx("mlx_ep_norm_compile", text, /*registers=*/true), "");
+  const std::map<std::string, int> registers = KernelRegisters("mlx_ep_norm_compile");
+  ASSERT_EQ(registers.size(), threads.size());
+  for (const auto& [name, tpb] : threads) EXPECT_LE(tpb * registers.at(name), kRegistersPerBlock) << name;
 }
 
 TEST(NormKernel, ValuesOnTheHostEmulation) {

@@ -36,15 +36,22 @@ TEST(SoftmaxKernel, CompilesLikeMlx) {
   if (!NvrtcAvailable()) GTEST_SKIP() << "no NVRTC (the CUDA toolkit)";
   std::string text = MlxKernelsBegin(Header());
   int count = 0;
+  std::map<std::string, int> threads;  // a kernel's block
   for (const char* t : {"__half", "__nv_bfloat16", "float"})
     for (int n : {7, 128, 3000, 16384})
       for (int variant = 0; variant < 3; ++variant) {
         const bool log = variant == 1, body16 = variant == 2;
         if (body16 && std::string(t) != "__half") continue;
-        text += Kernel("k" + std::to_string(count++), t, n, RowKernelThreads(n), log, body16);
+        const std::string name = "k" + std::to_string(count++);
+        threads[name] = RowKernelThreads(n);
+        text += Kernel(name, t, n, RowKernelThreads(n), log, body16);
       }
   text += kMlxKernelsEnd;
-  EXPECT_EQ(CompileLikeMlx("mlx_ep_softmax_compile", text), "");
+  ASSERT_EQ(CompileLikeMlx("mlx_ep_softmax_compile", text, /*registers=*/true), "");
+  // Every block launches: 16 values a thread in blocks of 1,024 fit a block's registers.
+  const std::map<std::string, int> registers = KernelRegisters("mlx_ep_softmax_compile");
+  ASSERT_EQ(registers.size(), threads.size());
+  for (const auto& [name, tpb] : threads) EXPECT_LE(tpb * registers.at(name), kRegistersPerBlock) << name;
 }
 
 TEST(SoftmaxKernel, ValuesOnTheHostEmulation) {
