@@ -299,6 +299,10 @@ run_step() {
         for k in ${KERNELS_MODELS:-fp16 int4}; do
           timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" \
             --json "$R/kernel_times_${v}_$k.json" 2>&1 | tee -a "$R/kernel_times.log"
+          # KERNELS_BATCH8=1: the step again with eight rows (where batch 8's 2.9 ms over batch 1 go)
+          [ -n "${KERNELS_BATCH8:-}" ] && BENCH_BATCH=8 timeout "${KERNELS_TIMEOUT:-300}" $PY \
+            "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" \
+            --json "$R/kernel_times_${v}_${k}_b8.json" 2>&1 | tee -a "$R/kernel_times.log"
           # KERNELS_INPUTS_AB=1: again with ids, mask and positions made once in the EP's memory
           # (kernel_census.llm_run): is the step's 170 us Sum of the mask the pages' migration?
           [ -n "${KERNELS_INPUTS_AB:-}" ] && BENCH_INPUTS_ON_DEVICE=1 timeout "${KERNELS_TIMEOUT:-300}" $PY \

@@ -89,7 +89,8 @@ def bert_run(tmp):
 
 
 def llm_run(model_dir, past=1024, new=1):
-    """One run of `new` tokens per call after `past` (a decode step; new > 1 with past 0: a prompt)."""
+    """One run of `new` tokens per call after `past` (a decode step; new > 1 with past 0: a prompt),
+    for BENCH_BATCH rows (1 unless set)."""
     import numpy as np
     import onnxruntime as ort
 
@@ -110,7 +111,8 @@ def llm_run(model_dir, past=1024, new=1):
     if os.environ.get("BENCH_INPUTS_ON_DEVICE") == "1":
         from bench_iobinding import mlx_value_maker
         make_input = mlx_value_maker()[0]
-    dec = BoundDecoder(sess, cfg, 1, dtype,
+    batch = int(os.environ.get("BENCH_BATCH", "1"))  # BENCH_BATCH=8: eight rows a run
+    dec = BoundDecoder(sess, cfg, batch, dtype,
                        lambda shape, dtype: ort.OrtValue.ortvalue_from_shape_and_type(shape, dtype, memory_info=memory),
                        mlx_ep.binding_device(), make_input)
 
