@@ -15,6 +15,7 @@
 #include "ops/cpu_primitive.h"
 #include "ops/exp_nonpositive.h"
 #include "ops/quantized_cpu.h"
+#include "ops/softmax_scores.h"
 #include "ops/unary_cpu.h"
 
 namespace mlx_ep {
@@ -54,16 +55,6 @@ MLX_EP_CLONES void SoftmaxRow(const float* x, float* y, int64_t n, bool log) {
     for (i = 0; i < n; ++i) y[i] *= inverse;
   }
 }
-
-/** What the rows' scores are made of: the input itself, or (s / k or s * k) + mask with k one
- *  value and the mask broadcast to s's shape, each step rounded as MLX's ops round it. */
-struct ScoreTerms {
-  enum class Scale { kNone, kDivide, kMultiply };
-  Scale scale = Scale::kNone;
-  bool mask = false;
-  bool fused() const { return scale != Scale::kNone || mask; }
-  bool operator==(const ScoreTerms&) const = default;
-};
 
 MLX_EP_CLONES void ScoresRow(const float* s, float k, ScoreTerms::Scale scale, const float* mask,
                              int64_t mask_step, float* t, int64_t n) {
@@ -166,69 +157,6 @@ class SoftmaxCpu : public mx::UnaryPrimitive {
   bool log_;
   ScoreTerms terms_;
 };
-
-bool Is(const mx::array& a, const char* primitive) {
-  return a.has_primitive() && std::strcmp(a.primitive().name(), primitive) == 0;
-}
-
-/** `a` without the Broadcast primitives MLX's binary ops put around an operand of another shape. */
-mx::array Unbroadcast(mx::array a) {
-  while (Is(a, "Broadcast") && a.inputs().size() == 1) a = mx::array(a.inputs()[0]);
-  return a;
-}
-
-/** For `a` = s / k or s * k (k one float32 value, s of a's shape): {s, k} and the scale. */
-std::optional<std::pair<std::vector<mx::array>, ScoreTerms::Scale>> Scaled(const mx::array& a) {
-  const bool divide = Is(a, "Divide");
-  if ((!divide && !Is(a, "Multiply")) || a.inputs().size() != 2) return std::nullopt;
-  for (int side : {0, 1}) {
-    if (divide && side == 1) break;  // k / s is not a scaling
-    const mx::array& s = a.inputs()[side];
-    const mx::array k = Unbroadcast(a.inputs()[1 - side]);
-    if (s.shape() == a.shape() && s.dtype() == mx::float32 && k.size() == 1 && k.dtype() == mx::float32)
-      return std::make_pair(std::vector<mx::array>{s, k},
-                            divide ? ScoreTerms::Scale::kDivide : ScoreTerms::Scale::kMultiply);
-  }
-  return std::nullopt;
-}
-
-bool BroadcastsTo(const mx::array& mask, const mx::array& x) {
-  if (mask.dtype() != mx::float32 || mask.ndim() > x.ndim()) return false;
-  const size_t pad = x.ndim() - mask.ndim();
-  for (size_t d = 0; d < mask.ndim(); ++d)
-    if (mask.shape(d) != 1 && mask.shape(d) != x.shape(pad + d)) return false;
-  return true;
-}
-
-/** The primitive's inputs for float32 `x`: what x's own primitives make it of when they are a
- *  scaling and a mask added (ScoreTerms; those primitives are then evaluated only if something
- *  else reads x), else x. */
-std::vector<mx::array> ScoreInputs(const mx::array& x, ScoreTerms& terms) {
-  if (Is(x, "Add") && x.inputs().size() == 2) {
-    int best = -1;  // the side that is the scores: a scaled one first
-    for (int side : {0, 1}) {
-      const mx::array& s = x.inputs()[side];
-      if (s.shape() != x.shape() || s.dtype() != mx::float32 ||
-          !BroadcastsTo(Unbroadcast(x.inputs()[1 - side]), x))
-        continue;
-      if (best < 0 || (Scaled(s) && !Scaled(x.inputs()[best]))) best = side;
-    }
-    if (best >= 0) {
-      terms.mask = true;
-      const mx::array mask = Unbroadcast(x.inputs()[1 - best]);
-      if (auto scaled = Scaled(x.inputs()[best])) {
-        terms.scale = scaled->second;
-        return {scaled->first[0], scaled->first[1], mask};
-      }
-      return {x.inputs()[best], mask};
-    }
-  }
-  if (auto scaled = Scaled(x)) {
-    terms.scale = scaled->second;
-    return scaled->first;
-  }
-  return {x};
-}
 
 }  // namespace
 

@@ -11,6 +11,13 @@
 // row reduction there): float32 rounding, below a float16 ulp and within the float32 paths'
 // tolerance.
 //
+// When the row's input is attention's scores, (s / k or s * k) + mask (softmax_scores.h, as the
+// CPU's softmax primitive reads them), the kernel reads s, k and the mask where they are (the mask
+// at its own shape, broadcast by index) and rounds each step to T as MLX's ops do (float16's
+// s / k in float32 rounded once, as arithmetic.cc divides): the compiled kernel of those ops, a
+// strided one with BERT's [B, 1, 1, S] mask (12 launches, 280 us of BERT-base's GPU time on the
+// twenty-second session's H100 timeline), is then not launched, unless something else reads x.
+//
 // Special values as the composed form: a NaN in the row makes the sum, so the whole row, NaN (the
 // block max skips NaN, like fmaxf, but e of it is NaN); +inf in the row, or a row of -inf, gives
 // inf - inf = NaN.
@@ -19,11 +26,14 @@
 // in registers (PER <= 16 of them), so x is read once.
 #include <climits>
 #include <string>
+#include <vector>
 
 #include "common/env.h"
+#include "mlx/ops.h"
 #include "ops/cuda_block_reduce.h"
 #include "ops/fused_gpu_internal.h"
 #include "ops/softmax_cuda.h"
+#include "ops/softmax_scores.h"
 #include "runtime/device.h"
 
 namespace mlx_ep {
@@ -35,20 +45,45 @@ namespace mlx_ep_softmax {
 template <typename T>
 __device__ __forceinline__ float rounded(float v) { return static_cast<float>(static_cast<T>(v)); }
 
-template <int N, int TPB, bool LOG, bool BODY16, typename T>
-__device__ void row_softmax(const T* x, T* y) {
+// Where row `row` of x's rows (its last axis) starts in a row-major mask broadcast to x's shape
+// (the mask's dims aligned with x's last ones; a dim of 1 repeats).
+template <typename S>
+__device__ __forceinline__ int64_t mask_row_offset(int64_t row, const S& x_shape, int x_ndim, const S& mask_shape,
+                                                  int mask_ndim) {
+  int64_t offset = 0, stride = mask_shape[mask_ndim - 1];
+  for (int d = x_ndim - 2, m = mask_ndim - 2; d >= 0 && m >= 0; --d, --m) {
+    const int64_t i = row % x_shape[d];
+    row /= x_shape[d];
+    if (mask_shape[m] != 1) offset += i * stride;
+    stride *= mask_shape[m];
+  }
+  return offset;
+}
+
+// Row blockIdx.x of x (s, when the scores' terms are fused: SCALE 1 s / factor, 2 s * factor, then
+// + mask when MASK; mask_row its row of the mask, mask_step 0 where the mask has one value a row),
+// each of those steps rounded to T as MLX's ops round it; then the (Log)Softmax.
+template <int N, int TPB, bool LOG, bool BODY16, int SCALE, bool MASK, typename T>
+__device__ void row_softmax(const T* x, const T* factor, const T* mask_row, int mask_step, T* y) {
   static_assert(!(LOG && BODY16), "the float16 body is Softmax's");
   constexpr int PER = (N + TPB - 1) / TPB;
   __shared__ float partial[TPB / 32];
   const int64_t row = blockIdx.x;
   const int tid = threadIdx.x;
   const float lowest = -__int_as_float(0x7f800000);
+  const float f = SCALE != 0 ? static_cast<float>(factor[0]) : 1.f;
   float v[PER];
   float local_max = lowest;
   for (int k = 0; k < PER; ++k) {
     const int i = tid + k * TPB;
-    v[k] = i < N ? static_cast<float>(x[row * N + i]) : lowest;
-    local_max = fmaxf(local_max, v[k]);
+    v[k] = lowest;
+    if (i >= N) continue;
+    float a = static_cast<float>(x[row * N + i]);
+    if constexpr (SCALE == 1) a = rounded<T>(__fdiv_rn(a, f));
+    if constexpr (SCALE == 2) a = rounded<T>(__fmul_rn(a, f));
+    if constexpr (MASK) a = rounded<T>(__fadd_rn(a, static_cast<float>(mask_row[mask_step * i])));
+    v[k] = a;
+    local_max = fmaxf(local_max, a);
   }
   const float m = mlx_ep_cuda::block_reduce<true>(local_max, partial);
   float local_sum = 0.f;
@@ -66,16 +101,23 @@ __device__ void row_softmax(const T* x, T* y) {
   const float log_total = LOG ? logf(total) : 0.f;
   for (int k = 0; k < PER; ++k) {
     const int i = tid + k * TPB;
-    if (i < N) y[row * N + i] = static_cast<T>(LOG ? __fsub_rn(v[k], log_total) : v[k] / total);
+    if (i < N) y[row * N + i] = static_cast<T>(LOG ? __fsub_rn(v[k], log_total) : __fdiv_rn(v[k], total));
   }
 }
 
 }  // namespace mlx_ep_softmax
 )";
 
-// The body MLX's cuda_kernel wraps: input x, output y.
+// The body MLX's cuda_kernel wraps: inputs x (or s), factor and mask (placeholders where SCALE or
+// MASK say they are absent; MLX passes x's and the mask's shapes), output y.
 constexpr const char* kSource = R"(
-  mlx_ep_softmax::row_softmax<N, TPB, LOG, BODY16>(x, y);
+  const auto* mask_row = mask;
+  int mask_step = 0;
+  if (MASK) {
+    mask_row += mlx_ep_softmax::mask_row_offset(blockIdx.x, x_shape, x_ndim, mask_shape, mask_ndim);
+    mask_step = mask_shape[mask_ndim - 1] != 1;
+  }
+  mlx_ep_softmax::row_softmax<N, TPB, LOG, BODY16, SCALE, MASK>(x, factor, mask_row, mask_step, y);
 )";
 
 const std::string& Header() {
@@ -85,7 +127,7 @@ const std::string& Header() {
 
 const mx::fast::CustomKernelFunction& SoftmaxKernel() {
   static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
-      "mlx_ep_row_softmax", {"x"}, {"y"}, kSource, Header(), /*ensure_row_contiguous=*/true);
+      "mlx_ep_row_softmax", {"x", "factor", "mask"}, {"y"}, kSource, Header(), /*ensure_row_contiguous=*/true);
   return kernel;
 }
 
@@ -100,13 +142,27 @@ std::optional<RowKernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in) {
   const int tpb = RowKernelThreads(n);
   const int64_t rows = static_cast<int64_t>(x.size()) / n;
   if (rows * tpb > INT_MAX) return std::nullopt;
+  // The scores' terms where x is made of them (softmax_scores.h): read in the kernel's pass, not
+  // evaluated (a broadcast mask made MLX's compiled kernel of them a strided one).
+  ScoreTerms terms;
+  std::vector<mx::array> scores = ScoreInputs(x, terms);
   RowKernelLaunch launch;
-  launch.inputs = {x};
+  size_t next = 1;
+  const mx::array factor = terms.scale != ScoreTerms::Scale::kNone ? scores[next++] : scores[0];
+  mx::array mask = terms.mask ? scores[next] : scores[0];
+  if (mask.ndim() == 0) mask = mx::reshape(mask, {1});  // MLX passes the shapes of arrays of rank > 0
+  launch.inputs = {scores[0], factor, mask};
   launch.output_shapes = {x.shape()};
   launch.output_dtypes = {x.dtype()};
   launch.threads = static_cast<int>(rows * tpb);
   launch.per_block = tpb;
-  launch.constants = {{"N", n}, {"TPB", tpb}, {"LOG", in.log}, {"BODY16", in.float16_body}};
+  const int scale = terms.scale == ScoreTerms::Scale::kDivide ? 1 : terms.scale == ScoreTerms::Scale::kMultiply ? 2 : 0;
+  launch.constants = {{"N", n},
+                      {"TPB", tpb},
+                      {"LOG", in.log},
+                      {"BODY16", in.float16_body},
+                      {"SCALE", scale},
+                      {"MASK", terms.mask}};
   return launch;
 }
 

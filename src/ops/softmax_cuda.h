@@ -13,7 +13,9 @@
 
 namespace mlx_ep {
 
-/** A (Log)Softmax over the last axis of x [..., n], as normalization.cc composes it:
+/** A (Log)Softmax over the last axis of x [..., n], as normalization.cc composes it (with
+ *  attention's scaling and mask read in the kernel's pass where x is made of them,
+ *  softmax_scores.h):
  *  - `float16_body` (float16 Softmax-13+, x float16, not `log`): ONNX's function body, each step
  *    rounded to float16: x - max, exp of it, the float32 sum of those, then e / sum;
  *  - otherwise (float32, bfloat16, float16 LogSoftmax or Softmax before opset 13): the steps in

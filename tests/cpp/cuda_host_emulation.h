@@ -46,6 +46,7 @@ inline float __int_as_float(int bits) {
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 
 inline float __shfl_xor_sync(unsigned, float value, int mask) {
   const unsigned lane = threadIdx.x & 31u;

@@ -22,14 +22,19 @@ std::string Source() { return RowSoftmaxKernelSourceForTests(); }
 std::string Header() { return Source().substr(0, Source().find("// kernel body:")); }
 std::string Body() { return Source().substr(Source().find("// kernel body:")); }
 
-// MLX's parameters for the kernel's input and output, then the constants it declares.
-std::string Kernel(const std::string& name, const std::string& t, int n, int tpb, bool log, bool body16) {
+// MLX's parameters for the kernel's inputs (x and the mask with their shapes and ranks, the body
+// names them; the scale factor one value, rank 0) and output, then the constants it declares.
+std::string Kernel(const std::string& name, const std::string& t, int n, int tpb, bool log, bool body16, int scale,
+                   bool mask) {
   auto flag = [](const char* c, bool v) {
     return std::string("  constexpr bool ") + c + (v ? " = true;\n" : " = false;\n");
   };
-  return "__global__ void " + name + "(const " + t + "* x, " + t + "* y) {\n  constexpr int N = " +
-         std::to_string(n) + ";\n  constexpr int TPB = " + std::to_string(tpb) + ";\n" + flag("LOG", log) +
-         flag("BODY16", body16) + Body() + "\n}\n";
+  return "__global__ void " + name + "(const " + t +
+         "* x, const __grid_constant__ Shape x_shape, const __grid_constant__ int x_ndim, const " + t +
+         "* factor, const " + t + "* mask, const __grid_constant__ Shape mask_shape, const __grid_constant__ int "
+         "mask_ndim, " + t + "* y) {\n  constexpr int N = " + std::to_string(n) + ";\n  constexpr int TPB = " +
+         std::to_string(tpb) + ";\n  constexpr int SCALE = " + std::to_string(scale) + ";\n" + flag("LOG", log) +
+         flag("BODY16", body16) + flag("MASK", mask) + Body() + "\n}\n";
 }
 
 TEST(SoftmaxKernel, CompilesLikeMlx) {
@@ -42,9 +47,12 @@ TEST(SoftmaxKernel, CompilesLikeMlx) {
       for (int variant = 0; variant < 3; ++variant) {
         const bool log = variant == 1, body16 = variant == 2;
         if (body16 && std::string(t) != "__half") continue;
-        const std::string name = "k" + std::to_string(count++);
-        threads[name] = RowKernelThreads(n);
-        text += Kernel(name, t, n, RowKernelThreads(n), log, body16);
+        for (int scale : {0, 1, 2}) {
+          std::string name = "k";  // not "k" + ...: GCC 12's -Wrestrict false positive
+          name += std::to_string(count++);
+          threads[name] = RowKernelThreads(n);
+          text += Kernel(name, t, n, RowKernelThreads(n), log, body16, scale, scale != 1);
+        }
       }
   text += kMlxKernelsEnd;
   ASSERT_EQ(CompileLikeMlx("mlx_ep_softmax_compile", text, /*registers=*/true), "");
@@ -58,8 +66,9 @@ TEST(SoftmaxKernel, ValuesOnTheHostEmulation) {
   if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
   const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
-                              "template <class T, int N, int TPB, bool LOG, bool BODY16>\n"
-                              "void softmax_kernel(const T* x, T* y) {\n" +
+                              "template <class T, int N, int TPB, bool LOG, bool BODY16, int SCALE, bool MASK>\n"
+                              "void softmax_kernel(const T* x, Shape x_shape, int x_ndim, const T* factor, const T* "
+                              "mask, Shape mask_shape, int mask_ndim, T* y) {\n" +
                               Body() + "\n}\n#include \"" + (tests / "softmax_kernel_driver.inc").string() + "\"\n";
   EXPECT_EQ(BuildAndRun("mlx_ep_softmax_emulation", program, "g++", EmulationFlags()), "");
 }
@@ -78,12 +87,15 @@ TEST(SoftmaxKernel, PlanOfTheLaunch) {
   const mx::array scores = mx::zeros({8, 12, 128, 128}, mx::float16);
   auto plan = PlanRowSoftmax({scores, false, true});
   ASSERT_TRUE(plan);
-  const std::map<std::string, int> want = {{"N", 128}, {"TPB", 128}, {"LOG", 0}, {"BODY16", 1}};
+  const std::map<std::string, int> want = {{"N", 128}, {"TPB", 128}, {"LOG", 0},
+                                           {"BODY16", 1}, {"SCALE", 0}, {"MASK", 0}};
   EXPECT_EQ(Ints(*plan), want);
   EXPECT_EQ(plan->threads, 8 * 12 * 128 * 128);
   EXPECT_EQ(plan->per_block, 128);
-  ASSERT_EQ(plan->inputs.size(), 1u);
-  EXPECT_EQ(plan->inputs[0].id(), scores.id());
+  ASSERT_EQ(plan->inputs.size(), 3u);
+  EXPECT_EQ(plan->inputs[0].id(), scores.id());  // and in the absent factor's and mask's places
+  EXPECT_EQ(plan->inputs[1].id(), scores.id());
+  EXPECT_EQ(plan->inputs[2].id(), scores.id());
   ASSERT_EQ(plan->output_shapes.size(), 1u);
   EXPECT_EQ(plan->output_shapes[0], scores.shape());
   EXPECT_EQ(plan->output_dtypes[0], mx::float16);
@@ -96,6 +108,37 @@ TEST(SoftmaxKernel, PlanOfTheLaunch) {
   plan = PlanRowSoftmax({mx::zeros({3, 20}, mx::float32), false, false});
   ASSERT_TRUE(plan);
   EXPECT_EQ(plan->per_block, 32);
+
+  // Attention's scores (softmax_scores.h): s * k + mask, as traced in float16, reads s, k and the
+  // mask as it was before its broadcast; a float16 s / k traced in float32 and rounded once.
+  const mx::array s16 = mx::zeros({2, 3, 4, 16}, mx::float16), k16 = mx::array(0.125f, mx::float16);
+  const mx::array mask = mx::zeros({2, 1, 1, 16}, mx::float16);
+  plan = PlanRowSoftmax({mx::add(mx::multiply(s16, k16), mask), false, true});
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(Ints(*plan)["SCALE"], 2);
+  EXPECT_EQ(Ints(*plan)["MASK"], 1);
+  ASSERT_EQ(plan->inputs.size(), 3u);
+  EXPECT_EQ(plan->inputs[0].id(), s16.id());
+  EXPECT_EQ(plan->inputs[1].id(), k16.id());
+  EXPECT_EQ(plan->inputs[2].id(), mask.id());
+  EXPECT_EQ(plan->output_shapes[0], s16.shape());
+  const mx::array divided =
+      mx::astype(mx::divide(mx::astype(s16, mx::float32), mx::astype(k16, mx::float32)), mx::float16);
+  plan = PlanRowSoftmax({mx::add(mask, divided), false, true});
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(Ints(*plan)["SCALE"], 1);
+  EXPECT_EQ(plan->inputs[0].id(), s16.id());
+  EXPECT_EQ(plan->inputs[1].id(), k16.id());
+  // A rank-0 mask goes as [1] (MLX passes the shapes of arrays of rank > 0 only); a row made of
+  // anything else (a k / s is no scaling) is read as it is.
+  plan = PlanRowSoftmax({mx::add(s16, mx::array(-1.f, mx::float16)), false, true});
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->inputs[2].shape(), mx::Shape{1});
+  const mx::array inverted = mx::divide(mx::array(2.f), mx::zeros({3, 16}, mx::float32));
+  plan = PlanRowSoftmax({inverted, false, false});
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(Ints(*plan)["SCALE"], 0);
+  EXPECT_EQ(plan->inputs[0].id(), inverted.id());
 
   // What it leaves to the composed paths.
   EXPECT_FALSE(PlanRowSoftmax({mx::zeros({2, 8}, mx::float64), false, false}));

@@ -193,6 +193,12 @@ SOFTMAX_KERNEL_CASES = ["test_softmax13_float16_follows_function_body[13]",
                         "test_softmax_bf16[Softmax]", "test_softmax_bf16[LogSoftmax]",
                         "test_softmax_special_values[Softmax]", "test_softmax_special_values[LogSoftmax]",
                         "test_softmax_of_scaled_masked_scores[Softmax-div-mask-b11s]"]
+# Attention's scores, (s / k or s * k) + mask: read by the kernel (softmax_scores.h), no kernel of
+# their own.
+SOFTMAX_SCORES_CASES = ["test_softmax_of_scaled_masked_scores[Softmax-div-mask-b11s]",
+                        "test_softmax_of_scaled_masked_scores[LogSoftmax-mul-mask-s]",
+                        "test_softmax_of_scaled_masked_scores[Softmax-div-maskfirst-1hss]",
+                        "test_softmax_of_scaled_masked_scores[Softmax-mask-row-value]"]
 
 
 def composed_softmax_steps(line):
@@ -207,7 +213,9 @@ def test_softmax_kernel():
     (float16 Softmax-13 against ONNX's reference of its function body, also through P @ V, which
     amplifies the probabilities' rounding; float32 legacy and LogSoftmax, bfloat16, infinities and
     NaN, scaled and masked scores) hold their tolerances with a CustomKernel and without the
-    composed form's Max and Sum, and without the switch the float16 case takes more primitives.
+    composed form's Max and Sum; attention's scores, (s / k or s * k) + mask, are read by the
+    kernel (no Add, Divide or Multiply left); without the switch the float16 case takes more
+    primitives.
     tests/cpp/softmax_kernel_test.cc runs the kernel's text on the host."""
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
@@ -216,6 +224,9 @@ def test_softmax_kernel():
     census, _ = census_of_tests(normalization, SOFTMAX_KERNEL_CASES, env=on, timeout=600)
     assert census and all("CustomKernel" in line for line in census), census
     assert not any(composed_softmax_steps(line) for line in census), census
+    scores, _ = census_of_tests(normalization, SOFTMAX_SCORES_CASES, env=on)
+    assert scores and all("CustomKernel" in line for line in scores), scores
+    assert not any("Add" in line or "Divide" in line or "Multiply" in line for line in scores), scores
     fp16 = SOFTMAX_KERNEL_CASES[:1]
     with_kernel, _ = census_of_tests(normalization, fp16, env=on)
     without, _ = census_of_tests(normalization, fp16, env={"ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL": "0"})
