@@ -8,9 +8,9 @@
 
 #include "mlx/fast.h"
 
-namespace mx = mlx::core;
-
 namespace mlx_ep {
+
+namespace mx = mlx::core;
 
 /** What a row kernel hands MLX's cuda_kernel: its inputs, its outputs' shapes and dtypes, the
  *  threads of its grid, a block's threads (one block a row) and the constants its body names. */

@@ -2,6 +2,7 @@
 // registers the MLX plugin through the C API and runs models, checking outputs and that the
 // nodes really ran on MLX (from ORT's own profile).
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -81,7 +82,10 @@ Ort::Value Tensor(std::vector<float>& data, const std::vector<int64_t>& shape) {
 // Runs `model` once with profiling and counts which EP ran each node.
 RunResult RunModel(const std::string& model, std::vector<std::string> names,
                    std::vector<Ort::Value>& inputs) {
-  Ort::Session session = MakeSession(model, ::testing::TempDir() + "host_test_profile");
+  // One prefix a process: ORT names the file by the prefix and the second it starts, so two test
+  // processes of `ctest -j` would write, read and delete one file.
+  Ort::Session session =
+      MakeSession(model, ::testing::TempDir() + "host_test_profile_" + std::to_string(getpid()));
   std::vector<const char*> in_names;
   for (auto& n : names) in_names.push_back(n.c_str());
   Ort::AllocatorWithDefaultOptions alloc;
