@@ -121,6 +121,25 @@ inline std::map<std::string, int> KernelRegisters(const std::string& name) {
  *  launch of more threads times registers fails. */
 inline constexpr int kRegistersPerBlock = 65536;
 
+/** After CompileLikeMlx(name, kernels, true): "" when every kernel of `threads` (its name -> its
+ *  block's threads) was reported and its block's registers fit kRegistersPerBlock, else what did
+ *  not. */
+inline std::string BlocksFitRegisters(const std::string& name, const std::map<std::string, int>& threads) {
+  const std::map<std::string, int> registers = KernelRegisters(name);
+  std::string problems;
+  if (registers.size() != threads.size())
+    problems += std::to_string(registers.size()) + " kernels reported, " + std::to_string(threads.size()) + " compiled\n";
+  for (const auto& [kernel, block] : threads) {
+    const auto it = registers.find(kernel);
+    if (it == registers.end())
+      problems += kernel + ": no report\n";
+    else if (block * it->second > kRegistersPerBlock)
+      problems += kernel + ": " + std::to_string(block) + " threads x " + std::to_string(it->second) +
+                  " registers > " + std::to_string(kRegistersPerBlock) + "\n";
+  }
+  return problems;
+}
+
 /** CUDA's headers (cuda_fp16.h for the half types on the host), or "" when absent. */
 inline std::string CudaIncludeDir() {
   const std::filesystem::path dir = "/usr/local/cuda/include";

@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <map>
 #include <string>
-#include <variant>
 
 #include "mlx/ops.h"
 
 #include "host_program.h"
+#include "kernel_constants.h"
 #include "ops/normalization_cuda.h"
 
 namespace mlx_ep {
@@ -63,9 +63,7 @@ TEST(NormKernel, CompilesLikeMlx) {
         }
   text += kMlxKernelsEnd;
   ASSERT_EQ(CompileLikeMlx("mlx_ep_norm_compile", text, /*registers=*/true), "");
-  const std::map<std::string, int> registers = KernelRegisters("mlx_ep_norm_compile");
-  ASSERT_EQ(registers.size(), threads.size());
-  for (const auto& [name, tpb] : threads) EXPECT_LE(tpb * registers.at(name), kRegistersPerBlock) << name;
+  EXPECT_EQ(BlocksFitRegisters("mlx_ep_norm_compile", threads), "");
 }
 
 TEST(NormKernel, ValuesOnTheHostEmulation) {
@@ -81,15 +79,6 @@ TEST(NormKernel, ValuesOnTheHostEmulation) {
                               "void norm_sum_kernel(" + params + ", T* sum) {\n" + RowNormSumBodyForTests() +
                               "\n}\n#include \"" + (tests / "norm_kernel_driver.inc").string() + "\"\n";
   EXPECT_EQ(BuildAndRun("mlx_ep_norm_emulation", program, "g++", EmulationFlags()), "");
-}
-
-std::map<std::string, int> Ints(const RowKernelLaunch& plan) {
-  std::map<std::string, int> ints;
-  for (const auto& [name, value] : plan.constants) {
-    if (const int* i = std::get_if<int>(&value)) ints[name] = *i;
-    if (const bool* b = std::get_if<bool>(&value)) ints[name] = *b ? 1 : 0;
-  }
-  return ints;
 }
 
 TEST(NormKernel, PlanOfTheLaunch) {

@@ -8,11 +8,11 @@
 #include <filesystem>
 #include <map>
 #include <string>
-#include <variant>
 
 #include "mlx/ops.h"
 
 #include "host_program.h"
+#include "kernel_constants.h"
 #include "ops/softmax_cuda.h"
 
 namespace mlx_ep {
@@ -57,9 +57,7 @@ TEST(SoftmaxKernel, CompilesLikeMlx) {
   text += kMlxKernelsEnd;
   ASSERT_EQ(CompileLikeMlx("mlx_ep_softmax_compile", text, /*registers=*/true), "");
   // Every block launches: 16 values a thread in blocks of 1,024 fit a block's registers.
-  const std::map<std::string, int> registers = KernelRegisters("mlx_ep_softmax_compile");
-  ASSERT_EQ(registers.size(), threads.size());
-  for (const auto& [name, tpb] : threads) EXPECT_LE(tpb * registers.at(name), kRegistersPerBlock) << name;
+  EXPECT_EQ(BlocksFitRegisters("mlx_ep_softmax_compile", threads), "");
 }
 
 TEST(SoftmaxKernel, ValuesOnTheHostEmulation) {
@@ -71,15 +69,6 @@ TEST(SoftmaxKernel, ValuesOnTheHostEmulation) {
                               "mask, Shape mask_shape, int mask_ndim, T* y) {\n" +
                               Body() + "\n}\n#include \"" + (tests / "softmax_kernel_driver.inc").string() + "\"\n";
   EXPECT_EQ(BuildAndRun("mlx_ep_softmax_emulation", program, "g++", EmulationFlags()), "");
-}
-
-std::map<std::string, int> Ints(const RowKernelLaunch& plan) {
-  std::map<std::string, int> ints;
-  for (const auto& [name, value] : plan.constants) {
-    if (const int* i = std::get_if<int>(&value)) ints[name] = *i;
-    if (const bool* b = std::get_if<bool>(&value)) ints[name] = *b ? 1 : 0;
-  }
-  return ints;
 }
 
 TEST(SoftmaxKernel, PlanOfTheLaunch) {
