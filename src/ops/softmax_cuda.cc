@@ -39,6 +39,9 @@
 namespace mlx_ep {
 namespace {
 
+// MLX passes a custom kernel's shapes as arrays of MAX_NDIM (10 in 0.32) and throws past it.
+constexpr size_t kMaxShapeDims = 10;
+
 constexpr const char* kHeader = R"(
 namespace mlx_ep_softmax {
 
@@ -138,7 +141,7 @@ std::optional<RowKernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in) {
   if (x.ndim() == 0 || x.size() == 0 || !IsCudaKernelFloat(x.dtype())) return std::nullopt;
   if (in.float16_body && (in.log || x.dtype() != mx::float16)) return std::nullopt;
   const int n = x.shape(-1);
-  if (n < 1 || n > kMaxKernelRow) return std::nullopt;
+  if (n < 1 || n > kMaxKernelRow || x.ndim() > kMaxShapeDims) return std::nullopt;
   const int tpb = RowKernelThreads(n);
   const int64_t rows = static_cast<int64_t>(x.size()) / n;
   if (rows * tpb > INT_MAX) return std::nullopt;
@@ -151,6 +154,7 @@ std::optional<RowKernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in) {
   const mx::array factor = terms.scale != ScoreTerms::Scale::kNone ? scores[next++] : scores[0];
   mx::array mask = terms.mask ? scores[next] : scores[0];
   if (mask.ndim() == 0) mask = mx::reshape(mask, {1});  // MLX passes the shapes of arrays of rank > 0
+  // (the mask broadcasts to x, so its rank is at most x's)
   launch.inputs = {scores[0], factor, mask};
   launch.output_shapes = {x.shape()};
   launch.output_dtypes = {x.dtype()};

@@ -136,6 +136,8 @@ TEST(SoftmaxKernel, PlanOfTheLaunch) {
   EXPECT_FALSE(PlanRowSoftmax({mx::zeros({2, 8}, mx::float32), false, true}));   // the body is float16's
   EXPECT_FALSE(PlanRowSoftmax({mx::zeros({2, 8}, mx::float16), true, true}));    // and Softmax's
   EXPECT_FALSE(PlanRowSoftmax({mx::zeros({2, 8}, mx::int32), false, false}));
+  // MLX passes shapes of up to 10 dims
+  EXPECT_FALSE(PlanRowSoftmax({mx::zeros({1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 8}, mx::float32), false, false}));
 }
 
 }  // namespace
