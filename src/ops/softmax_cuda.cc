@@ -136,7 +136,7 @@ const mx::fast::CustomKernelFunction& SoftmaxKernel() {
 
 }  // namespace
 
-std::optional<RowKernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in) {
+std::optional<RowKernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::StreamOrDevice s) {
   const mx::array& x = in.x;
   if (x.ndim() == 0 || x.size() == 0 || !IsCudaKernelFloat(x.dtype())) return std::nullopt;
   if (in.float16_body && (in.log || x.dtype() != mx::float16)) return std::nullopt;
@@ -153,8 +153,8 @@ std::optional<RowKernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in) {
   size_t next = 1;
   const mx::array factor = terms.scale != ScoreTerms::Scale::kNone ? scores[next++] : scores[0];
   mx::array mask = terms.mask ? scores[next] : scores[0];
-  if (mask.ndim() == 0) mask = mx::reshape(mask, {1});  // MLX passes the shapes of arrays of rank > 0
-  // (the mask broadcasts to x, so its rank is at most x's)
+  // MLX passes the shapes of arrays of rank > 0 only (the mask broadcasts to x: its rank is at most x's)
+  if (mask.ndim() == 0) mask = mx::reshape(mask, {1}, s);
   launch.inputs = {scores[0], factor, mask};
   launch.output_shapes = {x.shape()};
   launch.output_dtypes = {x.dtype()};
@@ -179,7 +179,7 @@ bool RowSoftmaxKernelWanted(mx::Stream s) {
 
 std::optional<mx::array> RowSoftmaxByKernel(const RowSoftmaxInputs& in, mx::Stream s) {
   if (!RowSoftmaxKernelWanted(s)) return std::nullopt;
-  std::optional<RowKernelLaunch> plan = PlanRowSoftmax(in);
+  std::optional<RowKernelLaunch> plan = PlanRowSoftmax(in, s);
   if (!plan) return std::nullopt;
   return LaunchRowKernel(SoftmaxKernel(), *plan, s)[0];
 }
