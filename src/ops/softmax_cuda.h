@@ -1,8 +1,9 @@
 // Softmax and LogSoftmax over a row as one custom CUDA kernel of the EP's (softmax_cuda.cc), where
 // the composed translation (normalization.cc) is five or six MLX kernels a node: the max, the
-// shifted exp with its casts, the widening of e for the sum, the sum and the division. A float16
-// BERT-base layer's softmax is ~5 of its ~25 launches, each ~15 us of MLX's host encoding on a run
-// where the GPU idles (issue 7's kernel timeline). Opt-in (ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=1)
+// shifted exp with its casts, the widening of e for the sum, the sum and the division; and before
+// it the kernel of attention's scaling and mask, which the kernel reads in its own pass. A float16
+// BERT-base layer's softmax with its scores was ~6 of its ~25 launches, each ~15 us of MLX's host
+// encoding on a run where the GPU idles (issue 7's kernel timeline). Opt-in (ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=1)
 // until a GPU has run it, as the row normalizations' kernel (normalization_cuda.h).
 #pragma once
 
