@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # One GPU session in few device calls (tools/gpu/README.md). The device tool carries at most
-# 64 MiB per call and the machine goes back 30 s after a call, so the wheels travel as six parts
+# 64 MiB per call and the machine goes back 30 s after a call, so the wheels travel as seven parts
 # of one bundle, one per call, and the slow set-up (install, build, LLM models) starts in the
 # background as soon as the parts that hold it have arrived:
 #
-#   here:    bash tools/gpu/device_session.sh bundle      -> .gpu/s00 ... .gpu/s05
+#   here:    bash tools/gpu/device_session.sh bundle      -> .gpu/s00 ... .gpu/s06
 #   device:  bash tools/gpu/device_session.sh park [STEP...]   (carry .gpu/sNN; back to back)
 #            bash tools/gpu/device_session.sh run STEP...      (what to run; see run_step)
 #
 # Bundle order: mlx-cuda-13, the ORT headers (.deps/prefix), onnxruntime-genai-cuda, MLX's Python
-# package, onnxruntime-gpu. The first two parts hold everything but onnxruntime-gpu: the
+# package, onnxruntime-gpu. The first three parts hold everything but onnxruntime-gpu: the
 # background job installs them, builds the EP in /tmp/mlx-ep-gpu/build and builds the LLM
 # models (bench/bench_llm_gpu.py make) while later parts travel. Steps that need ORT's CUDA EP
 # install onnxruntime-gpu once all parts are parked. Logs and reports go to $OUT.
@@ -20,8 +20,11 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 PY="${PY:-python3}"
 export PYTHONUNBUFFERED=1
 log() { echo "[gpu $(date +%T)] $*" | tee -a "$OUT/run.log"; }
+# The bundle's parts: 7 of ~50 MiB, so that a part and the working tree (~7 MiB of tracked files,
+# counted by blocks) fit a call's 64 MiB; six of 58 MiB stopped fitting in the twenty-third session.
+NPARTS=7
 
-bundle() {  # here: the wheels of prepare_wheels.sh plus genai-cuda and the headers, in six parts
+bundle() {  # here: the wheels of prepare_wheels.sh plus genai-cuda and the headers, in NPARTS parts
   cd "$ROOT" && bash tools/gpu/prepare_wheels.sh >/dev/null
   local G="$ROOT/.gpu" T && T=$(mktemp -d)
   cat "$G"/p*/part_* | tar -x -C "$T"
@@ -36,7 +39,7 @@ bundle() {  # here: the wheels of prepare_wheels.sh plus genai-cuda and the head
   # Two tars back to back: a.tar (all but onnxruntime-gpu) and b.tar; `sizes` holds a.tar's bytes.
   (cd "$T" && tar -cf a.tar mlx_cuda_13-*.whl prefix.tar onnxruntime_genai_cuda-*.whl mlx-*.whl \
     && tar -cf b.tar onnxruntime_gpu-*.whl && stat -c %s a.tar >sizes && cat a.tar b.tar >bundle.bin \
-    && split -n 6 -d bundle.bin part_)
+    && split -n "$NPARTS" -d bundle.bin part_)
   rm -rf "$G"/s0* && for p in "$T"/part_*; do mkdir -p "$G/s${p##*_}" && mv "$p" "$G/s${p##*_}/"; done
   mv "$T/sizes" "$G/s00/sizes"
   rm -rf "$T" && ls -la "$G"/s0*
@@ -46,7 +49,7 @@ extract_ready() {  # a.tar once its bytes have arrived (parts 00.. in order), b.
   mkdir -p "$W/wheels"
   local parts=() i have=0 a
   a=$(cat "$W/sizes" 2>/dev/null) || return 0
-  for i in 00 01 02 03 04 05; do
+  for i in $(seq -f %02g 0 $((NPARTS - 1))); do
     [ -f "$W/part_$i" ] || break
     parts+=("$W/part_$i") && have=$((have + $(stat -c %s "$W/part_$i")))
   done
@@ -54,7 +57,7 @@ extract_ready() {  # a.tar once its bytes have arrived (parts 00.. in order), b.
     cat "${parts[@]}" | head -c "$a" | tar -x -C "$W/wheels"
     [ "${PIPESTATUS[2]}" -eq 0 ] && touch "$W/a.done"  # tar's status (cat ends on SIGPIPE)
   fi
-  if [ ! -e "$W/b.done" ] && [ ${#parts[@]} -eq 6 ]; then
+  if [ ! -e "$W/b.done" ] && [ ${#parts[@]} -eq "$NPARTS" ]; then
     cat "${parts[@]}" | tail -c +"$((a + 1))" | tar -x -C "$W/wheels" && touch "$W/b.done"
   fi
   return 0
