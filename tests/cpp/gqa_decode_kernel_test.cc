@@ -83,10 +83,9 @@ TEST(GqaDecodeKernel, Compiles) {
         }
     }
   text += kMlxKernelsEnd;
-  ASSERT_EQ(CompileLikeMlx("mlx_ep_gqa_decode_compile", text, /*registers=*/true), "");
   // Every block launches: its threads' registers fit a block's (sm_90a's sass; up to 94 a thread,
   // so 512 threads fit and 1024 would not).
-  EXPECT_EQ(BlocksFitRegisters("mlx_ep_gqa_decode_compile", threads), "");
+  EXPECT_EQ(CompileLikeMlx("mlx_ep_gqa_decode_compile", text, threads), "");
 }
 
 TEST(GqaDecodeKernel, ValuesOnTheHostEmulation) {

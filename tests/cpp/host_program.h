@@ -65,15 +65,31 @@ inline bool NvrtcAvailable() {
          std::filesystem::exists("/usr/local/cuda/lib64/libnvrtc.so");
 }
 
+/** The registers a block may hold on the GPUs MLX's CUDA backend targets (sm_70 and later): a
+ *  launch of more threads times registers fails. */
+inline constexpr int kRegistersPerBlock = 65536;
+
+/** After a compile of ScratchDir(name)'s kernels: each kernel's registers a thread by its name in
+ *  mlx::core::cu ("k3" for `__global__ void k3(...)`), from ptxas's report in its run.txt. */
+inline std::map<std::string, int> KernelRegisters(const std::string& name) {
+  std::map<std::string, int> registers;
+  const std::string log = ReadFile(ScratchDir(name) / "run.txt");
+  const std::regex entry(R"(Compiling entry function '_ZN3mlx4core2cu\d+(\w+?)E[^']*'[\s\S]*?Used (\d+) registers)");
+  for (std::sregex_iterator it(log.begin(), log.end(), entry), end; it != end; ++it)
+    registers[(*it)[1].str()] = std::stoi((*it)[2].str());
+  return registers;
+}
+
 /** `kernels` (MlxKernelsBegin ... kMlxKernelsEnd) compiled as MLX's CUDA backend compiles a
  *  custom kernel on the GPU (mlx/backend/cuda/jit_module.cpp: NVRTC, no host headers,
- *  --device-as-default-execution-space, CUDA's and CCCL's headers, the H200's architecture):
- *  "" when it compiles, else NVRTC's log. A host program of its own links libnvrtc. With
- *  `registers`, ptxas's sass for sm_90a (MLX compiles to the device's sass where NVRTC can) and
- *  its report of each kernel's registers, in ScratchDir(name)/run.txt (KernelRegisters). */
-inline std::string CompileLikeMlx(const std::string& name, const std::string& kernels, bool registers = false) {
+ *  --device-as-default-execution-space, CUDA's and CCCL's headers, the SASS of the H100/H200's
+ *  sm_90a, as MLX compiles where NVRTC can), and every block checked against the registers it may
+ *  hold: "" when it compiles and each kernel of `threads` (its name -> its block's threads) was
+ *  reported by ptxas and fits kRegistersPerBlock, else NVRTC's log or what does not fit. A host
+ *  program of its own links libnvrtc. */
+inline std::string CompileLikeMlx(const std::string& name, const std::string& kernels,
+                                  const std::map<std::string, int>& threads) {
   const std::filesystem::path dir = ScratchDir(name);
-  const std::string arch = registers ? "--gpu-architecture=sm_90a" : "--gpu-architecture=compute_90a";
   std::ofstream(dir / "kernels.cu") << kernels;
   const std::string driver = R"(#include <nvrtc.h>
 #include <cstdio>
@@ -88,43 +104,22 @@ int main() {
   const std::string source = text.str();
   nvrtcProgram program;
   if (nvrtcCreateProgram(&program, source.c_str(), "kernels.cu", 0, nullptr, nullptr) != NVRTC_SUCCESS) return 2;
-  const char* options[] = {"--device-as-default-execution-space", ")" + arch + R"(",
+  const char* options[] = {"--device-as-default-execution-space", "--gpu-architecture=sm_90a",
                            "--include-path=/usr/local/cuda/include", "--include-path=/usr/local/cuda/include/cccl",
                            "--ptxas-options=-v"};
-  const bool registers = )" + (registers ? "true" : "false") + R"(;
-  const nvrtcResult result = nvrtcCompileProgram(program, registers ? 5 : 4, options);
+  const nvrtcResult result = nvrtcCompileProgram(program, 5, options);
   size_t size = 0;
   nvrtcGetProgramLogSize(program, &size);
   std::string log(size, '\0');
   nvrtcGetProgramLog(program, log.data());
   nvrtcDestroyProgram(&program);
-  if (result != NVRTC_SUCCESS || registers) std::printf("%s\n", log.c_str());
+  std::printf("%s\n", log.c_str());  // the errors, or ptxas's report (KernelRegisters)
   return result == NVRTC_SUCCESS ? 0 : 1;
 }
 )";
-  return BuildAndRun(name, driver, "g++", "-std=c++17 -I/usr/local/cuda/include", /*run_it=*/true,
-                     "-L/usr/local/cuda/lib64 -lnvrtc -Wl,-rpath,/usr/local/cuda/lib64");
-}
-
-/** After CompileLikeMlx(name, kernels, true): each kernel's registers a thread by its name in
- *  mlx::core::cu ("k3" for `__global__ void k3(...)`), from ptxas's report. */
-inline std::map<std::string, int> KernelRegisters(const std::string& name) {
-  std::map<std::string, int> registers;
-  const std::string log = ReadFile(ScratchDir(name) / "run.txt");
-  const std::regex entry(R"(Compiling entry function '_ZN3mlx4core2cu\d+(\w+?)E[^']*'[\s\S]*?Used (\d+) registers)");
-  for (std::sregex_iterator it(log.begin(), log.end(), entry), end; it != end; ++it)
-    registers[(*it)[1].str()] = std::stoi((*it)[2].str());
-  return registers;
-}
-
-/** The registers a block may hold on the GPUs MLX's CUDA backend targets (sm_70 and later): a
- *  launch of more threads times registers fails. */
-inline constexpr int kRegistersPerBlock = 65536;
-
-/** After CompileLikeMlx(name, kernels, true): "" when every kernel of `threads` (its name -> its
- *  block's threads) was reported and its block's registers fit kRegistersPerBlock, else what did
- *  not. */
-inline std::string BlocksFitRegisters(const std::string& name, const std::map<std::string, int>& threads) {
+  const std::string built = BuildAndRun(name, driver, "g++", "-std=c++17 -I/usr/local/cuda/include", /*run_it=*/true,
+                                        "-L/usr/local/cuda/lib64 -lnvrtc -Wl,-rpath,/usr/local/cuda/lib64");
+  if (!built.empty()) return built;
   const std::map<std::string, int> registers = KernelRegisters(name);
   std::string problems;
   if (registers.size() != threads.size())

@@ -79,9 +79,8 @@ TEST(NBitsKernel, CompilesForEveryCase) {
         }
       }
   text += kMlxKernelsEnd;
-  ASSERT_EQ(CompileLikeMlx("mlx_ep_nbits_kernel_test", text, /*registers=*/true), "");
   EXPECT_GT(count, 60);
-  EXPECT_EQ(BlocksFitRegisters("mlx_ep_nbits_kernel_test", threads), "");
+  EXPECT_EQ(CompileLikeMlx("mlx_ep_nbits_kernel_test", text, threads), "");
 }
 
 // The kernels' own text run on the host (tests/cpp/cuda_host_emulation.h): every dequantized value
