@@ -85,9 +85,8 @@ constexpr const char* kHeader = R"(
 namespace mlx_ep_gqa {
 
 
-// Nothing from the C library's headers, which NVRTC need not have (INFINITY, integer min/max):
-// -inf as attention_vjp_cuda.cc's kernels, which ran on the H200, spell it.
-__device__ __forceinline__ float negative_infinity() { return -__int_as_float(0x7f800000); }
+// Nothing from the C library's headers, which NVRTC need not have (integer min/max; -inf is
+// mlx_ep_cuda::negative_infinity, cuda_block_reduce.h).
 __device__ __forceinline__ int lesser(int a, int b) { return a < b ? a : b; }
 
 // Value d of row x after the rotation by cos/sin row (c, s) of ROT / 2 values (ROT = 0: none):
@@ -170,7 +169,7 @@ __device__ __forceinline__ float past_scores(const float* qs, const T* keys, int
                                              float* scores) {
   using L = Lanes<D, CH, NT>;
   const int group = threadIdx.x / L::SUB, j = threadIdx.x % L::SUB;
-  float local_max = negative_infinity();
+  float local_max = mlx_ep_cuda::negative_infinity();
   for (int base = 0; base < P; base += L::U * L::KEYS) {
     Chunk<T, CH> c[L::U][L::PER];
     bool use[L::U];

@@ -6,9 +6,14 @@ namespace mlx_ep {
 
 /** mlx_ep_cuda::block_reduce<MAX>(v, red): the block-wide max (MAX) or sum of every thread's `v`,
  *  the same value in every thread; `red` holds one float per warp, blockDim.x is a multiple of
- *  32. The sum's order is fixed: a warp's butterfly, then the warps' partial sums in order. */
+ *  32. The sum's order is fixed: a warp's butterfly, then the warps' partial sums in order. And
+ *  mlx_ep_cuda::negative_infinity(). */
 inline constexpr const char* kBlockReduceSource = R"(
 namespace mlx_ep_cuda {
+
+// -inf without the C library's INFINITY, which NVRTC need not have (as attention_vjp_cuda.cc's
+// kernels, which ran on the H200, spell it).
+__device__ __forceinline__ float negative_infinity() { return -__int_as_float(0x7f800000); }
 
 template <bool MAX>
 __device__ __forceinline__ float block_reduce(float v, float* red) {

@@ -73,7 +73,7 @@ __device__ void row_softmax(const T* x, const T* factor, const T* mask_row, int 
   __shared__ float partial[TPB / 32];
   const int64_t row = blockIdx.x;
   const int tid = threadIdx.x;
-  const float lowest = -__int_as_float(0x7f800000);
+  const float lowest = mlx_ep_cuda::negative_infinity();
   const float f = SCALE != 0 ? static_cast<float>(factor[0]) : 1.f;
   float v[PER];
   float local_max = lowest;
