@@ -18,7 +18,7 @@ struct BlasBinding {
   std::string sgemm_library;  ///< the file that libmlx's cblas_sgemm is bound to ("" if unknown)
   std::string backend;        ///< for "openblas": the OpenBLAS library the shim forwards to
   std::string corename;       ///< for "openblas": the CPU kernel set OpenBLAS picked
-  int threads = 0;            ///< for "openblas": OpenBLAS's thread count
+  int threads = 0;            ///< for "openblas": the threads products are split over (blas_split.c)
   std::string note;           ///< what to do when kind is not "openblas" (empty otherwise)
 };
 
@@ -26,18 +26,18 @@ struct BlasBinding {
  *  kDefaultBlasThreads. No-op without the shim. */
 void ConfigureBlasThreads();
 
-/** OpenBLAS threads unless ONNXRUNTIME_EP_MLX_BLAS_THREADS says otherwise: the CPUs this process
- *  may run on (its affinity mask), as OpenBLAS and ORT's intra-op pool choose. Measured on a
- *  2-core machine (docs/performance.md): with the EP's sleeping pool (blas_pool.c) 2 threads make
- *  a 512x256x1024 MatMul 1.8x faster than 1 and leave an ORT CPU session next to it at its own
- *  speed (OpenBLAS's own server spun after each GEMM and doubled ORT's time; that was why the
- *  default used to be 1). Larger machines are not measured on the CPU backend. */
+/** BLAS threads unless ONNXRUNTIME_EP_MLX_BLAS_THREADS says otherwise: the CPUs this process may
+ *  run on (its affinity mask), as OpenBLAS and ORT's intra-op pool choose. Products of at least
+ *  ~4 M multiply-adds run in independent parts over that many threads (blas_split.c): on a
+ *  2-core machine 2 threads make a 512x256x1024 MatMul 1.85x faster than 1 (docs/performance.md),
+ *  and no thread spins waiting for another, so a core taken by another thread (ORT's spinning
+ *  intra-op pool) costs at most the parts a late thread claimed. Larger machines are not measured
+ *  on the CPU backend. */
 int DefaultBlasThreads();
 
-/** The OpenBLAS threads the default policy uses at a 1-minute load average of `load`: one while
- *  the load exceeds the process's CPUs by more than half a CPU (parallel GEMMs busy-wait for
- *  each other and degrade 10-100x on oversubscribed cores), else the configured count; -1
- *  without the shim. */
+/** The BLAS threads the default policy uses at a 1-minute load average of `load`: one while the
+ *  load exceeds the process's CPUs by more than half a CPU (parts wait for a thread to be
+ *  scheduled on oversubscribed cores), else the configured count; -1 without the shim. */
 int BlasThreadsForLoad(double load);
 
 /** Sets the thread count as ConfigureBlasThreads would, `fit_to_load` as the default policy
@@ -48,7 +48,7 @@ bool ConfigureBlasThreadsForTest(int threads, bool fit_to_load);
  *  (lazy binding), first runs a 2x2 matmul on MLX's CPU stream to resolve it. */
 BlasBinding InspectBlasBinding();
 
-/** Sets OpenBLAS's thread count (process-wide); false without the shim. */
+/** Sets the BLAS thread count (process-wide); false without the shim. */
 bool SetBlasThreads(int threads);
 
 /** Whether SgemmRowsByColumns computes (the EP was built with the OpenBLAS shim). */
@@ -60,7 +60,7 @@ bool HaveSgemm();
 bool SgemmRowsByColumns(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
                         int ldc);
 
-/** Parallel OpenBLAS calls run so far on the EP's worker pool (blas_pool.c), -1 without the shim. */
+/** Products run in parts so far on the EP's worker pool (blas_pool.c), -1 without the shim. */
 int64_t BlasPoolBatches();
 
 /** One line for the verbose log. */

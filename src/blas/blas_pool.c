@@ -10,8 +10,13 @@
  * other's packed panels), and this pool runs them on workers that sleep on a condition variable
  * as soon as a batch is done.
  *
- * Every job of a batch gets a thread: the caller runs jobs too, and the pool keeps at least
- * numjobs - 1 workers, so a job that waits for another never waits for a thread. */
+ * Every job of an OpenBLAS batch gets a thread: the caller runs jobs too, and the pool keeps at
+ * least numjobs - 1 workers, so a job that waits for another never waits for a thread.
+ *
+ * The shim's own batches (blas_split.c) are independent jobs, any number of them: the caller and
+ * whichever workers wake claim them one at a time, so a worker that the scheduler holds back
+ * (a core taken by another process's thread, or by ORT's intra-op threads spinning after a run)
+ * costs at most the one part it claimed, never a wait spun through time slices. */
 #include <pthread.h>
 #include <stddef.h>
 
@@ -82,6 +87,25 @@ static int EnsureWorkers(int count) {
   return workers;
 }
 
+/* Posts a batch and runs it with the workers; returns once every job has finished. Called with
+ * dispatch_mu held. The caller runs jobs too, then sleeps until the workers' jobs are done. */
+static void PostAndRun(openblas_dojob_callback dojob, int numjobs, size_t elsize, void* jobdata, int dojob_data) {
+  pthread_mutex_lock(&mu);
+  batch = (Batch){dojob, (char*)jobdata, elsize, numjobs, dojob_data};
+  next_job = 0;
+  unfinished = numjobs;
+  ++generation;
+  if (numjobs > 1) {
+    ++parallel_batches;
+    if (workers > 0) pthread_cond_broadcast(&wake);
+  }
+  pthread_mutex_unlock(&mu);
+  RunJobs();
+  pthread_mutex_lock(&mu);
+  while (unfinished > 0) pthread_cond_wait(&done, &mu);
+  pthread_mutex_unlock(&mu);
+}
+
 static void RunBatch(int sync, openblas_dojob_callback dojob, int numjobs, size_t elsize, void* jobdata,
                      int dojob_data) {
   (void)sync; /* OpenBLAS always waits for the batch (sync = 1); so do we */
@@ -94,28 +118,26 @@ static void RunBatch(int sync, openblas_dojob_callback dojob, int numjobs, size_
     pthread_mutex_unlock(&dispatch_mu);
     __builtin_trap();
   }
-  pthread_mutex_lock(&mu);
-  batch = (Batch){dojob, (char*)jobdata, elsize, numjobs, dojob_data};
-  next_job = 0;
-  unfinished = numjobs;
-  ++generation;
-  if (numjobs > 1) {
-    ++parallel_batches;
-    pthread_cond_broadcast(&wake);
-  }
-  pthread_mutex_unlock(&mu);
-  RunJobs();
-  pthread_mutex_lock(&mu);
-  while (unfinished > 0) pthread_cond_wait(&done, &mu);
-  pthread_mutex_unlock(&mu);
+  PostAndRun(dojob, numjobs, elsize, jobdata, dojob_data);
   pthread_mutex_unlock(&dispatch_mu);
+}
+
+int blas_pool_try_run_independent(openblas_dojob_callback dojob, int numjobs, size_t elsize, void* jobdata) {
+  if (numjobs <= 0) return 1;
+  /* Busy (another thread's product): the caller computes its product alone rather than queue. */
+  if (pthread_mutex_trylock(&dispatch_mu) != 0) return 0;
+  PostAndRun(dojob, numjobs, elsize, jobdata, 0);
+  pthread_mutex_unlock(&dispatch_mu);
+  return 1;
 }
 
 int blas_pool_prepare(int threads) {
   pthread_mutex_lock(&dispatch_mu);
-  const int started = EnsureWorkers(threads > 1 ? threads - 1 : 0);
+  const int want = threads > 1 ? threads - 1 : 0;
+  const int started = EnsureWorkers(want);
   pthread_mutex_unlock(&dispatch_mu);
-  return started + 1;
+  /* Workers started for an earlier, larger count stay (asleep): not more than asked for. */
+  return (started < want ? started : want) + 1;
 }
 
 openblas_threads_callback blas_pool_callback(void) { return RunBatch; }

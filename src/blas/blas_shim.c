@@ -20,20 +20,21 @@
 #include <time.h>
 
 #include "blas_pool.h"
+#include "blas_split.h"
 #include "cblas.h" /* scipy-openblas32's: declares scipy_cblas_* with blasint == int */
 
 #define SHIM_EXPORT __attribute__((visibility("default")))
 
 /* Fitting the thread count to the machine's load (the default policy only; an explicit count is
- * kept). The jobs of one parallel OpenBLAS GEMM busy-wait for each other's panels: when the
- * cores are oversubscribed, a job spins through its time slices waiting for a descheduled peer,
- * and a GEMM that takes under 1 ms on an idle machine took 30-900 ms with 2 threads on 2 cores at
- * a load average of 9 (1 thread: 0.6 ms to a few ms). So while the 1-minute load average exceeds the CPUs
- * this process may use by more than half a CPU, GEMMs run on one thread; checked at most every
- * 100 ms, before a GEMM. */
+ * kept). It dates from OpenBLAS's own threading, whose jobs spin waiting for each other: a GEMM
+ * of under 1 ms took 30-900 ms with 2 threads on 2 cores at a load average of 9 (1 thread: 0.6 ms
+ * to a few ms). Parts (blas_split.c) do not spin, but on oversubscribed cores a part claimed by a
+ * descheduled worker still holds its product back for a time slice, for no gain: so while the
+ * 1-minute load average exceeds the CPUs this process may use by more than half a CPU, products
+ * stay one call; checked at most every 100 ms, before a product. */
 static int fit_to_load = 0;        /* the default policy is in force */
 static int configured_threads = 1; /* what the policy chose for an idle machine */
-static int active_threads = 1;     /* what OpenBLAS was last told */
+static int active_threads = 1;     /* the threads products are split over now (blas_split.c) */
 static int process_cpus = 1;
 static atomic_llong next_check_ns;
 
@@ -57,11 +58,15 @@ static void FitThreadsToLoad(void) {
   if (!atomic_compare_exchange_strong(&next_check_ns, &next, now + 100000000LL)) return;
   double load = 0;
   if (getloadavg(&load, 1) != 1) return;
-  const int want = onnxruntime_ep_mlx_blas_threads_for_load(load);
-  if (want != active_threads) {
-    active_threads = want;
-    scipy_openblas_set_num_threads(want);
-  }
+  active_threads = onnxruntime_ep_mlx_blas_threads_for_load(load);
+}
+
+/* y = alpha op(A) x + beta y (row-major A [rows, cols]), in parts over the pool where it pays. */
+static void Sgemv(const enum CBLAS_TRANSPOSE trans, const blasint rows, const blasint cols, const float alpha,
+                  const float* a, const blasint lda, const float* x, const blasint incx, const float beta, float* y,
+                  const blasint incy) {
+  if (blas_split_sgemv(active_threads, trans, rows, cols, alpha, a, lda, x, incx, beta, y, incy)) return;
+  scipy_cblas_sgemv(CblasRowMajor, trans, rows, cols, alpha, a, lda, x, incx, beta, y, incy);
 }
 
 /* A product with one row or one column, run as the matrix-vector product it is. OpenBLAS's sgemm
@@ -77,18 +82,18 @@ static int SgemmAsGemv(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE 
     /* c[0, :] = alpha * a[0, :] op(B) + beta * c[0, :]: y = op(B)^T x, x the row of op(A) */
     const blasint incx = trans_a == CblasNoTrans ? 1 : lda;
     if (trans_b == CblasNoTrans)
-      scipy_cblas_sgemv(CblasRowMajor, CblasTrans, k, n, alpha, b, ldb, a, incx, beta, c, 1);
+      Sgemv(CblasTrans, k, n, alpha, b, ldb, a, incx, beta, c, 1);
     else
-      scipy_cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, alpha, b, ldb, a, incx, beta, c, 1);
+      Sgemv(CblasNoTrans, n, k, alpha, b, ldb, a, incx, beta, c, 1);
     return 1;
   }
   if (n == 1 && m > 1) {
     /* c[:, 0] = alpha * op(A) b[:, 0] + beta * c[:, 0]: y = op(A) x, x the column of op(B) */
     const blasint incx = trans_b == CblasNoTrans ? ldb : 1;
     if (trans_a == CblasNoTrans)
-      scipy_cblas_sgemv(CblasRowMajor, CblasNoTrans, m, k, alpha, a, lda, b, incx, beta, c, ldc);
+      Sgemv(CblasNoTrans, m, k, alpha, a, lda, b, incx, beta, c, ldc);
     else
-      scipy_cblas_sgemv(CblasRowMajor, CblasTrans, k, m, alpha, a, lda, b, incx, beta, c, ldc);
+      Sgemv(CblasTrans, k, m, alpha, a, lda, b, incx, beta, c, ldc);
     return 1;
   }
   return 0;
@@ -101,6 +106,9 @@ SHIM_EXPORT void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRAN
                              const blasint ldc) {
   FitThreadsToLoad();
   if (SgemmAsGemv(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+  if (order == CblasRowMajor &&
+      blas_split_sgemm(active_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+    return;
   scipy_cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -110,6 +118,9 @@ SHIM_EXPORT void cblas_dgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRAN
                              const double* b, const blasint ldb, const double beta, double* c,
                              const blasint ldc) {
   FitThreadsToLoad();
+  if (order == CblasRowMajor &&
+      blas_split_dgemm(active_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+    return;
   scipy_cblas_dgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -117,13 +128,16 @@ SHIM_EXPORT void cblas_cgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRAN
                              const enum CBLAS_TRANSPOSE trans_b, const blasint m, const blasint n,
                              const blasint k, const void* alpha, const void* a, const blasint lda,
                              const void* b, const blasint ldb, const void* beta, void* c, const blasint ldc) {
-  FitThreadsToLoad();
+  /* One call, single-threaded (OpenBLAS runs on one thread): no op of the EP makes complex
+   * products, so a split of them would be code no test reaches. */
   scipy_cblas_cgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-/* Sets OpenBLAS's thread count (process-wide); `fit` (the default policy) lets it drop to one
- * thread while the machine is overloaded (above). The first call moves OpenBLAS's parallel work
- * from its own spinning thread server onto blas_pool.c's sleeping workers. */
+/* Sets the thread count products are split over (process-wide, blas_split.c); `fit` (the default
+ * policy) lets it drop to one thread while the machine is overloaded (above). OpenBLAS itself
+ * runs on one thread: each part is a single-threaded call, and a part that went parallel inside
+ * a pool worker would wait for the pool it runs on. Its parallel work, were its count ever
+ * raised, would still run on blas_pool.c's sleeping workers rather than its spinning server. */
 SHIM_EXPORT void onnxruntime_ep_mlx_blas_configure_threads(int num_threads, int fit) {
   static int pool_installed = 0;
   if (!pool_installed) {
@@ -133,21 +147,19 @@ SHIM_EXPORT void onnxruntime_ep_mlx_blas_configure_threads(int num_threads, int 
     if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 0)
       process_cpus = CPU_COUNT(&cpus);
   }
-  /* OpenBLAS never hands over a batch of more jobs than its thread count: cap it to the jobs
-   * the pool can run at once. */
   configured_threads = active_threads = blas_pool_prepare(num_threads);
   fit_to_load = fit;
   atomic_store(&next_check_ns, 0);
-  scipy_openblas_set_num_threads(configured_threads);
+  scipy_openblas_set_num_threads(1);
 }
 
 SHIM_EXPORT void onnxruntime_ep_mlx_blas_set_num_threads(int num_threads) {
   onnxruntime_ep_mlx_blas_configure_threads(num_threads, 0);
 }
 
-SHIM_EXPORT int onnxruntime_ep_mlx_blas_num_threads(void) { return scipy_openblas_get_num_threads(); }
+SHIM_EXPORT int onnxruntime_ep_mlx_blas_num_threads(void) { return configured_threads; }
 
-/* Parallel OpenBLAS calls that ran on the EP's pool (blas_pool.c). */
+/* Products that ran in parts on the EP's pool (blas_pool.c). */
 SHIM_EXPORT unsigned long onnxruntime_ep_mlx_blas_pool_batches(void) { return blas_pool_parallel_batches(); }
 
 /* OpenBLAS's build configuration and the CPU kernel it picked, e.g. "OpenBLAS 0.3.34 ... Haswell". */

@@ -67,7 +67,7 @@ constexpr const char* kScalarInputs =
 constexpr const char* kSpinMicros = "ONNXRUNTIME_EP_MLX_SPIN_US";  // hand-off spin bound (0: off)
 constexpr const char* kMlxThreads = "ONNXRUNTIME_EP_MLX_THREADS";  // MLX worker threads (default: CPUs, <= 4)
 constexpr const char* kBlasThreads =
-    "ONNXRUNTIME_EP_MLX_BLAS_THREADS";  // OpenBLAS threads (Linux, default: the CPUs of the process)
+    "ONNXRUNTIME_EP_MLX_BLAS_THREADS";  // BLAS threads (Linux, default: the CPUs of the process)
 constexpr const char* kAttentionVjpDenseLimit =
     "ONNXRUNTIME_EP_MLX_ATTENTION_VJP_DENSE_LIMIT_BYTES";  // AttentionVJP score budget (64 MiB)
 constexpr const char* kAttentionVjpKernel =
