@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <string>
 #include <string_view>
 #include <unordered_set>
 #include <utility>
 
+#include "mlx/allocator.h"
 #include "mlx/ops.h"
 #include "mlx/primitives.h"
 
@@ -36,6 +38,17 @@ bool MlxFuses(const mx::Primitive& p) {
       // ternary, broadcast
       "Select", "Broadcast"};
   return kFused.count(p.name()) > 0;
+}
+
+/** A one-element leaf's value as a rank-0 array (a copy of its bytes). A Broadcast gives the same
+ *  output from either, but MLX's fused kernels read a rank-0 input as a scalar and any other as a
+ *  strided array: one [1]-shaped constant (an exporter's `3` of a hard-swish, an initializer of
+ *  shape [1]) made every kernel reading it the strided variant, a loop with a stride increment
+ *  per input and value that the compiler cannot vectorize (25% of PP-OCRv4's recognizer). */
+mx::array RankZero(mx::array& leaf) {
+  mx::array scalar(mx::allocator::malloc(leaf.itemsize()), mx::Shape{}, leaf.dtype());
+  std::memcpy(scalar.data<void>(), leaf.data<void>(), leaf.itemsize());
+  return scalar;
 }
 
 /** A key for a leaf's value: its dtype, shape and bytes (one replacement per distinct value). */
@@ -85,10 +98,11 @@ void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream
       // the kernel's name); a placeholder of mx::compile's trace (an input of the function) has
       // none and is an input of the fused kernels anyway.
       if (in.size() != 1 || in.is_tracer() || !in.is_available() || in.data<void>() == nullptr) continue;
-      std::string key = ValueKey(in);
+      mx::array leaf = in.ndim() > 0 && a.primitive().name() == std::string_view("Broadcast") ? RankZero(in) : in;
+      std::string key = ValueKey(leaf);
       auto it = replaced.find(key);
       if (it == replaced.end())
-        it = replaced.emplace(key, Replacement(in, key, scalars, record, stream)).first;
+        it = replaced.emplace(key, Replacement(leaf, key, scalars, record, stream)).first;
       in = it->second;
     }
   }

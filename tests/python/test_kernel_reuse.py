@@ -85,5 +85,52 @@ def test_new_lengths_build_no_new_kernels(tmp_path):
         assert counts[name + ".scalar_input_traces"] == len(LENGTHS), counts
 
 
+def scalar_constants_model():
+    """PP-OCRv4's hard-swish and affine blocks in small: one-element constants of rank 1 and 4
+    (Constant nodes and an initializer) around a convolution's output."""
+    from onnx import TensorProto, helper, numpy_helper
+    consts = {"scale": [1.25], "three": [3.0], "six": [6.0], "bias": [-0.5]}
+    nodes = [helper.make_node("Constant", [], [k], value=numpy_helper.from_array(np.array(v, np.float32), k))
+             for k, v in consts.items()]
+    nodes += [helper.make_node("Mul", ["scale", "x"], ["s"]), helper.make_node("Add", ["s", "three"], ["t"]),
+              helper.make_node("Clip", ["t", "zero", "six"], ["c"]), helper.make_node("Mul", ["s", "c"], ["m"]),
+              helper.make_node("Div", ["m", "six"], ["h"]), helper.make_node("Add", ["h", "bias4"], ["y"])]
+    inits = [numpy_helper.from_array(np.float32(0), "zero"),
+             numpy_helper.from_array(np.full((1, 1, 1, 1), 0.75, np.float32), "bias4")]
+    graph = helper.make_graph(nodes, "hardswish", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8, 6, 10])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 6, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def scalar_constants_child():
+    sys.path[:0] = [os.path.join(ROOT, "python"), HERE]
+    from harness import run_cpu, run_mlx_with_report
+    x = np.random.default_rng(0).standard_normal((2, 8, 6, 10)).astype(np.float32) * 4
+    outs, _, providers = run_mlx_with_report(scalar_constants_model(), [{"x": x}] * 2)
+    assert set(providers) == {"MLXExecutionProvider"}, providers
+    np.testing.assert_array_equal(outs[-1][0], run_cpu(scalar_constants_model(), {"x": x})[0])
+
+
+def test_one_element_constants_reach_kernels_as_scalars():
+    """A one-element constant of rank 1 or more that a fused kernel broadcasts reaches it as a
+    rank-0 input (src/runtime/scalars.cc, RankZero): MLX's kernels read rank-0 inputs as scalars
+    and anything else as a strided array, and one such input made the whole kernel the strided
+    variant (25% of PP-OCRv4's recognizer on the CPU). The results stay ORT's, bit for bit."""
+    env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="graph", ONNXRUNTIME_EP_MLX_DEVICE="cpu")
+    done = subprocess.run([sys.executable, __file__, "scalar_constants_child"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kernels = [line for line in done.stderr.splitlines() if line.startswith("Compiled")]
+    assert kernels, done.stderr[-3000:]
+    for line in kernels:  # "CompiledName in [(shape), dtype], ... -> out [(shape), dtype]"
+        inputs = line.split(" -> ")[0]
+        assert "[(1,)," not in inputs and "[(1,1,1,1)," not in inputs, line
+        assert inputs.count("[(), float32]") >= 4, line  # scale, three, six, bias4 (and zero)
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["child"]:
     child()
+if __name__ == "__main__" and sys.argv[1:] == ["scalar_constants_child"]:
+    scalar_constants_child()
