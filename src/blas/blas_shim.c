@@ -34,7 +34,8 @@
  * stay one call; checked at most every 100 ms, before a product. */
 static int fit_to_load = 0;        /* the default policy is in force */
 static int configured_threads = 1; /* what the policy chose for an idle machine */
-static int active_threads = 1;     /* the threads products are split over now (blas_split.c) */
+/* The threads products are split over now (blas_split.c): read by every product, on any thread. */
+static atomic_int active_threads = 1;
 static int process_cpus = 1;
 static atomic_llong next_check_ns;
 
@@ -58,14 +59,16 @@ static void FitThreadsToLoad(void) {
   if (!atomic_compare_exchange_strong(&next_check_ns, &next, now + 100000000LL)) return;
   double load = 0;
   if (getloadavg(&load, 1) != 1) return;
-  active_threads = onnxruntime_ep_mlx_blas_threads_for_load(load);
+  atomic_store_explicit(&active_threads, onnxruntime_ep_mlx_blas_threads_for_load(load), memory_order_relaxed);
 }
+
+static int ActiveThreads(void) { return atomic_load_explicit(&active_threads, memory_order_relaxed); }
 
 /* y = alpha op(A) x + beta y (row-major A [rows, cols]), in parts over the pool where it pays. */
 static void Sgemv(const enum CBLAS_TRANSPOSE trans, const blasint rows, const blasint cols, const float alpha,
                   const float* a, const blasint lda, const float* x, const blasint incx, const float beta, float* y,
                   const blasint incy) {
-  if (blas_split_sgemv(active_threads, trans, rows, cols, alpha, a, lda, x, incx, beta, y, incy)) return;
+  if (blas_split_sgemv(ActiveThreads(), trans, rows, cols, alpha, a, lda, x, incx, beta, y, incy)) return;
   scipy_cblas_sgemv(CblasRowMajor, trans, rows, cols, alpha, a, lda, x, incx, beta, y, incy);
 }
 
@@ -107,7 +110,7 @@ SHIM_EXPORT void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRAN
   FitThreadsToLoad();
   if (SgemmAsGemv(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
   if (order == CblasRowMajor &&
-      blas_split_sgemm(active_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+      blas_split_sgemm(ActiveThreads(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
     return;
   scipy_cblas_sgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -119,7 +122,7 @@ SHIM_EXPORT void cblas_dgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRAN
                              const blasint ldc) {
   FitThreadsToLoad();
   if (order == CblasRowMajor &&
-      blas_split_dgemm(active_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+      blas_split_dgemm(ActiveThreads(), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
     return;
   scipy_cblas_dgemm(order, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
@@ -147,7 +150,8 @@ SHIM_EXPORT void onnxruntime_ep_mlx_blas_configure_threads(int num_threads, int 
     if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 0)
       process_cpus = CPU_COUNT(&cpus);
   }
-  configured_threads = active_threads = blas_pool_prepare(num_threads);
+  configured_threads = blas_pool_prepare(num_threads);
+  atomic_store(&active_threads, configured_threads);
   fit_to_load = fit;
   atomic_store(&next_check_ns, 0);
   scipy_openblas_set_num_threads(1);
