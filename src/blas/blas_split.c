@@ -34,11 +34,11 @@ typedef struct {
   blasint ldc;
 } Part;
 
-enum { kMaxParts = 64, kAlign = 16 /* 64 bytes of float32 C: a part never shares a cache line */ };
+enum { kMaxParts = 64, kAlign = 16 /* 64 bytes of float32: parts of a row of C seldom share a cache line */ };
 
 /* Multiply-adds under which a product stays one call (~100 us on one core). Waking a sleeping
- * worker took 16-108 us on average and up to 4.8 ms on the 2-core VM that CI uses (a futex wake
- * of an idle virtual CPU), so a part split off a smaller product mostly waits for its thread:
+ * worker took 16-108 us on average and up to 4.8 ms on the 2-core VM the tests run on here (a
+ * futex wake of an idle virtual CPU), so a part split off a smaller product mostly waits for its thread:
  * there, 0.4-1.6 M-MAC products (crnn's, BERT-small's) ran no faster on 2 threads, 3.7-15 M
  * ones 1.0-1.6x, 134 M ones (512x256x1024) 1.85x (docs/performance.md, twenty-fourth session). */
 static const double kMinGemmWork = 4194304.0;
