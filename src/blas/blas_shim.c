@@ -138,18 +138,10 @@ SHIM_EXPORT void cblas_cgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRAN
 
 /* Sets the thread count products are split over (process-wide, blas_split.c); `fit` (the default
  * policy) lets it drop to one thread while the machine is overloaded (above). OpenBLAS itself
- * runs on one thread: each part is a single-threaded call, and a part that went parallel inside
- * a pool worker would wait for the pool it runs on. Its parallel work, were its count ever
- * raised, would still run on blas_pool.c's sleeping workers rather than its spinning server. */
+ * runs on one thread: each part is a single-threaded call (blas_pool.c says why). */
 SHIM_EXPORT void onnxruntime_ep_mlx_blas_configure_threads(int num_threads, int fit) {
-  static int pool_installed = 0;
-  if (!pool_installed) {
-    scipy_openblas_set_threads_callback_function(blas_pool_callback());
-    pool_installed = 1;
-    cpu_set_t cpus;
-    if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 0)
-      process_cpus = CPU_COUNT(&cpus);
-  }
+  cpu_set_t cpus;
+  if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 0) process_cpus = CPU_COUNT(&cpus);
   configured_threads = blas_pool_prepare(num_threads);
   atomic_store(&active_threads, configured_threads);
   fit_to_load = fit;

@@ -46,9 +46,7 @@ static const double kMinGemmWork = 4194304.0;
  * 4 MB of float32, a few hundred microseconds). */
 static const double kMinGemvWork = 1048576.0;
 
-static void RunPart(int thread, void* data, int unused) {
-  (void)thread;
-  (void)unused;
+static void RunPart(void* data) {
   const Part* p = (const Part*)data;
   switch (p->kind) {
     case kSgemm:
@@ -80,6 +78,11 @@ static int PartCount(int threads, double work, double min_work, blasint dim, bla
   return (int)((dim + l - 1) / l);
 }
 
+/* The length of the part of `len` values that starts at `start` of `dim` (the last is shorter). */
+static blasint PartLength(blasint dim, size_t start, blasint len) {
+  return dim - (blasint)start < len ? dim - (blasint)start : len;
+}
+
 static int Transposed(enum CBLAS_TRANSPOSE t) { return t == CblasTrans || t == CblasConjTrans; }
 
 /* op(A) [m, k] times op(B) [k, n] into C [m, n], in parts of C's columns (n >= m) or rows. */
@@ -95,16 +98,16 @@ static int SplitGemm(const Part* whole, size_t elem, int threads) {
     const size_t start = (size_t)i * len;
     p[i] = *whole;
     if (by_columns) {
-      p[i].n = dim - (blasint)start < len ? dim - (blasint)start : len;
+      p[i].n = PartLength(dim, start, len);
       p[i].b += elem * (Transposed(whole->trans_b) ? start * whole->ldb : start);
       p[i].c += elem * start;
     } else {
-      p[i].m = dim - (blasint)start < len ? dim - (blasint)start : len;
+      p[i].m = PartLength(dim, start, len);
       p[i].a += elem * (Transposed(whole->trans_a) ? start : start * whole->lda);
       p[i].c += elem * start * whole->ldc;
     }
   }
-  return blas_pool_try_run_independent(RunPart, parts, sizeof(Part), p);
+  return blas_pool_try_run(RunPart, parts, sizeof(Part), p);
 }
 
 int blas_split_sgemm(int threads, enum CBLAS_TRANSPOSE trans_a, enum CBLAS_TRANSPOSE trans_b, blasint m,
@@ -135,7 +138,7 @@ int blas_split_sgemv(int threads, enum CBLAS_TRANSPOSE trans, blasint rows, blas
   Part p[kMaxParts];
   for (int i = 0; i < parts; ++i) {
     const size_t start = (size_t)i * len;
-    const blasint size = dim - (blasint)start < len ? dim - (blasint)start : len;
+    const blasint size = PartLength(dim, start, len);
     p[i] = (Part){kSgemv, trans, CblasNoTrans, rows, cols, 0, &alpha, &beta, (const char*)a, lda,
                   (const char*)x, incx, (char*)(y + start * incy), incy};
     if (transposed) {
@@ -146,5 +149,5 @@ int blas_split_sgemv(int threads, enum CBLAS_TRANSPOSE trans, blasint rows, blas
       p[i].a += sizeof(float) * start * lda;
     }
   }
-  return blas_pool_try_run_independent(RunPart, parts, sizeof(Part), p);
+  return blas_pool_try_run(RunPart, parts, sizeof(Part), p);
 }

@@ -18,7 +18,7 @@ namespace {
 TEST(Blas, ParallelGemmsRunOnTheEpPool) {
   if (BlasPoolBatches() < 0) GTEST_SKIP() << "built without scipy-openblas32 (or not on Linux)";
   if (InspectBlasBinding().kind != "openblas") GTEST_SKIP() << "libmlx is not bound to the EP's OpenBLAS";
-  const int64_t m = 384, k = 256, n = 512;  // large enough for OpenBLAS to split over 2 threads
+  const int64_t m = 384, k = 256, n = 512;  // large enough to run in parts over 2 threads
   std::vector<float> a(m * k), b(k * n);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7919 % 13) - 6);
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 104729 % 11) - 5);

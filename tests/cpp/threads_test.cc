@@ -189,11 +189,11 @@ TEST(MlxWorkers, CompileCacheBoundHoldsUnderManyShapesFromManyThreads) {
   EXPECT_LE(s.cache_misses - s.evictions, 3u * MlxWorkerCount());
 }
 
-// Parallel OpenBLAS GEMMs (2 BLAS threads) from 4 threads at once: OpenBLAS and the EP's pool
-// (blas_pool.c, one batch at a time) must neither deadlock nor mix up results. Small integers
-// make every product and sum exact.
+// Products in parts (2 BLAS threads) from 4 threads at once: the EP's pool (blas_pool.c, one
+// batch at a time; a product that finds it busy runs whole) must neither deadlock nor mix up
+// results. Small integers make every product and sum exact.
 TEST(MlxWorkers, ParallelGemmsFromSeveralWorkers) {
-  const int64_t m = 384, k = 256, n = 512;  // large enough for OpenBLAS to split over 2 threads
+  const int64_t m = 384, k = 256, n = 512;  // large enough to run in parts over 2 threads
   std::vector<float> a(m * k), b(k * n);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7919 % 13) - 6);
   for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 104729 % 11) - 5);
