@@ -15,85 +15,6 @@
 namespace mlx_ep {
 namespace {
 
-TEST(Blas, ParallelGemmsRunOnTheEpPool) {
-  if (BlasPoolBatches() < 0) GTEST_SKIP() << "built without scipy-openblas32 (or not on Linux)";
-  if (InspectBlasBinding().kind != "openblas") GTEST_SKIP() << "libmlx is not bound to the EP's OpenBLAS";
-  const int64_t m = 384, k = 256, n = 512;  // large enough to run in parts over 2 threads
-  std::vector<float> a(m * k), b(k * n);
-  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7919 % 13) - 6);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 104729 % 11) - 5);
-  Graph g =
-      testing::GraphBuilder().Input("a").Input("b").AddNode("MatMul", {"a", "b"}, {"c"}).Output("c").Build();
-  g.nodes[0].since_version = 13;  // MatMul's latest version
-  PartitionRunner runner(BuildPlan(g, "p", {"a", "b"}, {"c"}, OpRegistry::Get()), /*compile=*/true);
-
-  ASSERT_TRUE(SetBlasThreads(2));
-  const int64_t before = BlasPoolBatches();
-  auto out = runner.Run({{ElemType::kFloat, {m, k}, a.data()}, {ElemType::kFloat, {k, n}, b.data()}});
-  const int64_t after = BlasPoolBatches();
-  SetBlasThreads(1);
-
-  EXPECT_GT(after, before) << "the GEMM did not run in parallel on the EP's pool";
-  ASSERT_EQ(out.size(), 1u);
-  std::vector<float> c(m * n);
-  std::memcpy(c.data(), out[0].bytes.data(), out[0].bytes.size());
-  for (int64_t i = 0; i < m; i += 37) {  // small integers: every product and sum is exact
-    for (int64_t j = 0; j < n; j += 41) {
-      float want = 0;
-      for (int64_t p = 0; p < k; ++p) want += a[i * k + p] * b[p * n + j];
-      ASSERT_EQ(c[i * n + j], want) << "c[" << i << "," << j << "]";
-    }
-  }
-}
-
-TEST(Blas, DefaultThreadsDropToOneWhileTheMachineIsOverloaded) {
-  if (BlasPoolBatches() < 0) GTEST_SKIP() << "built without scipy-openblas32 (or not on Linux)";
-  const int cpus = DefaultBlasThreads();
-  ASSERT_TRUE(ConfigureBlasThreadsForTest(2, /*fit_to_load=*/true));
-  EXPECT_EQ(BlasThreadsForLoad(0.0), 2);
-  EXPECT_EQ(BlasThreadsForLoad(cpus + 0.4), 2);  // our own threads' load is not overload
-  EXPECT_EQ(BlasThreadsForLoad(cpus + 0.6), 1);
-  EXPECT_EQ(BlasThreadsForLoad(4.0 * cpus + 1), 1);
-  SetBlasThreads(1);
-  EXPECT_EQ(BlasThreadsForLoad(100.0), 1);
-}
-
-// A row times a matrix and a matrix times a column go to sgemv (blas_shim.c); exact on small
-// integers, with A and B in either layout MLX passes (a transposed input is a strided view).
-TEST(Blas, OneRowOrOneColumnProductsAreExact) {
-  if (InspectBlasBinding().kind != "openblas") GTEST_SKIP() << "libmlx is not bound to the EP's OpenBLAS";
-  for (auto [m, k, n] : {std::array<int64_t, 3>{1, 96, 200}, std::array<int64_t, 3>{200, 96, 1}}) {
-    for (bool transpose_b : {false, true}) {
-      std::vector<float> a(m * k), b(k * n);
-      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(static_cast<int>(i * 7919 % 13) - 6);
-      for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<float>(static_cast<int>(i * 104729 % 11) - 5);
-      // B given as [n, k] and transposed in the graph when transpose_b: MLX sees a strided view.
-      std::vector<float> b_in = b;
-      if (transpose_b)
-        for (int64_t p = 0; p < k; ++p)
-          for (int64_t j = 0; j < n; ++j) b_in[j * k + p] = b[p * n + j];
-      testing::GraphBuilder builder;
-      builder.Input("a").Input("b");
-      if (transpose_b) builder.AddNode("Transpose", {"b"}, {"bt"});
-      Graph g = builder.AddNode("MatMul", {"a", transpose_b ? "bt" : "b"}, {"c"}).Output("c").Build();
-      for (auto& node : g.nodes) node.since_version = 13;
-      PartitionRunner runner(BuildPlan(g, "p", {"a", "b"}, {"c"}, OpRegistry::Get()), /*compile=*/true);
-      const std::vector<int64_t> b_shape = transpose_b ? std::vector<int64_t>{n, k} : std::vector<int64_t>{k, n};
-      auto out = runner.Run({{ElemType::kFloat, {m, k}, a.data()}, {ElemType::kFloat, b_shape, b_in.data()}});
-      ASSERT_EQ(out.size(), 1u);
-      std::vector<float> c(m * n);
-      std::memcpy(c.data(), out[0].bytes.data(), out[0].bytes.size());
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) {
-          float want = 0;
-          for (int64_t p = 0; p < k; ++p) want += a[i * k + p] * b[p * n + j];
-          ASSERT_EQ(c[i * n + j], want) << m << "x" << k << "x" << n << " transpose_b " << transpose_b;
-        }
-    }
-  }
-}
-
-
 /** Small integers: every product and sum below is exact in float32 and float64. */
 template <typename T>
 std::vector<T> SmallInts(int64_t n, int64_t prime, int mod) {
@@ -102,10 +23,11 @@ std::vector<T> SmallInts(int64_t n, int64_t prime, int mod) {
   return v;
 }
 
-/** a [m, k] @ b [k, n], each given in its own layout (transposed: stored [k, m] / [n, k] and
- *  transposed in the graph, which MLX passes to the BLAS as a transposed operand). */
+/** a [m, k] @ b [k, n] through a MatMul node, exact; each operand in its own layout (transposed:
+ *  stored [k, m] / [n, k] and transposed in the graph, which MLX passes to the BLAS as a
+ *  transposed operand). With `in_parts`, the product must have run in parts on the EP's pool. */
 template <typename T>
-void ExpectExactProduct(int64_t m, int64_t k, int64_t n, bool transpose_a, bool transpose_b) {
+void ExpectExactProduct(int64_t m, int64_t k, int64_t n, bool transpose_a, bool transpose_b, bool in_parts) {
   const ElemType type = sizeof(T) == 4 ? ElemType::kFloat : ElemType::kDouble;
   const std::vector<T> a = SmallInts<T>(m * k, 7919, 13), b = SmallInts<T>(k * n, 104729, 11);
   std::vector<T> a_in = a, b_in = b;
@@ -131,7 +53,9 @@ void ExpectExactProduct(int64_t m, int64_t k, int64_t n, bool transpose_a, bool 
   const std::string what = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) +
                            " transpose_a " + std::to_string(transpose_a) + " transpose_b " +
                            std::to_string(transpose_b) + (sizeof(T) == 4 ? " float32" : " float64");
-  EXPECT_GT(BlasPoolBatches(), before) << what << ": not run in parts";
+  if (in_parts) {
+    EXPECT_GT(BlasPoolBatches(), before) << what << ": not run in parts";
+  }
   ASSERT_EQ(out.size(), 1u);
   std::vector<T> c(m * n);
   ASSERT_EQ(out[0].bytes.size(), c.size() * sizeof(T));
@@ -142,6 +66,36 @@ void ExpectExactProduct(int64_t m, int64_t k, int64_t n, bool transpose_a, bool 
       for (int64_t p = 0; p < k; ++p) want += a[i * k + p] * b[p * n + j];
       ASSERT_EQ(c[i * n + j], want) << what << " c[" << i << "," << j << "]";
     }
+}
+
+TEST(Blas, ParallelGemmsRunOnTheEpPool) {
+  if (BlasPoolBatches() < 0) GTEST_SKIP() << "built without scipy-openblas32 (or not on Linux)";
+  if (InspectBlasBinding().kind != "openblas") GTEST_SKIP() << "libmlx is not bound to the EP's OpenBLAS";
+  ConfigureBlasThreads();  // the default policy first (once a process), then the count set here
+  ASSERT_TRUE(SetBlasThreads(2));
+  ExpectExactProduct<float>(384, 256, 512, false, false, /*in_parts=*/true);  // 50 M multiply-adds
+  SetBlasThreads(1);
+}
+
+TEST(Blas, DefaultThreadsDropToOneWhileTheMachineIsOverloaded) {
+  if (BlasPoolBatches() < 0) GTEST_SKIP() << "built without scipy-openblas32 (or not on Linux)";
+  const int cpus = DefaultBlasThreads();
+  ASSERT_TRUE(ConfigureBlasThreadsForTest(2, /*fit_to_load=*/true));
+  EXPECT_EQ(BlasThreadsForLoad(0.0), 2);
+  EXPECT_EQ(BlasThreadsForLoad(cpus + 0.4), 2);  // our own threads' load is not overload
+  EXPECT_EQ(BlasThreadsForLoad(cpus + 0.6), 1);
+  EXPECT_EQ(BlasThreadsForLoad(4.0 * cpus + 1), 1);
+  SetBlasThreads(1);
+  EXPECT_EQ(BlasThreadsForLoad(100.0), 1);
+}
+
+// A row times a matrix and a matrix times a column go to sgemv (blas_shim.c); exact on small
+// integers, with A and B in either layout MLX passes (a transposed input is a strided view).
+TEST(Blas, OneRowOrOneColumnProductsAreExact) {
+  if (InspectBlasBinding().kind != "openblas") GTEST_SKIP() << "libmlx is not bound to the EP's OpenBLAS";
+  for (auto [m, k, n] : {std::array<int64_t, 3>{1, 96, 200}, std::array<int64_t, 3>{200, 96, 1}})
+    for (bool transpose_b : {false, true})
+      ExpectExactProduct<float>(m, k, n, false, transpose_b, /*in_parts=*/false);
 }
 
 // Parts of C's columns (n >= m) and of its rows, lengths that are not multiples of the parts'
@@ -155,11 +109,11 @@ TEST(Blas, ProductsInPartsAreExact) {
   ASSERT_TRUE(SetBlasThreads(3));  // 6 parts
   for (bool ta : {false, true})
     for (bool tb : {false, true}) {
-      ExpectExactProduct<float>(40, 96, 1111, ta, tb);  // by columns: 4.3 M multiply-adds
-      ExpectExactProduct<float>(1111, 96, 40, ta, tb);  // by rows
-      ExpectExactProduct<double>(1111, 96, 40, ta, tb);
-      ExpectExactProduct<float>(1, 600, 1901, ta, tb);  // matrix-vector, 1.1 M entries
-      ExpectExactProduct<float>(1901, 600, 1, ta, tb);
+      ExpectExactProduct<float>(40, 96, 1111, ta, tb, true);  // by columns: 4.3 M multiply-adds
+      ExpectExactProduct<float>(1111, 96, 40, ta, tb, true);  // by rows
+      ExpectExactProduct<double>(1111, 96, 40, ta, tb, true);
+      ExpectExactProduct<float>(1, 600, 1901, ta, tb, true);  // matrix-vector, 1.1 M entries
+      ExpectExactProduct<float>(1901, 600, 1, ta, tb, true);
     }
   SetBlasThreads(threads > 0 ? threads : 1);
 }
