@@ -69,18 +69,20 @@ bool BroadcastsTo(const mx::array& mask, const mx::array& x) {
 std::vector<mx::array> ScoreInputs(const mx::array& x, ScoreTerms& terms) {
   if (Is(x, "Add") && x.inputs().size() == 2) {
     int best = -1;  // the side that is the scores: a scaled one first
+    std::optional<std::pair<std::vector<mx::array>, ScoreTerms::Scale>> scaled[2];
     for (int side : {0, 1}) {
       const mx::array& s = x.inputs()[side];
       if (s.shape() != x.shape() || s.dtype() != x.dtype() || !BroadcastsTo(Unbroadcast(x.inputs()[1 - side]), x))
         continue;
-      if (best < 0 || (Scaled(s) && !Scaled(x.inputs()[best]))) best = side;
+      scaled[side] = Scaled(s);
+      if (best < 0 || (scaled[side] && !scaled[best])) best = side;
     }
     if (best >= 0) {
       terms.mask = true;
       const mx::array mask = Unbroadcast(x.inputs()[1 - best]);
-      if (auto scaled = Scaled(x.inputs()[best])) {
-        terms.scale = scaled->second;
-        return {scaled->first[0], scaled->first[1], mask};
+      if (scaled[best]) {
+        terms.scale = scaled[best]->second;
+        return {scaled[best]->first[0], scaled[best]->first[1], mask};
       }
       return {x.inputs()[best], mask};
     }
