@@ -6,7 +6,8 @@
 # last line and its FAILED/ERROR lines. SPLIT_TIMEOUT bounds each process (default 400 s; SIGINT,
 # so that pytest still reports the failures it has seen). Each process has its own MLX CUDA kernel
 # cache ($MLX_PTX_CACHE_DIR/split_K): with one shared directory, 16 processes writing the same
-# module files gave "There is no kernel named ..." (sixth session).
+# module files gave "There is no kernel named ..." (sixth session). A failure's report is written
+# to split_K.failures when it happens: a process killed at the limit prints no summary.
 set -uo pipefail
 JOBS="$1" && shift
 R="$OUT/reports" && mkdir -p "$R"
@@ -20,6 +21,7 @@ for k in $(seq 0 $((JOBS - 1))); do
   awk -v k="$k" -v n="$JOBS" '(NR - 1) % n == k' "$IDS" >"$IDS.$k"
   [ -s "$IDS.$k" ] || continue
   ( export MLX_PTX_CACHE_DIR="${MLX_PTX_CACHE_DIR:-/tmp/mlx-ptx}/split_$k" && mkdir -p "$MLX_PTX_CACHE_DIR"
+    export MLX_EP_FAILURE_LOG="$R/split_$k.failures"  # each failure as it happens (tests/python/conftest.py)
     timeout -s INT -k 20 "${SPLIT_TIMEOUT:-400}" $PY -c 'import sys, pytest; sys.exit(pytest.main(sys.argv[2:] + open(sys.argv[1]).read().splitlines()))' \
       "$IDS.$k" -q -p no:cacheprovider -rfE --tb=short \
       >"$R/split_$k.log" 2>&1; echo "split $k: rc=$? $(tail -1 "$R/split_$k.log")" ) &

@@ -176,8 +176,10 @@ def test_norm_kernel():
     contrib = os.path.join(os.path.dirname(__file__), "test_contrib_normalization.py")
     for test_file, cases in [(__file__, NORM_KERNEL_CASES), (contrib, CONTRIB_NORM_KERNEL_CASES)]:
         census, _ = census_of_tests(test_file, cases, env=on, timeout=600)
-        assert census and all("CustomKernel" in line for line in census), census
-        assert not any("RMSNorm" in line or "LayerNorm" in line for line in census), census
+        assert census, test_file
+        # The offending lines only: the census of a dozen partitions is cut short in a report.
+        assert not [line for line in census if "CustomKernel" not in line], (test_file, cases)
+        assert not [line for line in census if "RMSNorm" in line or "LayerNorm" in line], (test_file, cases)
     fp16 = [CONTRIB_NORM_KERNEL_CASES[0]]
     with_kernel, _ = census_of_tests(contrib, fp16, env=on)
     without, _ = census_of_tests(contrib, fp16, env={"ONNXRUNTIME_EP_MLX_NORM_KERNEL": "0"})
