@@ -112,6 +112,7 @@ int64_t Tensor::NumElements() const {
 }
 
 std::vector<int64_t> Tensor::ToInt64() const { return ConvertAll<int64_t>(*this); }
+std::vector<double> Tensor::ToDouble() const { return ConvertAll<double>(*this); }
 
 const Attribute* Node::Attr(const std::string& attr_name) const {
   auto it = attributes.find(attr_name);

@@ -27,6 +27,8 @@ struct Tensor {
   int64_t NumElements() const;
   /** The elements converted to int64 (integer, bool and floating types). */
   std::vector<int64_t> ToInt64() const;
+  /** The elements converted to double (exact for every floating type). */
+  std::vector<double> ToDouble() const;
 };
 
 /** One node attribute. Graph-valued attributes are recorded by kind only. */

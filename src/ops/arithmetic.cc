@@ -17,6 +17,9 @@
 //    a float exponent with an integer base needs float64 (CPU only), else it is declined.
 //    Where ORT's double result does not fit T (overflow, 0^-k) its cast is undefined behaviour;
 //    the integer power here wraps and gives 0 for 0^-k.
+//    A float base to a known exponent of 2 is x * x in the base's type: the correctly rounded
+//    square is ORT's value (bit for bit, float32 and float64 bases, float and integer exponents,
+//    checked against its CPU EP), and a multiply fuses where powf is a libm call per value.
 //  - Min/Max propagate NaN (ORT 1.31 does, for either operand).
 //  - Mean = (x0 + x1 + ...) * (1/n), the sum left to right, as ORT does.
 //  - float16/bfloat16: Div, Pow and Mean compute in float32 and round once; Add/Sub/Mul/Sum and
@@ -173,6 +176,9 @@ std::vector<mx::array> TranslatePow(const OpContext& c) {
                   mx::where(mx::equal(b, mx::array(-1, mx::int64), s), minus_one_pow, zero, s), s);
     return {mx::astype(mx::where(mx::less(n, zero, s), neg, pos, s), t, s)};
   }
+  if (const Tensor* exponent = c.host_if_known(1); exponent && !int_base && exponent->NumElements() == 1 &&
+                                                   exponent->ToDouble()[0] == 2.0)
+    return {mx::square(x, s)};
   // ORT computes in double whenever the exponent type differs from the base type (std::pow
   // promotes); match that where float64 is available.
   mx::Dtype ct = mx::float32;
