@@ -144,11 +144,26 @@ std::vector<mx::array> TranslateSign(const OpContext& c) {
 // ORT's Clip is Eigen's cwiseMax(min).cwiseMin(max), i.e. std::max / std::min: a NaN in x stays
 // NaN, a NaN bound is ignored (x < NaN is false). mx::maximum / mx::minimum propagate a NaN bound
 // instead (so does the ONNX reference); the contract is ORT's.
-mx::array ClampAbove(const mx::array& x, const mx::array& lo, mx::Stream s) {
+// A bound known not to be NaN clamps with one mx::maximum / mx::minimum, bound first: MLX's
+// float maximum(lo, x) is `lo > x ? lo : x` (a NaN x stays), the same predicate as the Select, on
+// MLX's scalar CPU code, CUDA and Metal; one primitive where the Select is two, which keeps
+// hard-swish chains within MLX's fusion depth. Apple's vectorized CPU max (asd::max) may return
+// +0 for (+0, -0) where ORT keeps -0, so there the Select stays.
+bool MaximumMatchesSelect() {
+#if defined(__APPLE__)
+  return RuntimeDevice() != mx::Device(mx::Device::cpu);
+#else
+  return true;
+#endif
+}
+
+mx::array ClampAbove(const mx::array& x, const mx::array& lo, mx::Stream s, bool lo_not_nan = false) {
+  if (lo_not_nan && MaximumMatchesSelect()) return mx::maximum(lo, x, s);
   return mx::where(mx::less(x, lo, s), lo, x, s);
 }
 
-mx::array ClampBelow(const mx::array& x, const mx::array& hi, mx::Stream s) {
+mx::array ClampBelow(const mx::array& x, const mx::array& hi, mx::Stream s, bool hi_not_nan = false) {
+  if (hi_not_nan && MaximumMatchesSelect()) return mx::minimum(hi, x, s);
   return mx::where(mx::less(hi, x, s), hi, x, s);
 }
 
@@ -158,7 +173,8 @@ std::vector<mx::array> TranslateClipAttr(const OpContext& c) {
   const float lo = c.node.AttrFloat("min", std::numeric_limits<float>::lowest());
   const float hi = c.node.AttrFloat("max", std::numeric_limits<float>::max());
   // ORT: cwiseMax(min) then cwiseMin(max), so min > max gives max everywhere.
-  return Out(c, ClampBelow(ClampAbove(x, Scalar(lo, d), c.stream), Scalar(hi, d), c.stream));
+  return Out(c, ClampBelow(ClampAbove(x, Scalar(lo, d), c.stream, !std::isnan(lo)), Scalar(hi, d), c.stream,
+                           !std::isnan(hi)));
 }
 
 Claim ClaimClipAttr(const NodeView& v) { return unary::ClaimTyped(v, Types::kFloat); }
@@ -175,14 +191,18 @@ std::vector<mx::array> TranslateClipInputs(const OpContext& c) {
   // An absent bound is the type's range, as in ORT: -inf/inf clamp to lowest()/max() then.
   const mx::Dtype d = y.dtype();
   const bool floating = mx::issubdtype(d, mx::floating);
+  auto not_nan = [&](size_t i) {  // integers, or a float bound the trace knows (a constant)
+    const Tensor* known = c.host_if_known(i);
+    return !floating || (known && known->NumElements() == 1 && !std::isnan(known->ToDouble()[0]));
+  };
   if (c.has_input(1))
-    y = ClampAbove(y, bound(1), c.stream);
+    y = ClampAbove(y, bound(1), c.stream, not_nan(1));
   else if (floating)
-    y = ClampAbove(y, mx::array(mx::finfo(d).min, d), c.stream);
+    y = ClampAbove(y, mx::array(mx::finfo(d).min, d), c.stream, true);
   if (c.has_input(2))
-    y = ClampBelow(y, bound(2), c.stream);
+    y = ClampBelow(y, bound(2), c.stream, not_nan(2));
   else if (floating)
-    y = ClampBelow(y, mx::array(mx::finfo(d).max, d), c.stream);
+    y = ClampBelow(y, mx::array(mx::finfo(d).max, d), c.stream, true);
   return {y};
 }
 
