@@ -72,6 +72,13 @@ CONV_CASES = [
     ((1, 4, 5, 5), (6, 4, 1, 1), {"pads": [0, 1, 0, 0]}),
     ((1, 3, 5, 5), (2, 3, 5, 5), {}),  # kernel = input
     ((1, 1, 1, 1), (2, 1, 1, 1), {"pads": [1, 0, 0, 2]}),
+    # width-1 kernels spanning whole rows (Im2ColCpu copies the valid rows in one run)
+    ((2, 3, 12, 1), (4, 3, 5, 1), {}),  # Magika's layout: a 1-D convolution as (H, 1) planes
+    ((1, 3, 12, 1), (4, 3, 3, 1), {"pads": [2, 0, 1, 0], "dilations": [2, 1]}),
+    ((1, 2, 9, 3), (3, 2, 3, 1), {"pads": [1, 0, 1, 0]}),
+    ((1, 2, 9, 3), (3, 2, 3, 1), {"pads": [1, 1, 1, 1]}),  # padded along W: row by row
+    ((1, 2, 9, 1), (3, 2, 3, 1), {"strides": [2, 1], "pads": [1, 0, 0, 0]}),  # strided: value by value
+    ((1, 1, 2, 1), (2, 1, 3, 1), {"pads": [3, 0, 3, 0]}),  # taps that read only padding
     # auto_pad: SAME's odd pixel at the end (UPPER) or the beginning (LOWER)
     ((1, 2, 7, 9), (3, 2, 3, 2), {"auto_pad": "SAME_UPPER"}),
     ((1, 2, 7, 9), (3, 2, 3, 2), {"auto_pad": "SAME_LOWER"}),
