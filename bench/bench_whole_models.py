@@ -1,7 +1,10 @@
 """Whole models through the MLX EP against ORT's CPU EP, in one run: the synthetic exporter-layout
 models of tests/models/build_models.py (at benchmark sizes) and the trained models from PyPI
 wheels (scripts/fetch_models.sh; skipped when absent). Median latency of --iters runs after
---warmup runs and --warmup-s seconds (the first MLX runs trace and compile; CPU and MLX runs alternate), the CPU/MLX
+--warmup runs and --warmup-s seconds (the first MLX runs trace and compile), in blocks of --block runs
+a peer, the first untimed (on few cores a run right after the other peer's shares the cores with
+ORT's intra-op threads, which spin after a run: alternating runs timed the EP 2x slow on a Magika-
+sized convolution, 15.5 ms against 7.6 alone), the CPU/MLX
 ratio (> 1: MLX faster), and what the EP claimed. Prints a markdown table; --json FILE writes the numbers too.
 
     .venv/bin/python bench/bench_whole_models.py [--iters 20] [--warmup 3] [--only bert,yolo]
@@ -71,12 +74,15 @@ def main():
     ap.add_argument("--warmup-s", type=float, default=1.0, help="and at least this many seconds of warm-up rounds")
     ap.add_argument("--only", default="", help="comma-separated substrings of model names")
     ap.add_argument("--threads", type=int, default=0, help="ORT CPU EP intra-op threads (0: ORT's default)")
+    ap.add_argument("--block", type=int, default=5,
+                    help="runs of a peer in a row per round, the first untimed (1: strictly alternating runs)")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
 
     device = mlx_ep.get_ep_devices()[0].ep_metadata.get("mlx_device", "?")
     print(f"MLX device: {device}; onnxruntime {ort.__version__}; {os.cpu_count()} CPUs; "
-          f"median of {args.iters} runs after {args.warmup} warm-up runs and at least {args.warmup_s:g} s\n")
+          f"median of {args.iters} runs after {args.warmup} warm-up runs and at least {args.warmup_s:g} s, "
+          + (f"in blocks of {args.block} runs a peer (the first untimed)\n" if args.block > 1 else "interleaved\n"))
     cuda = "CUDAExecutionProvider" in ort.get_available_providers()  # onnxruntime-gpu: a third peer
     print("| model | input | nodes claimed/total | MLX partitions | ORT CPU ms | MLX EP ms | CPU/MLX |"
           + (" ORT CUDA ms | CUDA/MLX |" if cuda else ""))
@@ -90,7 +96,7 @@ def main():
         if cuda:
             sessions.append(ort.InferenceSession(path, so, providers=["CUDAExecutionProvider", "CPUExecutionProvider"]))
         runs = [lambda s=s: s.run(None, feeds) for s in sessions]
-        cpu_ms, mlx_ms, *cuda_ms = median_ms(runs, args.warmup, args.iters, warmup_s=args.warmup_s)
+        cpu_ms, mlx_ms, *cuda_ms = median_ms(runs, args.warmup, args.iters, warmup_s=args.warmup_s, block=args.block)
         report = collect_report(path)
         graph = report["graphs"][0] if report["graphs"] else {"nodes_claimed": 0, "nodes_total": 0, "partitions": []}
         shape = " ".join("x".join(map(str, v.shape)) for v in feeds.values())
