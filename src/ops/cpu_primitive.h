@@ -68,17 +68,34 @@ inline void CopyStridedRow(const uint8_t* src, uint8_t* dst, int64_t n, int64_t 
   }
 }
 
+/** `a`'s dims as (size, stride) pairs for a row-major walk: size-1 dims dropped and neighbours
+ *  that step through memory as one dim merged, so the innermost is as long as it can be (a
+ *  transposed (N, C, H, 1) array walked by its last dim of 1 was a row a value: 2.7% of Magika). */
+inline std::vector<std::pair<int64_t, int64_t>> WalkDims(const mx::array& a) {
+  std::vector<std::pair<int64_t, int64_t>> dims;
+  for (size_t d = 0; d < a.ndim(); ++d) {
+    if (a.shape(d) == 1) continue;
+    if (!dims.empty() && dims.back().second == a.strides(d) * a.shape(d))
+      dims.back() = {dims.back().first * a.shape(d), a.strides(d)};
+    else
+      dims.push_back({a.shape(d), a.strides(d)});
+  }
+  if (dims.empty()) dims.push_back({1, 1});
+  return dims;
+}
+
 /** `a` as a row-contiguous array: `a` itself, or a copy of its elements in row-major order (any
- *  strides, broadcasts and negative strides included), a row of the last dim at a time. Called by a
- *  primitive's task, when `a`'s data is there. (It copied one element at a time through memcpy
- *  before: 9% of PP-OCR's detector.) */
+ *  strides, broadcasts and negative strides included), a row of the innermost walked dim at a time.
+ *  Called by a primitive's task, when `a`'s data is there. (It copied one element at a time through
+ *  memcpy before: 9% of PP-OCR's detector.) */
 inline mx::array RowMajor(const mx::array& a) {
   if (a.flags().row_contiguous) return a;
   mx::array out(mx::allocator::malloc(a.nbytes()), a.shape(), a.dtype());
   if (a.size() == 0) return out;
   const size_t item = a.itemsize();
-  const int nd = static_cast<int>(a.ndim());
-  const int64_t inner = a.shape(nd - 1), inner_stride = a.strides(nd - 1);
+  const std::vector<std::pair<int64_t, int64_t>> dims = WalkDims(a);
+  const int nd = static_cast<int>(dims.size());
+  const auto [inner, inner_stride] = dims.back();
   const size_t rows = a.size() / static_cast<size_t>(inner);
   const auto* src = static_cast<const uint8_t*>(a.data<void>());
   auto* dst = static_cast<uint8_t*>(out.data<void>());
@@ -88,9 +105,9 @@ inline mx::array RowMajor(const mx::array& a) {
     CopyStridedRow(src + offset * static_cast<int64_t>(item), dst + r * inner * item, inner, inner_stride,
                    item);
     for (int d = nd - 2; d >= 0; --d) {
-      offset += a.strides(d);
-      if (++at[d] < a.shape(d)) break;
-      offset -= a.strides(d) * a.shape(d);
+      offset += dims[d].second;
+      if (++at[d] < dims[d].first) break;
+      offset -= dims[d].second * dims[d].first;
       at[d] = 0;
     }
   }

@@ -43,6 +43,14 @@ TEST(RowMajor, CopiesEveryViewKind) {
   ExpectRowMajor(mx::slice(mx::arange(40, mx::int32), {3}, {40}, {4}));   // 1-D, strided
   ExpectRowMajor(
       mx::broadcast_to(mx::reshape(mx::arange(4, mx::float32), {4, 1}), {4, 6}));  // inner stride 0
+  // Size-1 dims and dims that step as one (WalkDims): a transposed (N, C, H, 1), Magika's layout.
+  const mx::array planes = mx::reshape(mx::arange(2 * 6 * 5, mx::float32), {2, 6, 5, 1});
+  ExpectRowMajor(mx::transpose(planes, {0, 2, 1, 3}));
+  ExpectRowMajor(mx::transpose(mx::reshape(x, {2, 1, 3, 20, 1}), {0, 4, 2, 1, 3}), false);  // only 1s moved
+  ExpectRowMajor(mx::transpose(mx::reshape(x, {6, 4, 5}), {1, 0, 2}));  // (4, 6, 5): no dims merge
+  ExpectRowMajor(mx::slice(mx::reshape(x, {2, 3, 4, 5, 1}), {0, 0, 0, 0, 0}, {2, 3, 4, 5, 1}, {1, 1, 2, 1, 1}));
+  ExpectRowMajor(mx::transpose(mx::reshape(mx::arange(3 * 4 * 5, mx::float32), {3, 4, 5}), {2, 0, 1}));  // (5, 12)
+  ExpectRowMajor(mx::broadcast_to(mx::reshape(mx::arange(4, mx::float32), {1, 4, 1}), {3, 4, 2}));
   const mx::array scalar = mx::array(3.5f);
   mx::eval(scalar);
   EXPECT_EQ(RowMajor(scalar).data<float>()[0], 3.5f);
