@@ -120,6 +120,9 @@ constexpr const char* kRecurrentCpuKernel =
 constexpr const char* kUnaryCpuKernel =
     "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL";  // "0": float32 Exp, Sigmoid, Tanh, Erf, Gelu and
                                             // Softmax composed on the CPU (ops/unary_cpu.h)
+constexpr const char* kReduceCpuKernel =
+    "ONNXRUNTIME_EP_MLX_REDUCE_CPU_KERNEL";  // "0": float32 sums (Reduce*, the normalizations' and
+                                             // pooling's means) composed on the CPU (reduction_cpu.h)
 constexpr const char* kGqaCpuKernel =
     "ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL";  // "0": GroupQueryAttention composes MLX ops on the CPU too;
                                           // "portable": the kernel's portable loops (tests)

@@ -18,12 +18,20 @@
 #include <limits>
 
 #include "ops/claim_util.h"
+#include "ops/reduction_cpu.h"
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
 
 namespace mlx_ep {
 
 mx::array AccurateSum(const mx::array& x, const std::vector<int>& axes, bool keepdims, mx::Stream s) {
+  if (std::optional<mx::array> kept = AccurateSumOnCpu(x, axes, s)) {
+    if (keepdims) return *kept;
+    mx::Shape shape;
+    for (int d = 0; d < static_cast<int>(x.ndim()); ++d)
+      if (!std::binary_search(axes.begin(), axes.end(), d)) shape.push_back(x.shape(d));
+    return mx::reshape(*kept, shape, s);
+  }
   int64_t n = 1;
   for (int a : axes) n *= x.shape(a);
   constexpr int64_t kTwoStageFrom = 256;

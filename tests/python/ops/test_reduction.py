@@ -176,6 +176,46 @@ def test_reduce_large_float32(op, shape, axes):
     check_parity(reduce_model(op, np.float32, shape, axes, 0, 18), {"x": x})
 
 
+# Float32 sums over consecutive axes run as one primitive on MLX's CPU device (reduction_cpu.cc):
+# rows (inner 1), columns (inner > 1, in chunks of 256), short chains (n < 256: MLX's order),
+# every reduced-axis position; and the normalizations and pooling that sum through it.
+SUM_CPU_CASES = [((2, 512, 508), [2]), ((2, 512, 300), [1]), ((3, 255, 7), [1]), ((2, 257, 3, 5), [1, 2]),
+                 ((300, 2, 4), [0]), ((5, 1000), [1]), ((1, 1, 70000), [2]), ((4, 3, 9, 9), [2, 3])]
+
+
+@pytest.mark.parametrize("shape,axes", SUM_CPU_CASES, ids=lambda v: str(v))
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceSumSquare", "ReduceL1"])
+def test_sums_in_place(op, shape, axes):
+    x = random_array(shape, np.float32, np.random.default_rng(11), low=-2.0, high=3.0)
+    check_parity(reduce_model(op, np.float32, shape, axes, 0, 18), {"x": x})
+    check_parity(reduce_model(op, np.float32, shape, axes, 1, 18), {"x": x})
+
+
+def test_sums_of_a_transposed_input():
+    """A sum over a view (the Transpose's output): the primitive reads it row-major first."""
+    from onnx import helper
+    from harness import make_graph_model
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("ReduceSum", ["t", "axes"], ["y"], keepdims=0)]
+    model = make_graph_model(nodes, [("x", np.float32, [2, 300, 5, 1]), ("axes", np.int64, [1])], [("y", np.float32, None)],
+                             initializers={"axes": np.array([2], np.int64)}, opset=18)
+    x = random_array((2, 300, 5, 1), np.float32, np.random.default_rng(12))
+    check_parity(model, {"x": x})
+
+
+def test_sum_primitive_takes_the_sums():
+    """The cases above sum through SumCpu, not MLX's Sum (nor the composed form's Transpose, Pad
+    and two Sums); ONNXRUNTIME_EP_MLX_REDUCE_CPU_KERNEL=0 composes them again."""
+    from harness import census_with_and_without, mlx_device
+    if mlx_device() != "cpu":
+        pytest.skip("the sum primitive is MLX's CPU device's")
+    cases = [f"test_sums_in_place[ReduceSum-{s}-{a}]" for s, a in SUM_CPU_CASES[:3]] + ["test_sums_of_a_transposed_input"]
+    on, off = census_with_and_without(__file__, cases, "ONNXRUNTIME_EP_MLX_REDUCE_CPU_KERNEL")
+    assert len(on) == len(off) == 7, (on, off)
+    assert all("SumCpu" in line and "Sum " not in line.replace("SumCpu", "") for line in on), on
+    assert not any("SumCpu" in line for line in off) and all("Sum " in line for line in off), off
+
+
 def test_reduce_max_min_nan_propagates():
     """NaN wins in ReduceMax/ReduceMin (numpy and the ONNX reference). ORT's CPU result depends on
     where the NaN sits and on the tensor layout (it skips NaNs unless one comes first), so the
