@@ -271,37 +271,41 @@ def square_inputs(tx):
     the largest that overflow, signed zeros, infinities and NaN."""
     rng = np.random.default_rng(5)
     ties = 1 + np.arange(1, 2049) * 2.0**-12
-    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.9e19, -1.9e19, 3e38, 1e-30, -1e-30, 6e4, 300.0]
+    special = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.9e19, -1.9e19, 3e38, 1e-30, -1e-30, 6e4, 300.0, 7e12, -7e12]
     with np.errstate(over="ignore"):  # float16: the largest become infinities
         return np.concatenate([ties, rng.standard_normal(4000) * 30, special]).astype(tx)
 
 
+@pytest.mark.parametrize("power", [2, 3])
 @pytest.mark.parametrize("tx,te", SQUARE_CASES, ids=ids)
-def test_pow_by_a_constant_two_is_the_exact_square(tx, te):
-    """x ^ 2 with the exponent an initializer is computed as x * x (arithmetic.cc), the correctly
-    rounded square: ORT's own value bit for bit (float16, which ORT's CPU EP lacks: the float32
-    square rounded once). test_pow_square_is_one_multiply checks the graph."""
+def test_pow_by_a_constant_two_or_three_is_orts_product(tx, te, power):
+    """x ^ 2 and x ^ 3 with the exponent an initializer are x * x and x * x * x (arithmetic.cc), as
+    ORT special-cases them: its values bit for bit (MLX's power differed in about a third of the
+    cubes; float16, which ORT's CPU EP lacks: the float32 product rounded once).
+    test_pow_square_and_cube_are_multiplies checks the graph."""
     if tx == np.float64 and not float64_on_mlx():
         pytest.skip("float64 runs on MLX's CPU device only")
     x = square_inputs(tx)
     model = make_model("Pow", [("a", tx, list(x.shape)), ("b", te, [])], [("y", tx, None)], opset=15,
-                       initializers={"b": np.array(2, te)})
+                       initializers={"b": np.array(power, te)})
     got, mlx, total = run_mlx(model, {"a": x})
     assert mlx == total == 1
-    with np.errstate(over="ignore"):  # the float32 squares past float16's range
-        want = (x.astype(np.float32) ** 2).astype(tx) if tx == np.float16 else run_cpu(model, {"a": x})[0]
+    with np.errstate(over="ignore"):  # the float32 products past float16's range
+        wide = x.astype(np.float32)
+        want = (wide * wide * (wide if power == 3 else 1)).astype(tx) if tx == np.float16 else run_cpu(model, {"a": x})[0]
     assert got[0].dtype == want.dtype and np.array_equal(got[0], want, equal_nan=True), \
         np.flatnonzero(got[0].view(np.uint8) != want.view(np.uint8))[:10]
     assert np.array_equal(np.signbit(got[0]), np.signbit(want))
 
 
-def test_pow_square_is_one_multiply():
-    """The square is MLX's Square (one multiply a value, fusable), not Power (powf, a libm call a
-    value: 7% of a small Llama's CPU profile in its RMSNorms)."""
+def test_pow_square_and_cube_are_multiplies():
+    """The square and the cube are MLX's Multiply (fusable, one instruction a value), not Power
+    (a call a value: 24% of GPT-2's CPU profile in its tanh Gelu's cubes)."""
     from harness import census_of_tests
-    cases = [f"test_pow_by_a_constant_two_is_the_exact_square[float32-{e}]" for e in ("float32", "int64")]
+    cases = [f"test_pow_by_a_constant_two_or_three_is_orts_product[float32-{e}-{p}]"
+             for e in ("float32", "int64") for p in (2, 3)]
     census, _ = census_of_tests(__file__, cases)
-    assert len(census) == 2 and all("Square 1" in line and "Power" not in line for line in census), census
+    assert len(census) == 4 and all("Multiply" in line and "Power" not in line for line in census), census
 
 
 @pytest.mark.parametrize("tx", [np.int32, np.int64], ids=ids)
