@@ -158,8 +158,9 @@ NORM_KERNEL_CASES = ["test_layer_norm_float16", "test_layer_norm_bf16", "test_la
                      "test_rms_norm[(5, 1031)--1-(1031,)]"]
 CONTRIB_NORM_KERNEL_CASES = ["test_skip_low_precision[SkipSimplifiedLayerNormalization-2x5x64-float16]",
                              "test_skip_low_precision[SkipLayerNormalization-2x5x64-bfloat16]",
-                             "test_skip_simplified_optional_inputs_outputs[bias-y-_-_-sum]",
-                             "test_norm_other_floats[SimplifiedLayerNormalization-3x5x64-bfloat16]"]
+                             "test_skip_simplified_optional_inputs_outputs[bias-y-_-_-sum]"]
+# (Not test_norm_other_floats: its second model outputs the statistics, which the kernel leaves to
+# the composed form by design; an H100 run failed on that census line.)
 
 
 def test_norm_kernel():
