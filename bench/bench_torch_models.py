@@ -83,7 +83,8 @@ def main():
             peers.append(("cuda", ["CUDAExecutionProvider", "CPUExecutionProvider"]))
         for key, providers in peers:
             sess = session(path, providers)
-            row[key] = median_ms([lambda: sess.run(None, feeds)], warmup=3, iters=args.iters)[0]
+            # At least a second of warm-up: a session's first few hundred milliseconds can be slower.
+            row[key] = median_ms([lambda: sess.run(None, feeds)], warmup=3, iters=args.iters, warmup_s=1.0)[0]
             del sess
             gc.collect()
         rows.append(row)
