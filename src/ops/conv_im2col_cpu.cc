@@ -45,9 +45,10 @@ MLX_EP_CLONES void PlaneRow(const float* x, const Im2Col2d& d, int ky, int kx, f
   const auto [oy0, oy1] = ValidRange(off_h, d.stride_h, d.in_h, d.out_h);
   const auto [ox0, ox1] = ValidRange(off_w, d.stride_w, d.in_w, d.out_w);
   // Windows that span whole input rows at stride 1 (a width-1 kernel on (H, W) planes without
-  // padding along W, as exporters lay out 1-D convolutions, e.g. Magika's (512, 1)): the valid
-  // output rows are one contiguous run of the input, one copy instead of a copy per row (per value
-  // when W is 1: 27% of such a convolution's CPU time went to those calls).
+  // padding along W, as exporters lay out 1-D convolutions, e.g. Magika's (512, 1); or the centre
+  // column of a kernel padded to keep W): the valid output rows are one contiguous run of the
+  // input, one copy instead of a copy per row (per value when W is 1: 27% of such a convolution's
+  // CPU time went to those calls).
   if (d.stride_h == 1 && d.stride_w == 1 && off_w == 0 && d.out_w == d.in_w && oy0 < oy1) {
     std::fill(row, row + oy0 * d.out_w, 0.f);
     const float* in = x + (oy0 + off_h) * d.in_w;
