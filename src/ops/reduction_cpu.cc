@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
-#include <utility>
 #include <vector>
 
 #include "common/env.h"
@@ -99,8 +98,8 @@ MLX_EP_CLONES void SumColumns(const float* x, const SumGeometry& g, int64_t o, i
 
 class SumCpu : public mx::UnaryPrimitive {
  public:
-  SumCpu(mx::Stream stream, SumGeometry g, mx::Shape shape)
-      : mx::UnaryPrimitive(stream), g_(g), shape_(std::move(shape)) {}
+  SumCpu(mx::Stream stream, SumGeometry g, int first_axis, int last_axis)
+      : mx::UnaryPrimitive(stream), g_(g), first_axis_(first_axis), last_axis_(last_axis) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     DispatchCpuKernel(name(), stream(), inputs, out, [g = g_](const std::vector<mx::array>& in, mx::array& y) {
@@ -129,14 +128,19 @@ class SumCpu : public mx::UnaryPrimitive {
   const char* name() const override { return "SumCpu"; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
-    return g_ == static_cast<const SumCpu&>(other).g_;
+    const auto& o = static_cast<const SumCpu&>(other);
+    return g_ == o.g_ && first_axis_ == o.first_axis_ && last_axis_ == o.last_axis_;
   }
 
-  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>&) override { return {shape_}; }
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    mx::Shape shape = inputs[0].shape();
+    for (int d = first_axis_; d <= last_axis_; ++d) shape[d] = 1;
+    return {shape};
+  }
 
  private:
   SumGeometry g_;
-  mx::Shape shape_;
+  int first_axis_, last_axis_;  ///< the reduced axes, kept as 1s
 };
 
 }  // namespace
@@ -163,7 +167,7 @@ std::optional<mx::array> AccurateSumOnCpu(const mx::array& x, const std::vector<
   if (g.outer * g.inner == 0 || g.n == 0) return std::nullopt;  // MLX's sum: nothing, or zeros
   g.block = BlockOf(g.n);
   g.lanes = g.n >= kTwoStageFrom;
-  return mx::array(shape, mx::float32, std::make_shared<SumCpu>(s, g, shape), {x});
+  return mx::array(shape, mx::float32, std::make_shared<SumCpu>(s, g, axes.front(), axes.back()), {x});
 }
 
 }  // namespace mlx_ep
