@@ -253,8 +253,22 @@ mx::array WeightedTap(const OpContext& c, const mx::array& x, int axis, const Ax
   return mx::where(mx::array(valid, along, mx::bool_), tap, mx::array(0.0f), c.stream);
 }
 
+/** r when `s` repeats each of the axis's `in` values r times in order (index[o] = o / r over
+ *  in * r outputs, one tap, no weights, nothing outside): integer nearest upsampling; else 0. */
+int RepeatCount(const AxisSampling& s, int64_t in) {
+  const int64_t out = static_cast<int64_t>(s.outside.size());
+  if (s.taps != 1 || !s.weight.empty() || !s.divisor.empty() || in < 1 || out % in != 0) return 0;
+  const int64_t r = out / in;
+  for (int64_t o = 0; o < out; ++o)
+    if (s.index[o] != o / r || !s.valid[o] || s.outside[o]) return 0;
+  return static_cast<int>(r);
+}
+
 /** Resamples `x` (float32 unless nearest) along `axis` as `s` says. */
 mx::array ResampleAxis(const OpContext& c, const mx::array& x, int axis, const AxisSampling& s) {
+  // Integer nearest upsampling (the FPN heads of detectors): a broadcast copy, not a gather
+  // (PP-OCRv4's detector: MLX's gather and its index walk were 6% of its CPU profile).
+  if (const int r = RepeatCount(s, x.shape(axis)); r > 0) return mx::repeat(x, r, axis, c.stream);
   if (s.taps <= kMaxChainTaps) {
     mx::array y = WeightedTap(c, x, axis, s, 0);
     for (int t = 1; t < s.taps; ++t) y = mx::add(y, WeightedTap(c, x, axis, s, t), c.stream);
