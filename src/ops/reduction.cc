@@ -24,6 +24,10 @@
 
 namespace mlx_ep {
 
+int64_t TwoStageBlock(int64_t n) {
+  return (static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))) + 31) / 32 * 32;
+}
+
 mx::array AccurateSum(const mx::array& x, const std::vector<int>& axes, bool keepdims, mx::Stream s) {
   if (std::optional<mx::array> kept = AccurateSumOnCpu(x, axes, s)) {
     if (keepdims) return *kept;
@@ -34,8 +38,7 @@ mx::array AccurateSum(const mx::array& x, const std::vector<int>& axes, bool kee
   }
   int64_t n = 1;
   for (int a : axes) n *= x.shape(a);
-  constexpr int64_t kTwoStageFrom = 256;
-  if (n < kTwoStageFrom || !mx::issubdtype(x.dtype(), mx::floating)) return mx::sum(x, axes, keepdims, s);
+  if (n < kTwoStageSumFrom || !mx::issubdtype(x.dtype(), mx::floating)) return mx::sum(x, axes, keepdims, s);
 
   // Reduced axes last, flattened: [kept..., n] -> [kept..., blocks, block] (zero-padded).
   std::vector<int> perm;
@@ -54,7 +57,7 @@ mx::array AccurateSum(const mx::array& x, const std::vector<int>& axes, bool kee
   mx::Shape flat = kept;
   flat.push_back(static_cast<int>(n));
   t = mx::reshape(t, flat, s);
-  const int64_t block = (static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))) + 31) / 32 * 32;
+  const int64_t block = TwoStageBlock(n);
   const int64_t blocks = (n + block - 1) / block;
   if (blocks * block != n)
     t = mx::pad(t, {static_cast<int>(flat.size()) - 1}, {0}, {static_cast<int>(blocks * block - n)},

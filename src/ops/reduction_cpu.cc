@@ -11,7 +11,6 @@
 #include "ops/reduction_cpu.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <vector>
@@ -20,6 +19,7 @@
 #include "mlx/primitives.h"
 #include "ops/cpu_primitive.h"
 #include "ops/quantized_cpu.h"
+#include "ops/reduction_internal.h"
 
 namespace mlx_ep {
 namespace {
@@ -36,16 +36,10 @@ struct SumGeometry {
   bool operator==(const SumGeometry&) const = default;
 };
 
-// From this many values a sum runs in two stages (AccurateSum's); shorter ones are one chain in
-// order, MLX's own sum on x86-64 (the same values as before this primitive).
-constexpr int64_t kTwoStageFrom = 256;
-
-/** The block length of the two stages: ~sqrt(n), a multiple of 32 (AccurateSum's); n below
- *  kTwoStageFrom is one block. */
-int64_t BlockOf(int64_t n) {
-  if (n < kTwoStageFrom) return n;
-  return (static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(n)))) + 31) / 32 * 32;
-}
+/** The block length of AccurateSum's two stages (reduction_internal.h); a sum of fewer than
+ *  kTwoStageSumFrom values is one block, a chain in order: MLX's own sum on x86-64 (the same values
+ *  as before this primitive). */
+int64_t BlockOf(int64_t n) { return n < kTwoStageSumFrom ? n : TwoStageBlock(n); }
 
 /** The sum of `len` consecutive values in order. */
 MLX_EP_INLINE float ChainSum(const float* x, int64_t len) {
@@ -166,7 +160,7 @@ std::optional<mx::array> AccurateSumOnCpu(const mx::array& x, const std::vector<
   }
   if (g.outer * g.inner == 0 || g.n == 0) return std::nullopt;  // MLX's sum: nothing, or zeros
   g.block = BlockOf(g.n);
-  g.lanes = g.n >= kTwoStageFrom;
+  g.lanes = g.n >= kTwoStageSumFrom;
   return mx::array(shape, mx::float32, std::make_shared<SumCpu>(s, g, axes.front(), axes.back()), {x});
 }
 
