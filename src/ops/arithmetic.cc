@@ -178,9 +178,9 @@ std::vector<mx::array> TranslatePow(const OpContext& c) {
                   mx::where(mx::equal(b, mx::array(-1, mx::int64), s), minus_one_pow, zero, s), s);
     return {mx::astype(mx::where(mx::less(n, zero, s), neg, pos, s), t, s)};
   }
-  if (const Tensor* exponent = c.host_if_known(1); exponent && !int_base && exponent->NumElements() == 1) {
+  if (const std::optional<double> exponent = c.known_scalar(1); exponent && !int_base) {
     // ORT's own special cases of a one-value exponent: x * x and x * x * x in the base's type.
-    const double e = exponent->ToDouble()[0];
+    const double e = *exponent;
     const mx::Dtype wide = t == mx::float64 ? mx::float64 : mx::float32;  // narrow floats round once
     const mx::array xw = mx::astype(x, wide, s);
     if (e == 2.0) return {mx::astype(mx::multiply(xw, xw, s), t, s)};

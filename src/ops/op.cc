@@ -64,6 +64,12 @@ const mx::array& OpContext::input(size_t i) const {
   return *inputs_[i];
 }
 
+std::optional<double> OpContext::known_scalar(size_t i) const {
+  const Tensor* t = host_if_known(i);
+  if (!t || t->NumElements() != 1) return std::nullopt;
+  return t->ToDouble()[0];
+}
+
 const Tensor& OpContext::host(size_t i) const {
   if (i >= host_.size() || host_[i] == nullptr)
     Fail("input " + std::to_string(i) + " has no host value (the claim must list it in host_inputs)");

@@ -169,6 +169,8 @@ class OpContext {
   const Tensor& host(size_t i) const;
   /** Host value of input `i` when the trace knows one (listed or not), else nullptr. */
   const Tensor* host_if_known(size_t i) const { return i < host_.size() ? host_[i] : nullptr; }
+  /** Input `i`'s value as a double when the trace knows it and it is one element, else nullopt. */
+  std::optional<double> known_scalar(size_t i) const;
   /** Host value of input `i` as int64 values. */
   std::vector<int64_t> host_ints(size_t i) const { return host(i).ToInt64(); }
   /** Number of output slots. */

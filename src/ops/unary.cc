@@ -192,8 +192,8 @@ std::vector<mx::array> TranslateClipInputs(const OpContext& c) {
   const mx::Dtype d = y.dtype();
   const bool floating = mx::issubdtype(d, mx::floating);
   auto not_nan = [&](size_t i) {  // integers, or a float bound the trace knows (a constant)
-    const Tensor* known = c.host_if_known(i);
-    return !floating || (known && known->NumElements() == 1 && !std::isnan(known->ToDouble()[0]));
+    const std::optional<double> known = c.known_scalar(i);
+    return !floating || (known && !std::isnan(*known));
   };
   if (c.has_input(1))
     y = ClampAbove(y, bound(1), c.stream, not_nan(1));
