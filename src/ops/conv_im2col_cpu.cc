@@ -73,8 +73,7 @@ MLX_EP_CLONES void PlaneRow(const float* x, const Im2Col2d& d, int ky, int kx, f
   }
 }
 
-// Below this many values one thread is faster than waking others (as in quantized_cpu.cc).
-constexpr int64_t kMinParallelValues = 1 << 16;
+using nbits_cpu::kMinParallelValues;  // quantized_cpu.h
 
 class Im2ColCpu : public mx::UnaryPrimitive {
  public:

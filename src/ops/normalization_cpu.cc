@@ -42,8 +42,7 @@ void NormalizeRow(const float* x, const float* w, const float* b, int64_t n, con
   }
 }
 
-// Below this many values one thread is faster than waking another (as in quantized_cpu.cc).
-constexpr int64_t kMinParallelValues = 1 << 16;
+using nbits_cpu::kMinParallelValues;  // quantized_cpu.h
 
 class RowNormCpu : public mx::UnaryPrimitive {
  public:

@@ -88,6 +88,10 @@ void RunOnPool(int tasks, const std::function<void(int)>& fn);
 /** The threads RunOnPool uses (the caller's included). */
 int PoolThreads();
 
+/** Values a row or plane loop touches below which one thread is faster than waking others: the
+ *  `min_work` of the CPU primitives' elementwise and row loops (RunRanges). */
+inline constexpr int64_t kMinParallelValues = 1 << 16;
+
 /** fn(0) ... fn(tasks - 1): on the pool (RunOnPool) when the step's `work` (multiply-adds, or
  *  values touched) pays for waking workers, at least `min_work`; else in turn on this thread. */
 void RunTasks(int tasks, int64_t work, int64_t min_work, const std::function<void(int)>& fn);

@@ -27,8 +27,7 @@ namespace {
 constexpr int kLanes = 16;
 // Columns of (outer, n, inner) summed together (two 1 KiB arrays of sums on the stack).
 constexpr int64_t kColumns = 256;
-// Below this many values one thread is faster than waking others (as in quantized_cpu.cc).
-constexpr int64_t kMinParallelValues = 1 << 16;
+using nbits_cpu::kMinParallelValues;  // quantized_cpu.h
 
 struct SumGeometry {
   int64_t outer = 1, n = 1, inner = 1, block = 1;

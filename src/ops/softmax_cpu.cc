@@ -21,8 +21,7 @@
 namespace mlx_ep {
 namespace {
 
-// Below this many values one thread is faster than waking others (as in quantized_cpu.cc).
-constexpr int64_t kMinParallelValues = 1 << 16;
+using nbits_cpu::kMinParallelValues;  // quantized_cpu.h
 
 /** One row of n: Softmax (or LogSoftmax) as normalization.cc composes it, each step's value
  *  rounded where the composed form rounds it: the max, x - max in float32, e = e^(x - max) in

@@ -116,8 +116,7 @@ MLX_EP_CLONES void GeluErfRange(const float* x, float* y, int64_t n) {
   }
 }
 
-// Below this many values one thread is faster than waking others (as in quantized_cpu.cc).
-constexpr int64_t kMinParallelValues = 1 << 16;
+using nbits_cpu::kMinParallelValues;  // quantized_cpu.h
 
 using RangeFn = void (*)(const float*, float*, int64_t);
 
