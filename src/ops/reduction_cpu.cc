@@ -30,8 +30,7 @@ constexpr int64_t kColumns = 256;
 using nbits_cpu::kMinParallelValues;  // quantized_cpu.h
 
 struct SumGeometry {
-  int64_t outer = 1, n = 1, inner = 1, block = 1;
-  bool lanes = true;  ///< a block's values in 16 lanes; else one chain (MLX's order, for short n)
+  int64_t outer = 1, n = 1, inner = 1;
   bool operator==(const SumGeometry&) const = default;
 };
 
@@ -62,12 +61,14 @@ MLX_EP_INLINE float LaneSum(const float* x, int64_t len) {
 /** Rows [begin, end) of (outer, n): each row's blocks, then their sums in order. A short row is
  *  one chain: total = 0 + chain, its value exactly. */
 MLX_EP_CLONES void SumRows(const float* x, const SumGeometry& g, int64_t begin, int64_t end, float* y) {
+  const int64_t block = BlockOf(g.n);
+  const bool lanes = g.n >= kTwoStageSumFrom;  // a block in 16 lanes; a short row one chain
   for (int64_t o = begin; o < end; ++o) {
     const float* row = x + o * g.n;
     float total = 0.f;
-    for (int64_t b = 0; b < g.n; b += g.block) {
-      const int64_t len = std::min(g.block, g.n - b);
-      total += g.lanes ? LaneSum(row + b, len) : ChainSum(row + b, len);
+    for (int64_t b = 0; b < g.n; b += block) {
+      const int64_t len = std::min(block, g.n - b);
+      total += lanes ? LaneSum(row + b, len) : ChainSum(row + b, len);
     }
     y[o] = total;
   }
@@ -78,9 +79,10 @@ MLX_EP_CLONES void SumRows(const float* x, const SumGeometry& g, int64_t begin, 
 MLX_EP_CLONES void SumColumns(const float* x, const SumGeometry& g, int64_t o, int64_t k0, int64_t width, float* y) {
   float total[kColumns] = {}, part[kColumns];
   const float* base = x + o * g.n * g.inner + k0;
-  for (int64_t b = 0; b < g.n; b += g.block) {
+  const int64_t block = BlockOf(g.n);
+  for (int64_t b = 0; b < g.n; b += block) {
     std::fill(part, part + width, 0.f);
-    for (int64_t i = b; i < std::min(g.n, b + g.block); ++i) {
+    for (int64_t i = b; i < std::min(g.n, b + block); ++i) {
       const float* row = base + i * g.inner;
       for (int64_t k = 0; k < width; ++k) part[k] += row[k];
     }
@@ -158,8 +160,6 @@ std::optional<mx::array> AccurateSumOnCpu(const mx::array& x, const std::vector<
     }
   }
   if (g.outer * g.inner == 0 || g.n == 0) return std::nullopt;  // MLX's sum: nothing, or zeros
-  g.block = BlockOf(g.n);
-  g.lanes = g.n >= kTwoStageSumFrom;
   return mx::array(shape, mx::float32, std::make_shared<SumCpu>(s, g, axes.front(), axes.back()), {x});
 }
 
