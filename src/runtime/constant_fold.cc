@@ -1,6 +1,7 @@
 // ConstantFolder (constant_fold.h).
 #include "runtime/constant_fold.h"
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -132,12 +133,17 @@ size_t ConstantFolder::Fold(std::vector<mx::array>& outputs, const std::vector<m
   // The frontier: constant arrays with a primitive that a non-constant array reads, or outputs;
   // with every place that refers to each (to swap in an earlier trace's value).
   std::unordered_map<std::uintptr_t, std::vector<mx::array*>> uses;
+  std::unordered_map<std::uintptr_t, mx::array> replaced;  // frontier values an earlier trace's replaced
   std::vector<mx::array> frontier;
   auto note = [&](mx::array& slot) {
     // One-element values stay: folded, each would be a leaf ScalarLeavesAsData hides behind
     // a Contiguous, more primitives than the fused kernels that compute them now.
     if (IsLeaf(slot) || !constants.IsConstant(slot)) return false;
     if (slot.size() <= 1) return true;  // constant, left as it is: not walked into
+    if (auto r = replaced.find(slot.id()); r != replaced.end()) {  // met again below a larger value
+      slot = r->second;
+      return true;
+    }
     auto [it, fresh] = uses.try_emplace(slot.id());
     if (fresh) frontier.push_back(slot);
     it->second.push_back(&slot);
@@ -158,17 +164,29 @@ size_t ConstantFolder::Fold(std::vector<mx::array>& outputs, const std::vector<m
   std::vector<mx::array> to_eval;
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t call = ++calls_;
-  for (mx::array& f : frontier) {
+  // By index: a broadcast too large to hold adds what it reads to the frontier.
+  for (size_t i = 0; i < frontier.size(); ++i) {
+    mx::array f = frontier[i];
     size_t hash = 0, leaf_bytes = 0;
     FoldRecord record = Describe(f, hash, leaf_bytes);
     const size_t primitives = record.nodes.size();
     FoldRecord* earlier = nullptr;
     for (auto [it, end] = folded_.equal_range(hash); it != end && !earlier; ++it)
       if (it->second == record) earlier = &it->second;
+    const bool reads_held = std::any_of(record.leaves.begin(), record.leaves.end(),
+                                        [&](const mx::array& leaf) { return held_.count(leaf.id()); });
     if (earlier) {
       earlier->last_used = call;
       for (mx::array* slot : uses.at(f.id())) *slot = *earlier->value;
-    } else if (f.nbytes() <= 2 * leaf_bytes && leaf_bytes >= kMinLeafBytes) {
+      replaced.emplace(f.id(), *earlier->value);
+    } else if (f.nbytes() > 2 * leaf_bytes) {
+      // A weight broadcast over a product's batch: the broadcast stays (a view, one primitive a
+      // run), the chain below it folds. Values that compute more bytes (a dequantized weight)
+      // stay whole: their parts would be held beside the weights.
+      if (std::string_view(f.primitive().name()) == "Broadcast")
+        for (mx::array& in : f.inputs()) note(in);
+      continue;
+    } else if (leaf_bytes >= kMinLeafBytes || reads_held) {
       record.value = f;  // evaluated below, in place: the slots already refer to it
       record.last_used = call;
       to_eval.push_back(f);

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "mlx/array.h"
@@ -40,13 +42,17 @@ struct FoldRecord {
 /** The constant subgraphs of one partition's traces. Thread-safe (traces run on any MLX worker). */
 class ConstantFolder {
  public:
+  /** `held`: the ids of the arrays the plan holds (its initializers), see Fold. */
+  explicit ConstantFolder(std::unordered_set<std::uintptr_t> held = {}) : held_(std::move(held)) {}
+
   /** Evaluates every array behind `outputs` that depends on constants alone (evaluated arrays
    *  that are not `inputs`, the traced function's inputs) and is read by one that does not, or
-   *  is an output: in place, or as the value an equal subgraph of an earlier trace got. Skips
-   *  values more than twice the bytes of the constants they read (a dequantized weight, say:
-   *  memory, not time), values of under 4 KiB of constants (shape arithmetic, which follows
-   *  the shapes) and subgraphs with multi-output primitives. Returns the primitives folded
-   *  (fresh evaluations and reuses). */
+   *  is an output: in place, or as the value an equal subgraph of an earlier trace got. A value
+   *  of more than twice the bytes of the constants it reads (a dequantized weight: memory, not
+   *  time; a weight broadcast over the batch for a product) stays, and what it reads is folded
+   *  instead. Skips values that read none of the held arrays and under 4 KiB of constants
+   *  (shape arithmetic, which follows the shapes) and subgraphs with multi-output primitives.
+   *  Returns the primitives folded (fresh evaluations and reuses). */
   size_t Fold(std::vector<mx::array>& outputs, const std::vector<mx::array>& inputs);
 
  private:
@@ -54,6 +60,7 @@ class ConstantFolder {
    *  value keeps it; only a later equal trace would fold it again). Bounds what the records keep
    *  alive when traces churn through shapes: the compile cache keeps 64 functions by default. */
   static constexpr uint64_t kKeepFor = 64;
+  std::unordered_set<std::uintptr_t> held_;
   std::mutex mu_;
   uint64_t calls_ = 0;
   std::unordered_multimap<size_t, FoldRecord> folded_;

@@ -24,6 +24,14 @@ namespace {
 // runs that did not: a trace's run also pays MLX's JIT compiles).
 thread_local uint64_t traces_on_this_thread = 0;
 
+/** The ids of the arrays `plan` holds (its initializers): the constant folder folds what reads
+ *  them however small (the views and concatenations translations make of weights). */
+std::unordered_set<std::uintptr_t> HeldIds(const Plan& plan) {
+  std::unordered_set<std::uintptr_t> ids;
+  for (const auto& [name, array] : plan.constants) ids.insert(array.id());
+  return ids;
+}
+
 uint64_t MicrosSince(std::chrono::steady_clock::time_point start) {
   const auto us =
       std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
@@ -79,7 +87,8 @@ PartitionRunner::PartitionRunner(Plan plan, bool compile, size_t max_compiled)
       compile_(compile),
       max_compiled_(max_compiled),
       caches_(MlxWorkerCount()),
-      alias_seen_(new std::atomic<bool>[plan_.output_names.size()]()) {}
+      alias_seen_(new std::atomic<bool>[plan_.output_names.size()]()),
+      folder_(HeldIds(plan_)) {}
 
 PartitionRunner::~PartitionRunner() {
   // A compiled function erases its entries from the compile cache of the thread that made it;

@@ -47,5 +47,53 @@ TEST(ConstantFold, LeavesWhatDependsOnInputsOrIsSmallOrGrows) {
   for (const mx::array& out : outputs) EXPECT_FALSE(out.inputs()[1].is_available());
 }
 
+TEST(ConstantFold, FoldsWhatReadsAHeldArrayHoweverSmall) {
+  const mx::array bias = mx::ones({8, 8});   // an initializer of 256 bytes, held by the plan
+  const mx::array other = mx::ones({8, 8});  // a constant the trace made
+  const mx::array y = mx::ones({8, 8});
+  mx::eval({bias, other, y});
+  ConstantFolder folder({bias.id()});
+  std::vector<mx::array> outputs = {mx::add(y, mx::transpose(bias)), mx::add(y, mx::transpose(other))};
+  EXPECT_EQ(folder.Fold(outputs, {y}), 1u);
+  EXPECT_TRUE(outputs[0].inputs()[1].is_available());
+  EXPECT_FALSE(outputs[1].inputs()[1].is_available());
+}
+
+/** A trace of a batched product with a weight and its bias column concatenated (ConvCpu's form):
+ *  the product broadcasts the weight over the batch. */
+std::vector<mx::array> BatchedTrace(const mx::array& x, const mx::array& weight, const mx::array& bias) {
+  const mx::array wb = mx::concatenate({mx::reshape(weight, {1, 32, 64}), mx::reshape(bias, {1, 32, 1})}, 2);
+  return {mx::matmul(mx::broadcast_to(wb, {4, 32, 65}), x)};
+}
+
+TEST(ConstantFold, ABroadcastStaysAndWhatItReadsFolds) {
+  const mx::array weight = mx::ones({32, 64}), bias = mx::ones({32});
+  const mx::array x = mx::ones({4, 65, 3});
+  mx::eval({weight, bias, x});
+  ConstantFolder folder({weight.id(), bias.id()});
+  std::vector<mx::array> first = BatchedTrace(x, weight, bias);
+  EXPECT_EQ(folder.Fold(first, {x}), 3u);  // the Concatenate and its two Reshapes
+  const mx::array broadcast = first[0].inputs()[0];
+  EXPECT_FALSE(broadcast.is_available());
+  const mx::array folded = broadcast.inputs()[0];
+  EXPECT_TRUE(folded.is_available());
+  std::vector<mx::array> second = BatchedTrace(x, weight, bias);
+  EXPECT_EQ(folder.Fold(second, {x}), 3u);
+  EXPECT_EQ(second[0].inputs()[0].inputs()[0].id(), folded.id());  // the first trace's value
+  mx::eval(second);
+  EXPECT_TRUE(mx::array_equal(second[0], mx::full({4, 32, 3}, 65.f)).item<bool>());
+}
+
+TEST(ConstantFold, AValueThatComputesMoreBytesStaysWhole) {
+  const mx::array words = mx::ones({64, 64}, mx::uint8);  // 4 KiB, held
+  const mx::array x = mx::ones({64, 64});
+  mx::eval({words, x});
+  ConstantFolder folder({words.id()});
+  // A dequantization's shape: its parts folded would be held beside the weights.
+  std::vector<mx::array> outputs = {mx::add(x, mx::astype(mx::transpose(words), mx::float32))};
+  EXPECT_EQ(folder.Fold(outputs, {x}), 0u);
+  EXPECT_FALSE(outputs[0].inputs()[1].inputs()[0].is_available());
+}
+
 }  // namespace
 }  // namespace mlx_ep
