@@ -15,6 +15,7 @@
 #include "runtime/mlx_thread.h"
 #include "runtime/precision.h"
 #include "runtime/runner_internal.h"
+#include "runtime/reshape_chains.h"
 #include "runtime/scalars.h"
 
 namespace mlx_ep {
@@ -127,6 +128,7 @@ std::vector<mx::array> PartitionRunner::Trace(const std::vector<mx::array>& inpu
   std::vector<mx::array> outputs = TracePlan(plan_, inputs, host, mx::default_stream(device), &info, dynamic);
   // Constants first: a folded scalar is then a leaf that ScalarLeavesAsData hides too.
   const size_t constant_primitives = EnvFlag(env::kNoConstantFold) ? 0 : folder_.Fold(outputs, inputs);
+  CollapseReshapeChains(outputs);
   ScalarLeavesAsData(outputs, mx::default_stream(device), scalars);  // one kernel for every prompt length
   if (check_messages) *check_messages = std::move(info.check_messages);
   if (check_is_assumption) *check_is_assumption = std::move(info.check_is_assumption);
