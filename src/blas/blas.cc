@@ -282,6 +282,18 @@ bool SgemmRowsByColumns(int m, int n, int k, const float* a, int lda, const floa
 #endif
 }
 
+bool SgemmRowMajor(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                   int ldc) {
+#if defined(MLX_EP_HAVE_BLAS_SHIM)
+  ConfigureBlasThreads();
+  cblas_sgemm(101, 111, 111, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
+  return true;
+#else
+  (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)beta, (void)c, (void)ldc;
+  return false;
+#endif
+}
+
 int64_t BlasPoolBatches() {
 #if defined(MLX_EP_HAVE_BLAS_SHIM)
   return static_cast<int64_t>(onnxruntime_ep_mlx_blas_pool_batches());

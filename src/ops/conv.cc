@@ -307,14 +307,18 @@ mx::array PadForNonFiniteWeights(const mx::array& xl, const mx::array& w, std::v
   return mx::pad(xl, axes, pad_lo, pad_hi, mx::array(0, xl.dtype()), "constant", s);
 }
 
-/** The CPU path (ConvCpu) in compute dtype `ct`, plus the bias, rounded once to the node's type. */
-mx::array CpuConv(const OpContext& c, const mx::array& x, const mx::array& w, const ConvAttrs& a,
-                  const ConvGeometry& g, mx::Dtype ct) {
+/** The CPU path (ConvCpu) in compute dtype `ct`, plus the bias, rounded once to the node's type;
+ *  `gemm_only` (a pointwise convolution): nullopt unless it is the one primitive of
+ *  ConvGemmOnCpu (PointwiseConv's product is faster than the column matrix otherwise). */
+std::optional<mx::array> CpuConv(const OpContext& c, const mx::array& x, const mx::array& w, const ConvAttrs& a,
+                                 const ConvGeometry& g, mx::Dtype ct, bool gemm_only) {
   const mx::Stream s = c.stream;
   std::optional<mx::array> bias;
   if (c.has_input(2)) bias = Bias(c, w.shape(0), ct);
-  const mx::array y = ConvCpu(mx::astype(x, ct, s), mx::astype(w, ct, s), a.group, g, s, bias);
-  return mx::astype(y, c.output_dtype(0), s);
+  const mx::array xc = mx::astype(x, ct, s), wc = mx::astype(w, ct, s);
+  std::optional<mx::array> y = gemm_only ? ConvGemmOnCpu(xc, wc, a.group, g, s, bias) : ConvCpu(xc, wc, a.group, g, s, bias);
+  if (!y) return std::nullopt;
+  return mx::astype(*y, c.output_dtype(0), s);
 }
 
 std::vector<mx::array> TranslateConv(const OpContext& c) {
@@ -347,8 +351,10 @@ std::vector<mx::array> TranslateConv(const OpContext& c) {
   const bool cpu = RuntimeDevice() == mx::Device(mx::Device::cpu);
   // The CPU path sums in float32 for float16/bfloat16 (matmul and the depthwise sum), rounding once.
   const mx::Dtype ct = cpu && dt != mx::float32 ? mx::float32 : ComputeDtype(c, dt);
-  if (IsPointwise(a, lo, hi)) return {PointwiseConv(c, x, w, strides, out_shape, ct)};
-  if (cpu) return {CpuConv(c, x, w, a, {kernel, strides, dilations, lo, hi, out}, ct)};
+  const bool pointwise = IsPointwise(a, lo, hi);
+  if (cpu)
+    if (auto y = CpuConv(c, x, w, a, {kernel, strides, dilations, lo, hi, out}, ct, pointwise)) return {*y};
+  if (pointwise) return {PointwiseConv(c, x, w, strides, out_shape, ct)};
   const mx::array xl = PadForNonFiniteWeights(ToChannelsLast(mx::astype(x, ct, s), s), w, lo, hi, s);
   const mx::array wl = ToChannelsLast(mx::astype(w, ct, s), s);  // (M, *K, C/group)
   const mx::array y = ConvChannelsLast(xl, wl, strides, lo, hi, dilations, std::vector<int>(nd, 1), a.group,

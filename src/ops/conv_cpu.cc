@@ -139,6 +139,7 @@ mx::array ConvCpu(const mx::array& x, const mx::array& w, int groups, const Conv
     if (auto y = DepthwiseConvOnCpu(x, w, groups, g, s, bias)) return *y;  // the bias added there
     return plus_bias(mx::reshape(DepthwiseSum(PadOrCrop(x, g.lo, g.hi, s), w, groups, g, s), out_shape, s));
   }
+  if (auto y = ConvGemmOnCpu(x, w, groups, g, s, bias)) return *y;  // the bias added there
   int ck = cg;
   for (int k : g.kernel) ck *= k;
   // With one group the bias is a column of W times a row of ones in the column matrix: the

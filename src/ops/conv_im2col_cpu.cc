@@ -1,16 +1,26 @@
 // The column matrix of a dense or grouped convolution on MLX's CPU device as one primitive of the
-// EP's (conv_internal.h, Im2ColOnCpu), part of the convolution family.
+// EP's (conv_internal.h, Im2ColOnCpu), and the whole convolution as one (ConvGemmOnCpu), part of
+// the convolution family.
 //
 // ConvCpu's composed form pads X (a copy), views the padded input as (N, G, C/G, *K, *O) windows
 // and copies them into the column matrix through MLX's general strided copy, which walks every
 // element's index (11% of a YOLO export's CPU profile). Here the matrix is written row by row:
 // each (channel, kernel position) row is its input plane's rows at that offset, a contiguous copy
 // for stride 1 and a strided one otherwise, zeros where the window reads the padding.
+//
+// Where the EP reaches BLAS itself (blas.h, HaveSgemm), the convolution is one primitive: the
+// column matrix of a batch entry and group (or X itself for a pointwise convolution) into a
+// scratch buffer and its product with W's rows into Y's channels-first rows. The composed form
+// was four to six primitives a convolution (the column matrix, W's broadcast over the batch, the
+// product, the reshapes around it), each a task on MLX's CPU stream every run.
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
+#include "blas/blas.h"
 #include "common/env.h"
 #include "mlx/primitives.h"
 #include "ops/conv_internal.h"
@@ -128,6 +138,84 @@ class Im2ColCpu : public mx::UnaryPrimitive {
   Im2Col2d d_;
 };
 
+/** A float32 buffer of MLX's allocator (its cache) for the duration of a task. */
+class Scratch {
+ public:
+  explicit Scratch(int64_t values) : data_(mx::allocator::malloc(static_cast<size_t>(values) * sizeof(float))) {}
+  float* data() { return static_cast<float*>(data_.buffer().raw_ptr()); }
+
+ private:
+  mx::allocator::Data data_;  // freed with it
+};
+
+/** A 1x1 kernel reading every input position once: X's planes are the column matrix. */
+bool Pointwise(const Im2Col2d& d) {
+  return d.kernel_h == 1 && d.kernel_w == 1 && d.stride_h == 1 && d.stride_w == 1 && d.pad_h == 0 && d.pad_w == 0 &&
+         d.out_h == d.in_h && d.out_w == d.in_w;
+}
+
+/** X (N, C, *S) float32, W (M, C/G * K) and an optional bias (M) to Y (N, M, *O): per batch entry
+ *  and group, the column matrix into a scratch buffer (X's planes themselves for a pointwise
+ *  convolution) and Y's rows = W's rows @ it, the bias written into Y first (beta = 1: BLAS adds
+ *  the sum to it, as the composed form's mx::addmm). */
+class ConvGemmCpu : public mx::UnaryPrimitive {
+ public:
+  ConvGemmCpu(mx::Stream stream, Im2Col2d d) : mx::UnaryPrimitive(stream), d_(d) {}
+
+  void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
+    DispatchCpuKernel(name(), stream(), inputs, out, [d = d_](const std::vector<mx::array>& in, mx::array& y) {
+      const int64_t batch = in[0].shape(0), channels = in[0].shape(1), m = in[1].shape(0);
+      const int64_t cg = channels / d.groups, mg = m / d.groups, kernel = int64_t{d.kernel_h} * d.kernel_w;
+      const int64_t rows = cg * kernel, positions = d.out_h * d.out_w, in_plane = d.in_h * d.in_w;
+      const float* bias = in.size() > 2 ? in[2].data<float>() : nullptr;
+      const bool pointwise = Pointwise(d);
+      std::optional<Scratch> scratch;
+      if (!pointwise) scratch.emplace(rows * positions);
+      for (int64_t n = 0; n < batch; ++n)
+        for (int64_t g = 0; g < d.groups; ++g) {
+          const float* x = in[0].data<float>() + (n * channels + g * cg) * in_plane;
+          const float* cols = x;
+          if (scratch) {
+            float* dst = scratch->data();
+            nbits_cpu::RunRanges(cg, cg * kernel * positions, kMinParallelValues, [&](int64_t begin, int64_t end) {
+              for (int64_t c = begin; c < end; ++c)
+                for (int ky = 0; ky < d.kernel_h; ++ky)
+                  for (int kx = 0; kx < d.kernel_w; ++kx)
+                    PlaneRow(x + c * in_plane, d, ky, kx, dst + ((c * kernel) + ky * d.kernel_w + kx) * positions);
+            });
+            cols = dst;
+          }
+          float* out_rows = y.data<float>() + (n * m + g * mg) * positions;
+          for (int64_t r = 0; bias && r < mg; ++r)
+            std::fill(out_rows + r * positions, out_rows + (r + 1) * positions, bias[g * mg + r]);
+          SgemmRowMajor(static_cast<int>(mg), static_cast<int>(positions), static_cast<int>(rows),
+                        in[1].data<float>() + g * mg * rows, static_cast<int>(rows), cols,
+                        static_cast<int>(positions), bias ? 1.f : 0.f, out_rows, static_cast<int>(positions));
+        }
+    });
+  }
+
+  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
+    throw std::runtime_error("ConvGemmCpu runs on the CPU only (GPUs take mx::conv_general)");
+  }
+
+  const char* name() const override { return "ConvGemmCpu"; }
+
+  bool is_equivalent(const mx::Primitive& other) const override {
+    return d_ == static_cast<const ConvGemmCpu&>(other).d_;
+  }
+
+  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
+    mx::Shape shape = {inputs[0].shape(0), inputs[1].shape(0)};
+    if (d_.spatial_dims == 2) shape.push_back(static_cast<int>(d_.out_h));
+    shape.push_back(static_cast<int>(d_.out_w));
+    return {shape};
+  }
+
+ private:
+  Im2Col2d d_;
+};
+
 }  // namespace
 
 std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvGeometry& g, mx::Stream s,
@@ -145,6 +233,27 @@ std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvG
   const mx::Shape shape = {x.shape(0), groups, cg * d.kernel_h * d.kernel_w + (ones_row ? 1 : 0),
                            static_cast<int>(d.out_h * d.out_w)};
   return mx::array(shape, mx::float32, std::make_shared<Im2ColCpu>(s, d), {x});
+}
+
+std::optional<mx::array> ConvGemmOnCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g,
+                                       mx::Stream s, const std::optional<mx::array>& bias) {
+  static const bool off = EnvOff(env::kConvCpuKernel);
+  const std::optional<Geometry2d> g2 = As2d(x, g);
+  if (off || !HaveSgemm() || !g2 || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 ||
+      w.dtype() != mx::float32 || groups < 1 || x.shape(1) % groups != 0 || w.shape(0) % groups != 0 ||
+      (groups > 1 && x.shape(1) == groups) ||  // depthwise: a product of one row a group (DepthwiseConvOnCpu)
+      x.size() == 0 || w.size() == 0 || g2->out_h * g2->out_w == 0 ||
+      (bias && (bias->dtype() != mx::float32 || bias->size() != static_cast<size_t>(w.shape(0)))))
+    return std::nullopt;
+  Im2Col2d d;
+  static_cast<Geometry2d&>(d) = *g2;
+  d.groups = groups;
+  const int m = w.shape(0), rows = static_cast<int>(w.size() / m);
+  std::vector<mx::array> inputs = {x, mx::reshape(w, {m, rows}, s)};  // a constant W's reshape folds
+  if (bias) inputs.push_back(mx::reshape(*bias, {m}, s));
+  auto primitive = std::make_shared<ConvGemmCpu>(s, d);
+  mx::Shape shape = primitive->output_shapes(inputs)[0];
+  return mx::array(std::move(shape), mx::float32, std::move(primitive), std::move(inputs));
 }
 
 }  // namespace conv_util

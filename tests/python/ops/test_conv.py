@@ -313,16 +313,16 @@ def test_depthwise_non_finite_weights():
 def test_conv_primitives():
     """On MLX's CPU device a 1-D or 2-D depthwise convolution is one DepthwiseConvCpu, where the
     composed sum (ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL=0, which must pass the same cases) takes a
-    Slice and an ExpandDims per kernel position, and a dense one's column matrix is one Im2ColCpu
-    (the block's first convolution) where the composed form pads, views and copies: the
-    primitive count drops."""
+    Slice and an ExpandDims per kernel position, and a dense one (the block's first and its
+    pointwise convolution) is one ConvGemmCpu, the column matrix and the product, where the
+    composed form pads, views and copies, broadcasts W and reshapes: the primitive count drops."""
     cases = ["test_depthwise[x2x5x17-w10x1x4-group=5_strides=[2]_dilations=[3]_pads=[2,4]-uniform]",
              "test_depthwise[x1x3x7x7-w3x1x2x2-group=3_auto_pad=SAME_LOWER_strides=[4,4]-ints]",
              "test_mobilenet_block"]
     kernel, composed = census_with_and_without(__file__, cases, "ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL")
     assert sum("DepthwiseConvCpu" in line for line in kernel) == len(cases), kernel
-    assert sum("Im2ColCpu" in line for line in kernel) == 1, kernel  # test_mobilenet_block's conv1
-    assert not any("DepthwiseConvCpu" in line or "Im2ColCpu" in line for line in composed), composed
+    assert sum("ConvGemmCpu 2" in line for line in kernel) == 1, kernel  # test_mobilenet_block's
+    assert not any(p in line for line in composed for p in ("DepthwiseConvCpu", "Im2ColCpu", "ConvGemmCpu")), composed
     assert sum(map(census_total, kernel)) + 10 < sum(map(census_total, composed)), (kernel, composed)
 
 
