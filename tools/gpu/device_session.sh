@@ -226,7 +226,7 @@ run_step() {
       # PART=k/n: this call's share (every n-th test and file from the k-th), a run split over calls.
       local part="${PART:-0/1}" k n && k=${part%/*} && n=${part#*/}
       ( ort_gpu_env && CONFORMANCE_GPUS=$G timeout "${CONF_TIMEOUT:-$left}" $PY "$ROOT/tests/conformance/run_conformance.py" \
-          --shard "$part" --budget $((left - 60)) --jobs "${CONF_JOBS:-$((C / 3 > 6 ? C / 3 : 6))}" --out-dir "$R" --list-failures >"$R/conformance.log" 2>&1 ) &
+          --shard "$part" --budget $((left - 60)) --jobs "${CONF_JOBS:-$((C / 3 > 6 ? C / 3 : 6))}" --out-dir "$R" --floor "$ROOT/tests/conformance/floor_gpu.txt" --list-failures >"$R/conformance.log" 2>&1 ) &
       local conf=$!
       ( ort_gpu_env && PARALLEL="${PARALLEL:-$((C / 3 > 5 ? C / 3 : 5))}" FILE_TIMEOUT="${FILE_TIMEOUT:-$((left < 420 ? left : 420))}" \
           timeout "${PARITY_TIMEOUT:-$left}" bash -c "$(declare -f pytest_files stall_watch gpu_count log); OUT=$OUT; \
@@ -243,7 +243,7 @@ run_step() {
       # the tests in flight (60 s each at most): with 40 s the twenty-fifth session's H100 run was
       # killed at 360 s past 1,000 of 1,884 tests, before its summary.
       ( ort_gpu_env && CONFORMANCE_GPUS=$(gpu_count) timeout "${CONF_TIMEOUT:-660}" $PY "$ROOT/tests/conformance/run_conformance.py" \
-          --budget "$(( ${CONF_TIMEOUT:-660} - 100 ))" --jobs "${CONF_JOBS:-8}" --out-dir "$R" --list-failures >"$R/conformance.log" 2>&1 )
+          --budget "$(( ${CONF_TIMEOUT:-660} - 100 ))" --jobs "${CONF_JOBS:-8}" --out-dir "$R" --floor "$ROOT/tests/conformance/floor_gpu.txt" --list-failures >"$R/conformance.log" 2>&1 )
       log "conformance rc=$?: $(tail -3 "$R/conformance.log" | tr '\n' ' ')";;
     bert)  # BERT-base fp16/fp32 8x128 against ORT's CUDA EP (run and IOBinding) and PyTorch eager
       wait_for "$W/installed.ort" "$W/make.failed" 300 || { log "onnxruntime-gpu not installed"; return 1; }
