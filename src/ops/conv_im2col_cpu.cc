@@ -85,6 +85,23 @@ MLX_EP_CLONES void PlaneRow(const float* x, const Im2Col2d& d, int ky, int kx, f
 
 using nbits_cpu::kMinParallelValues;  // quantized_cpu.h
 
+/** The column rows of every (batch entry n, channel c) plane of `x` into `cols`: its K rows (one a
+ *  kernel position, out_h * out_w values each) from row n * entry_rows + c * K, over the pool's
+ *  threads, all planes in one loop (one entry's few channels, 3 for an image, would not spread). */
+void WriteColumns(const float* x, const Im2Col2d& d, int64_t batch, int64_t channels, int64_t entry_rows,
+                  float* cols) {
+  const int64_t kernel = static_cast<int64_t>(d.kernel_h) * d.kernel_w;
+  const int64_t in_plane = d.in_h * d.in_w, rows_out = d.out_h * d.out_w, planes = batch * channels;
+  nbits_cpu::RunRanges(planes, planes * kernel * rows_out, kMinParallelValues, [&](int64_t begin, int64_t end) {
+    for (int64_t p = begin; p < end; ++p) {
+      float* plane_rows = cols + ((p / channels) * entry_rows + (p % channels) * kernel) * rows_out;
+      for (int ky = 0; ky < d.kernel_h; ++ky)
+        for (int kx = 0; kx < d.kernel_w; ++kx)
+          PlaneRow(x + p * in_plane, d, ky, kx, plane_rows + (ky * d.kernel_w + kx) * rows_out);
+    }
+  });
+}
+
 class Im2ColCpu : public mx::UnaryPrimitive {
  public:
   Im2ColCpu(mx::Stream stream, Im2Col2d d) : mx::UnaryPrimitive(stream), d_(d) {}
@@ -94,23 +111,12 @@ class Im2ColCpu : public mx::UnaryPrimitive {
         name(), stream(), inputs, out, [d = d_](const std::vector<mx::array>& in, mx::array& y) {
           const int64_t batch = in[0].shape(0), channels = in[0].shape(1);
           const int64_t kernel = static_cast<int64_t>(d.kernel_h) * d.kernel_w;
-          const int64_t in_plane = d.in_h * d.in_w, rows_out = d.out_h * d.out_w;
-          const float* x = in[0].data<float>();
+          const int64_t rows_out = d.out_h * d.out_w;
           float* cols = y.data<float>();
           // (N, G, C/G * K, O) is (N, C, K, O) in memory: channel c's K rows follow channel c - 1's
           // (and a batch entry's rows end with the ones row when there is one).
-          const int64_t planes = batch * channels, ones = d.ones_row ? 1 : 0;
-          const int64_t entry_rows = channels * kernel + ones;
-          nbits_cpu::RunRanges(
-              planes, planes * kernel * rows_out, kMinParallelValues, [&](int64_t begin, int64_t end) {
-                for (int64_t p = begin; p < end; ++p) {
-                  const int64_t n = p / channels, c = p % channels;
-                  float* plane_rows = cols + (n * entry_rows + c * kernel) * rows_out;
-                  for (int ky = 0; ky < d.kernel_h; ++ky)
-                    for (int kx = 0; kx < d.kernel_w; ++kx)
-                      PlaneRow(x + p * in_plane, d, ky, kx, plane_rows + (ky * d.kernel_w + kx) * rows_out);
-                }
-              });
+          const int64_t ones = d.ones_row ? 1 : 0, entry_rows = channels * kernel + ones;
+          WriteColumns(in[0].data<float>(), d, batch, channels, entry_rows, cols);
           for (int64_t n = 0; n < batch && ones; ++n) {
             float* row = cols + (n * entry_rows + channels * kernel) * rows_out;
             std::fill(row, row + rows_out, 1.f);
@@ -154,10 +160,10 @@ bool Pointwise(const Im2Col2d& d) {
          d.out_h == d.in_h && d.out_w == d.in_w;
 }
 
-/** X (N, C, *S) float32, W (M, C/G * K) and an optional bias (M) to Y (N, M, *O): per batch entry
- *  and group, the column matrix into a scratch buffer (X's planes themselves for a pointwise
- *  convolution) and Y's rows = W's rows @ it, the bias written into Y first (beta = 1: BLAS adds
- *  the sum to it, as the composed form's mx::addmm). */
+/** X (N, C, *S) float32, W (M, C/G * K) and an optional bias (M) to Y (N, M, *O): every batch
+ *  entry's column matrix into a scratch buffer (none for a pointwise convolution: X's planes are
+ *  its rows), then per entry and group Y's rows = W's rows @ its rows, the bias written into Y
+ *  first (beta = 1: BLAS adds the sum to it, as the composed form's mx::addmm). */
 class ConvGemmCpu : public mx::UnaryPrimitive {
  public:
   ConvGemmCpu(mx::Stream stream, Im2Col2d d) : mx::UnaryPrimitive(stream), d_(d) {}
@@ -168,28 +174,22 @@ class ConvGemmCpu : public mx::UnaryPrimitive {
       const int64_t cg = channels / d.groups, mg = m / d.groups, kernel = int64_t{d.kernel_h} * d.kernel_w;
       const int64_t rows = cg * kernel, positions = d.out_h * d.out_w, in_plane = d.in_h * d.in_w;
       const float* bias = in.size() > 2 ? in[2].data<float>() : nullptr;
-      const bool pointwise = Pointwise(d);
-      std::optional<Scratch> scratch;
-      if (!pointwise) scratch.emplace(rows * positions);
+      const float* x = in[0].data<float>();
+      std::optional<Scratch> cols;  // every entry's column matrix, (N, C, K, O), then the products
+      if (!Pointwise(d)) {
+        cols.emplace(batch * channels * kernel * positions);
+        WriteColumns(x, d, batch, channels, channels * kernel, cols->data());
+      }
       for (int64_t n = 0; n < batch; ++n)
         for (int64_t g = 0; g < d.groups; ++g) {
-          const float* x = in[0].data<float>() + (n * channels + g * cg) * in_plane;
-          const float* cols = x;
-          if (scratch) {
-            float* dst = scratch->data();
-            nbits_cpu::RunRanges(cg, cg * kernel * positions, kMinParallelValues, [&](int64_t begin, int64_t end) {
-              for (int64_t c = begin; c < end; ++c)
-                for (int ky = 0; ky < d.kernel_h; ++ky)
-                  for (int kx = 0; kx < d.kernel_w; ++kx)
-                    PlaneRow(x + c * in_plane, d, ky, kx, dst + ((c * kernel) + ky * d.kernel_w + kx) * positions);
-            });
-            cols = dst;
-          }
+          // Group g's rows of entry n: its channels' planes, or their kernel positions' rows.
+          const int64_t first = n * channels + g * cg;
+          const float* b = cols ? cols->data() + first * kernel * positions : x + first * in_plane;
           float* out_rows = y.data<float>() + (n * m + g * mg) * positions;
           for (int64_t r = 0; bias && r < mg; ++r)
             std::fill(out_rows + r * positions, out_rows + (r + 1) * positions, bias[g * mg + r]);
           SgemmRowMajor(static_cast<int>(mg), static_cast<int>(positions), static_cast<int>(rows),
-                        in[1].data<float>() + g * mg * rows, static_cast<int>(rows), cols,
+                        in[1].data<float>() + g * mg * rows, static_cast<int>(rows), b,
                         static_cast<int>(positions), bias ? 1.f : 0.f, out_rows, static_cast<int>(positions));
         }
     });
