@@ -30,6 +30,7 @@
 //    ORT's CPU EP does not run them either. Min/Max/Sum/Mean-6 require equal shapes, for which
 //    numpy broadcasting is the identity, so they share the opset-8 translation.
 #include "ops/claim_util.h"
+#include "ops/conv_activation.h"
 #include "ops/registry.h"
 #include "ops/unary_cpu.h"
 
@@ -106,7 +107,14 @@ std::vector<mx::array> TranslateSub(const OpContext& c) {
   return {mx::subtract(c.input(0), c.input(1), c.stream)};
 }
 std::vector<mx::array> TranslateMul(const OpContext& c) {
-  if (auto y = SiluOnCpu(c.input(0), c.input(1), c.stream)) return {*y};  // Mul(x, Sigmoid(x)): one pass
+  if (auto y = SiluOnCpu(c.input(0), c.input(1), c.stream)) {  // Mul(x, Sigmoid(x)): one pass
+    // x read by the Sigmoid and this Mul only, the Sigmoid by this Mul only: in the task of the
+    // Conv that computes x, where there is one.
+    const size_t x = c.input(0).id() == y->inputs()[0].id() ? 0 : 1;
+    if (c.readers(x) == 2 && c.readers(1 - x) == 1)
+      if (auto fused = ActivatedConv(c.input(x), {ConvActivation::Kind::kSilu})) return {*fused};
+    return {*y};
+  }
   return {mx::multiply(c.input(0), c.input(1), c.stream)};
 }
 

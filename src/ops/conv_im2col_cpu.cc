@@ -14,6 +14,7 @@
 // was four to six primitives a convolution (the column matrix, W's broadcast over the batch, the
 // product, the reshapes around it), each a task on MLX's CPU stream every run.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -23,9 +24,11 @@
 #include "blas/blas.h"
 #include "common/env.h"
 #include "mlx/primitives.h"
+#include "ops/conv_activation.h"
 #include "ops/conv_internal.h"
 #include "ops/cpu_primitive.h"
 #include "ops/quantized_cpu.h"
+#include "ops/unary_cpu.h"
 
 namespace mlx_ep {
 namespace conv_util {
@@ -160,16 +163,53 @@ bool Pointwise(const Im2Col2d& d) {
          d.out_h == d.in_h && d.out_w == d.in_w;
 }
 
+/** `act` of n float32 values in place, as the composed forms compute it: MLX's float maximum(a, b)
+ *  is `isnan(a) ? a : (a > b ? a : b)`, minimum the same with `<`; Clip's bounds are not NaN. */
+MLX_EP_CLONES void ActivateRange(const ConvActivation& act, float* y, int64_t n) {
+  using Kind = ConvActivation::Kind;
+  auto hard_sigmoid = [&](float v) {
+    const float lin = act.a * v + act.b;
+    const float low = std::isnan(lin) || lin < 1.f ? lin : 1.f;
+    return std::isnan(low) || low > 0.f ? low : 0.f;
+  };
+  switch (act.kind) {
+    case Kind::kNone:
+      return;
+    case Kind::kRelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::isnan(y[i]) || y[i] > 0.f ? y[i] : 0.f;
+      return;
+    case Kind::kClip:
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = act.a > y[i] ? act.a : y[i];
+        y[i] = act.b < v ? act.b : v;
+      }
+      return;
+    case Kind::kHardSigmoid:
+      for (int64_t i = 0; i < n; ++i) y[i] = hard_sigmoid(y[i]);
+      return;
+    case Kind::kHardSwish:
+      for (int64_t i = 0; i < n; ++i) y[i] = y[i] * hard_sigmoid(y[i]);
+      return;
+    case Kind::kLeakyRelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= 0.f ? y[i] : act.a * y[i];
+      return;
+    case Kind::kSilu:
+      ExpFormValues(ExpForm::kSilu, y, y, n);  // SiluCpu's values
+      return;
+  }
+}
+
 /** X (N, C, *S) float32, W (M, C/G * K) and an optional bias (M) to Y (N, M, *O): every batch
  *  entry's column matrix into a scratch buffer (none for a pointwise convolution: X's planes are
  *  its rows), then per entry and group Y's rows = W's rows @ its rows, the bias written into Y
  *  first (beta = 1: BLAS adds the sum to it, as the composed form's mx::addmm). */
 class ConvGemmCpu : public mx::UnaryPrimitive {
  public:
-  ConvGemmCpu(mx::Stream stream, Im2Col2d d) : mx::UnaryPrimitive(stream), d_(d) {}
+  ConvGemmCpu(mx::Stream stream, Im2Col2d d, ConvActivation act = {})
+      : mx::UnaryPrimitive(stream), d_(d), act_(act) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
-    DispatchCpuKernel(name(), stream(), inputs, out, [d = d_](const std::vector<mx::array>& in, mx::array& y) {
+    DispatchCpuKernel(name(), stream(), inputs, out, [d = d_, act = act_](const std::vector<mx::array>& in, mx::array& y) {
       const int64_t batch = in[0].shape(0), channels = in[0].shape(1), m = in[1].shape(0);
       const int64_t cg = channels / d.groups, mg = m / d.groups, kernel = int64_t{d.kernel_h} * d.kernel_w;
       const int64_t rows = cg * kernel, positions = d.out_h * d.out_w, in_plane = d.in_h * d.in_w;
@@ -191,6 +231,10 @@ class ConvGemmCpu : public mx::UnaryPrimitive {
           SgemmRowMajor(static_cast<int>(mg), static_cast<int>(positions), static_cast<int>(rows),
                         in[1].data<float>() + g * mg * rows, static_cast<int>(rows), b,
                         static_cast<int>(positions), bias ? 1.f : 0.f, out_rows, static_cast<int>(positions));
+          if (act.kind != ConvActivation::Kind::kNone)
+            nbits_cpu::RunRanges(
+                mg * positions, mg * positions, kMinParallelValues,
+                [&](int64_t begin, int64_t end) { ActivateRange(act, out_rows + begin, end - begin); }, /*grain=*/4096);
         }
     });
   }
@@ -202,8 +246,12 @@ class ConvGemmCpu : public mx::UnaryPrimitive {
   const char* name() const override { return "ConvGemmCpu"; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
-    return d_ == static_cast<const ConvGemmCpu&>(other).d_;
+    const auto& o = static_cast<const ConvGemmCpu&>(other);
+    return d_ == o.d_ && act_ == o.act_;
   }
+
+  const Im2Col2d& geometry() const { return d_; }
+  const ConvActivation& activation() const { return act_; }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
     mx::Shape shape = {inputs[0].shape(0), inputs[1].shape(0)};
@@ -214,6 +262,7 @@ class ConvGemmCpu : public mx::UnaryPrimitive {
 
  private:
   Im2Col2d d_;
+  ConvActivation act_;
 };
 
 }  // namespace
@@ -257,4 +306,13 @@ std::optional<mx::array> ConvGemmOnCpu(const mx::array& x, const mx::array& w, i
 }
 
 }  // namespace conv_util
+
+std::optional<mx::array> ActivatedConv(const mx::array& x, const ConvActivation& act) {
+  if (!x.has_primitive() || x.is_available()) return std::nullopt;
+  auto* conv = dynamic_cast<conv_util::ConvGemmCpu*>(&x.primitive());
+  if (!conv || conv->activation().kind != ConvActivation::Kind::kNone) return std::nullopt;
+  auto primitive = std::make_shared<conv_util::ConvGemmCpu>(conv->stream(), conv->geometry(), act);
+  return mx::array(x.shape(), mx::float32, std::move(primitive), x.inputs());
+}
+
 }  // namespace mlx_ep

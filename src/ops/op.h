@@ -2,6 +2,7 @@
 // translation (node + input arrays -> output arrays), registered per (domain, op, opset range).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -186,6 +187,11 @@ class OpContext {
   void Require(const mx::array& ok, const std::string& message) const;
   /** Where Require records its checks (set by the trace). */
   void set_checks(std::vector<RuntimeCheck>* checks) { checks_ = checks; }
+  /** How many node inputs of the partition read input `i`'s value (this node's included), plus
+   *  one when it is a partition output; SIZE_MAX where the trace does not tell (a body's values). */
+  size_t readers(size_t i) const { return i < readers_.size() ? readers_[i] : SIZE_MAX; }
+  /** Set by the trace. */
+  void set_readers(std::vector<size_t> readers) { readers_ = std::move(readers); }
   /** Declares that output `output` is input `input` with `rows` written at `offsets` along `axis`
    *  (InPlaceUpdate). The output itself must still be returned, complete: it is what the runner
    *  writes when ORT's buffers differ. Ignored where the trace cannot use it (folded nodes,
@@ -236,6 +242,7 @@ class OpContext {
  private:
   std::vector<RuntimeCheck>* checks_ = nullptr;
   std::vector<InPlaceUpdate>* in_place_ = nullptr;
+  std::vector<size_t> readers_;  // by input: see readers()
   std::vector<std::optional<mx::array>> inputs_;
   std::vector<const Tensor*> host_;
   std::vector<ElemType> output_types_;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/conv_activation.h"
 #include "ops/unary_cpu.h"
 #include "ops/unary_internal.h"
 
@@ -172,6 +173,8 @@ std::vector<mx::array> TranslateClipAttr(const OpContext& c) {
   const mx::Dtype d = x.dtype();
   const float lo = c.node.AttrFloat("min", std::numeric_limits<float>::lowest());
   const float hi = c.node.AttrFloat("max", std::numeric_limits<float>::max());
+  if (!std::isnan(lo) && !std::isnan(hi))
+    if (auto y = ActivatedConvInput(c, 0, {ConvActivation::Kind::kClip, lo, hi})) return {*y};
   // ORT: cwiseMax(min) then cwiseMin(max), so min > max gives max everywhere.
   return Out(c, ClampBelow(ClampAbove(x, Scalar(lo, d), c.stream, !std::isnan(lo)), Scalar(hi, d), c.stream,
                            !std::isnan(hi)));
@@ -195,6 +198,12 @@ std::vector<mx::array> TranslateClipInputs(const OpContext& c) {
     const std::optional<double> known = c.known_scalar(i);
     return !floating || (known && !std::isnan(*known));
   };
+  if (d == mx::float32 && (!c.has_input(1) || not_nan(1)) && (!c.has_input(2) || not_nan(2))) {
+    // Known bounds, an absent one the type's range: applied by the Conv before it (CPU).
+    const float lo = c.has_input(1) ? static_cast<float>(*c.known_scalar(1)) : mx::finfo(d).min;
+    const float hi = c.has_input(2) ? static_cast<float>(*c.known_scalar(2)) : mx::finfo(d).max;
+    if (auto fused = ActivatedConvInput(c, 0, {ConvActivation::Kind::kClip, lo, hi})) return {*fused};
+  }
   if (c.has_input(1))
     y = ClampAbove(y, bound(1), c.stream, not_nan(1));
   else if (floating)

@@ -3,6 +3,7 @@
 // come out the same; float16/bfloat16 are computed in float32 (see unary.cc).
 #include <cmath>
 
+#include "ops/conv_activation.h"
 #include "ops/unary_cpu.h"
 #include "ops/unary_internal.h"
 
@@ -21,13 +22,17 @@ Claim ClaimRelu(const NodeView& v) {
   return unary::ClaimTyped(v, v.node().since_version >= 14 ? Types::kSignedFloat : Types::kFloat);
 }
 
+using Kind = ConvActivation::Kind;
+
 std::vector<mx::array> TranslateRelu(const OpContext& c) {
+  if (auto y = ActivatedConvInput(c, 0, {Kind::kRelu})) return {*y};  // in the Conv's task (CPU)
   const mx::array& x = c.input(0);
   return {mx::maximum(x, Scalar(0, x.dtype()), c.stream)};
 }
 
 // LeakyRelu: x >= 0 ? x : alpha * x.
 std::vector<mx::array> TranslateLeakyRelu(const OpContext& c) {
+  if (auto y = ActivatedConvInput(c, 0, {Kind::kLeakyRelu, c.node.AttrFloat("alpha", 0.01f)})) return {*y};
   const mx::array x = Up(c);
   const mx::array alpha = Scalar(c.node.AttrFloat("alpha", 0.01f), x.dtype());
   const mx::array neg = mx::multiply(alpha, x, c.stream);
@@ -65,12 +70,14 @@ mx::array HardSigmoid(const mx::array& x, double alpha, double beta, mx::StreamO
 }
 
 std::vector<mx::array> TranslateHardSigmoid(const OpContext& c) {
-  return Out(c,
-             HardSigmoid(Up(c), c.node.AttrFloat("alpha", 0.2f), c.node.AttrFloat("beta", 0.5f), c.stream));
+  const float alpha = c.node.AttrFloat("alpha", 0.2f), beta = c.node.AttrFloat("beta", 0.5f);
+  if (auto y = ActivatedConvInput(c, 0, {Kind::kHardSigmoid, alpha, beta})) return {*y};
+  return Out(c, HardSigmoid(Up(c), alpha, beta, c.stream));
 }
 
 // HardSwish: x * HardSigmoid(x) with alpha = 1/6 (rounded to the compute dtype), beta = 0.5.
 std::vector<mx::array> TranslateHardSwish(const OpContext& c) {
+  if (auto y = ActivatedConvInput(c, 0, {Kind::kHardSwish, static_cast<float>(1.0 / 6.0), 0.5f})) return {*y};
   const mx::array x = Up(c);
   return Out(c, mx::multiply(x, HardSigmoid(x, 1.0 / 6.0, 0.5, c.stream), c.stream));
 }

@@ -300,6 +300,15 @@ OpContext PlanTrace::Context(const PlanNode& pn, bool fold, bool with_hints) {
                 fold ? host_stream_ : stream_);
   ctx.set_checks(check_sink_);                              // a body's checks join the enclosing partition's
   if (!fold && !parent_) ctx.set_in_place(&node_updates_);  // a body's values are no partition's outputs
+  if (!parent_) {  // a body's values may be read by the enclosing graph too: readers() unknown there
+    std::vector<size_t> readers;
+    for (const std::string& name : pn.node.inputs) {
+      const auto it = readers_.find(name);
+      const size_t as_output = std::count(plan_.output_names.begin(), plan_.output_names.end(), name);
+      readers.push_back(name.empty() ? 0 : (it == readers_.end() ? 0 : it->second) + as_output);
+    }
+    ctx.set_readers(std::move(readers));
+  }
   if (!pn.subplans.empty())
     ctx.set_subgraph_tracer([this, &pn](const std::string& attr, const std::vector<TracedValue>& in) {
       return TraceBody(pn, attr, in);

@@ -16,7 +16,8 @@ import pytest
 from onnx import helper
 
 import onnxruntime_ep_mlx as mlx_ep
-from harness import (NO_KERNEL, BF16, EP, assert_mlx_error, census_total, census_with_and_without, check_parity,
+from harness import (NO_KERNEL, BF16, EP, assert_mlx_error, census_of_tests, census_total, census_with_and_without,
+                     check_parity,
                      make_graph_model, make_model, mlx_device, node_model, run_cpu)
 from harness_bf16 import check_bf16
 
@@ -324,6 +325,68 @@ def test_conv_primitives():
     assert sum("ConvGemmCpu 2" in line for line in kernel) == 1, kernel  # test_mobilenet_block's
     assert not any(p in line for line in composed for p in ("DepthwiseConvCpu", "Im2ColCpu", "ConvGemmCpu")), composed
     assert sum(map(census_total, kernel)) + 10 < sum(map(census_total, composed)), (kernel, composed)
+
+
+# A Conv whose output only an activation reads: on MLX's CPU device the activation runs in the
+# convolution's task (src/ops/conv_activation.h), the values the composed forms give.
+CONV_ACTIVATIONS = {
+    "relu": ([("Relu", ["c"], {})], {}),
+    "leaky_relu": ([("LeakyRelu", ["c"], {"alpha": 0.1})], {}),
+    "hard_sigmoid": ([("HardSigmoid", ["c"], {"alpha": 0.3, "beta": 0.4})], {}),
+    "hard_swish": ([("HardSwish", ["c"], {})], {}),
+    "clip": ([("Clip", ["c", "lo", "hi"], {})], {"lo": np.float32(0), "hi": np.float32(6)}),
+    "clip_min": ([("Clip", ["c", "lo"], {})], {"lo": np.float32(-1.5)}),
+    "silu": ([("Sigmoid", ["c"], {}), ("Mul", ["c", "t0"], {})], {}),
+}
+# (X shape, W shape, bias, attributes): the column matrix's path, a pointwise product, two groups.
+CONV_FORMS = {"3x3": ((2, 4, 9, 8), (6, 4, 3, 3), True, {"pads": [1, 1, 1, 1], "strides": [2, 1]}),
+              "1x1": ((1, 6, 5, 7), (8, 6, 1, 1), True, {}),
+              "grouped": ((1, 4, 6, 6), (6, 2, 3, 3), False, {"group": 2})}
+
+
+def conv_activation_model(kind, form, also_output=False):
+    """(model, feeds): Conv (`form`) then the activation `kind`; `also_output`: the Conv's output
+    is a graph output too (a second reader)."""
+    rng = np.random.default_rng(5)
+    xs, ws, bias, attrs = CONV_FORMS[form]
+    x = rng.uniform(-2, 2, xs).astype(np.float32)
+    inits = {"w": rng.uniform(-1, 1, ws).astype(np.float32)}
+    if bias:
+        inits["b"] = rng.uniform(-1, 1, ws[0]).astype(np.float32)
+    act_nodes, consts = CONV_ACTIVATIONS[kind]
+    inits.update(consts)
+    nodes = [helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["c"], **attrs)]
+    for i, (op, inputs, a) in enumerate(act_nodes):
+        out = "y" if i == len(act_nodes) - 1 else f"t{i}"
+        nodes.append(helper.make_node(op, inputs, [out], **a))
+    outputs = [("y", np.float32, None)] + ([("c", np.float32, None)] if also_output else [])
+    return make_graph_model(nodes, [("x", np.float32, list(xs))], outputs, inits, OPSET), {"x": x}
+
+
+@pytest.mark.parametrize("form", CONV_FORMS)
+@pytest.mark.parametrize("kind", CONV_ACTIVATIONS)
+def test_conv_activation(kind, form):
+    check_parity(*conv_activation_model(kind, form))
+
+
+@pytest.mark.parametrize("kind", ["relu", "silu"])
+def test_conv_activation_with_another_reader(kind):
+    """The Conv's output is also a graph output: it stays a value of its own, the activation too."""
+    check_parity(*conv_activation_model(kind, "3x3", also_output=True))
+
+
+def test_conv_activation_primitives():
+    """On MLX's CPU device each Conv + activation above is one ConvGemmCpu a run and nothing else
+    (but the graph output's Contiguous, which the runner puts on every output); with a second
+    reader of the Conv's output the activation is a primitive of its own."""
+    if mlx_device() != "cpu":
+        pytest.skip("MLX's CPU device only (GPUs take mx::conv_general)")
+    cases = [f"test_conv_activation[{k}-{f}]" for k in CONV_ACTIVATIONS for f in CONV_FORMS]
+    census, _ = census_of_tests(__file__, cases)
+    assert len(census) == len(cases) and all(line.endswith("total 2: Contiguous 1, ConvGemmCpu 1") for line in census), census
+    shared = [f"test_conv_activation_with_another_reader[{k}]" for k in ("relu", "silu")]
+    census, _ = census_of_tests(__file__, shared)
+    assert len(census) == 2 and all("ConvGemmCpu 1" in line and census_total(line) > 3 for line in census), census
 
 
 # ---- declined and failing nodes ------------------------------------------------------------------
