@@ -200,7 +200,7 @@ int BlasThreadsFromEnv() {
   const long n = std::strtol(value.c_str(), &end, 10);
   if (end == value.c_str() || *end != '\0' || n < 1 || n > 1024) {
     LogLine(std::string(env::kBlasThreads) + "=" + value + " is not a thread count (1 or more); using " +
-            std::to_string(DefaultBlasThreads()),
+                std::to_string(DefaultBlasThreads()),
             LogSeverity::kWarning);
     return DefaultBlasThreads();
   }
@@ -282,8 +282,8 @@ bool SgemmRowsByColumns(int m, int n, int k, const float* a, int lda, const floa
 #endif
 }
 
-bool SgemmRowMajor(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta, float* c,
-                   int ldc) {
+bool SgemmRowMajor(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+                   float* c, int ldc) {
 #if defined(MLX_EP_HAVE_BLAS_SHIM)
   ConfigureBlasThreads();
   cblas_sgemm(101, 111, 111, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);

@@ -62,8 +62,8 @@ bool SgemmRowsByColumns(int m, int n, int k, const float* a, int lda, const floa
 
 /** c [m, n] (row stride ldc) = a [m, k] (row stride lda) @ b [k, n] (row stride ldb) + beta * c,
  *  float32, as SgemmRowsByColumns; false (nothing written) without the shim. */
-bool SgemmRowMajor(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta, float* c,
-                   int ldc);
+bool SgemmRowMajor(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
+                   float* c, int ldc);
 
 /** Products run in parts so far on the EP's worker pool (blas_pool.c), -1 without the shim. */
 int64_t BlasPoolBatches();

@@ -109,8 +109,8 @@ constexpr const char* kNormCpuKernel =
     "ONNXRUNTIME_EP_MLX_NORM_CPU_KERNEL";  // "0": row normalizations composed on the CPU
                                            // (normalization_cpu.h)
 constexpr const char* kConvCpuKernel =
-    "ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL";  // "0": depthwise convolutions and the column matrix
-                                           // composed on the CPU (ops/conv_*_cpu.cc)
+    "ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL";  // "0": convolutions composed on the CPU, no primitive
+                                           // of the EP's (ops/conv_*_cpu.cc) nor fused activation
 constexpr const char* kPoolCpuKernel =
     "ONNXRUNTIME_EP_MLX_POOL_CPU_KERNEL";  // "0": float32 MaxPool composed on the CPU (ops/pool_cpu.cc)
 constexpr const char* kRecurrentCpuKernel =

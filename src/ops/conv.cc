@@ -310,13 +310,14 @@ mx::array PadForNonFiniteWeights(const mx::array& xl, const mx::array& w, std::v
 /** The CPU path (ConvCpu) in compute dtype `ct`, plus the bias, rounded once to the node's type;
  *  `gemm_only` (a pointwise convolution): nullopt unless it is the one primitive of
  *  ConvGemmOnCpu (PointwiseConv's product is faster than the column matrix otherwise). */
-std::optional<mx::array> CpuConv(const OpContext& c, const mx::array& x, const mx::array& w, const ConvAttrs& a,
-                                 const ConvGeometry& g, mx::Dtype ct, bool gemm_only) {
+std::optional<mx::array> CpuConv(const OpContext& c, const mx::array& x, const mx::array& w,
+                                 const ConvAttrs& a, const ConvGeometry& g, mx::Dtype ct, bool gemm_only) {
   const mx::Stream s = c.stream;
   std::optional<mx::array> bias;
   if (c.has_input(2)) bias = Bias(c, w.shape(0), ct);
   const mx::array xc = mx::astype(x, ct, s), wc = mx::astype(w, ct, s);
-  std::optional<mx::array> y = gemm_only ? ConvGemmOnCpu(xc, wc, a.group, g, s, bias) : ConvCpu(xc, wc, a.group, g, s, bias);
+  std::optional<mx::array> y =
+      gemm_only ? ConvGemmOnCpu(xc, wc, a.group, g, s, bias) : ConvCpu(xc, wc, a.group, g, s, bias);
   if (!y) return std::nullopt;
   return mx::astype(*y, c.output_dtype(0), s);
 }

@@ -95,14 +95,15 @@ void WriteColumns(const float* x, const Im2Col2d& d, int64_t batch, int64_t chan
                   float* cols) {
   const int64_t kernel = static_cast<int64_t>(d.kernel_h) * d.kernel_w;
   const int64_t in_plane = d.in_h * d.in_w, rows_out = d.out_h * d.out_w, planes = batch * channels;
-  nbits_cpu::RunRanges(planes, planes * kernel * rows_out, kMinParallelValues, [&](int64_t begin, int64_t end) {
-    for (int64_t p = begin; p < end; ++p) {
-      float* plane_rows = cols + ((p / channels) * entry_rows + (p % channels) * kernel) * rows_out;
-      for (int ky = 0; ky < d.kernel_h; ++ky)
-        for (int kx = 0; kx < d.kernel_w; ++kx)
-          PlaneRow(x + p * in_plane, d, ky, kx, plane_rows + (ky * d.kernel_w + kx) * rows_out);
-    }
-  });
+  nbits_cpu::RunRanges(
+      planes, planes * kernel * rows_out, kMinParallelValues, [&](int64_t begin, int64_t end) {
+        for (int64_t p = begin; p < end; ++p) {
+          float* plane_rows = cols + ((p / channels) * entry_rows + (p % channels) * kernel) * rows_out;
+          for (int ky = 0; ky < d.kernel_h; ++ky)
+            for (int kx = 0; kx < d.kernel_w; ++kx)
+              PlaneRow(x + p * in_plane, d, ky, kx, plane_rows + (ky * d.kernel_w + kx) * rows_out);
+        }
+      });
 }
 
 class Im2ColCpu : public mx::UnaryPrimitive {
@@ -110,21 +111,21 @@ class Im2ColCpu : public mx::UnaryPrimitive {
   Im2ColCpu(mx::Stream stream, Im2Col2d d) : mx::UnaryPrimitive(stream), d_(d) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
-    DispatchCpuKernel(
-        name(), stream(), inputs, out, [d = d_](const std::vector<mx::array>& in, mx::array& y) {
-          const int64_t batch = in[0].shape(0), channels = in[0].shape(1);
-          const int64_t kernel = static_cast<int64_t>(d.kernel_h) * d.kernel_w;
-          const int64_t rows_out = d.out_h * d.out_w;
-          float* cols = y.data<float>();
-          // (N, G, C/G * K, O) is (N, C, K, O) in memory: channel c's K rows follow channel c - 1's
-          // (and a batch entry's rows end with the ones row when there is one).
-          const int64_t ones = d.ones_row ? 1 : 0, entry_rows = channels * kernel + ones;
-          WriteColumns(in[0].data<float>(), d, batch, channels, entry_rows, cols);
-          for (int64_t n = 0; n < batch && ones; ++n) {
-            float* row = cols + (n * entry_rows + channels * kernel) * rows_out;
-            std::fill(row, row + rows_out, 1.f);
-          }
-        });
+    DispatchCpuKernel(name(), stream(), inputs, out,
+                      [d = d_](const std::vector<mx::array>& in, mx::array& y) {
+                        const int64_t batch = in[0].shape(0), channels = in[0].shape(1);
+                        const int64_t kernel = static_cast<int64_t>(d.kernel_h) * d.kernel_w;
+                        const int64_t rows_out = d.out_h * d.out_w;
+                        float* cols = y.data<float>();
+                        // (N, G, C/G * K, O) is (N, C, K, O) in memory: channel c's K rows follow channel c -
+                        // 1's (and a batch entry's rows end with the ones row when there is one).
+                        const int64_t ones = d.ones_row ? 1 : 0, entry_rows = channels * kernel + ones;
+                        WriteColumns(in[0].data<float>(), d, batch, channels, entry_rows, cols);
+                        for (int64_t n = 0; n < batch && ones; ++n) {
+                          float* row = cols + (n * entry_rows + channels * kernel) * rows_out;
+                          std::fill(row, row + rows_out, 1.f);
+                        }
+                      });
   }
 
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
@@ -150,7 +151,8 @@ class Im2ColCpu : public mx::UnaryPrimitive {
 /** A float32 buffer of MLX's allocator (its cache) for the duration of a task. */
 class Scratch {
  public:
-  explicit Scratch(int64_t values) : data_(mx::allocator::malloc(static_cast<size_t>(values) * sizeof(float))) {}
+  explicit Scratch(int64_t values)
+      : data_(mx::allocator::malloc(static_cast<size_t>(values) * sizeof(float))) {}
   float* data() { return static_cast<float*>(data_.buffer().raw_ptr()); }
 
  private:
@@ -159,8 +161,8 @@ class Scratch {
 
 /** A 1x1 kernel reading every input position once: X's planes are the column matrix. */
 bool Pointwise(const Im2Col2d& d) {
-  return d.kernel_h == 1 && d.kernel_w == 1 && d.stride_h == 1 && d.stride_w == 1 && d.pad_h == 0 && d.pad_w == 0 &&
-         d.out_h == d.in_h && d.out_w == d.in_w;
+  return d.kernel_h == 1 && d.kernel_w == 1 && d.stride_h == 1 && d.stride_w == 1 && d.pad_h == 0 &&
+         d.pad_w == 0 && d.out_h == d.in_h && d.out_w == d.in_w;
 }
 
 /** `act` of n float32 values in place, as the composed forms compute it: MLX's float maximum(a, b)
@@ -209,34 +211,38 @@ class ConvGemmCpu : public mx::UnaryPrimitive {
       : mx::UnaryPrimitive(stream), d_(d), act_(act) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
-    DispatchCpuKernel(name(), stream(), inputs, out, [d = d_, act = act_](const std::vector<mx::array>& in, mx::array& y) {
-      const int64_t batch = in[0].shape(0), channels = in[0].shape(1), m = in[1].shape(0);
-      const int64_t cg = channels / d.groups, mg = m / d.groups, kernel = int64_t{d.kernel_h} * d.kernel_w;
-      const int64_t rows = cg * kernel, positions = d.out_h * d.out_w, in_plane = d.in_h * d.in_w;
-      const float* bias = in.size() > 2 ? in[2].data<float>() : nullptr;
-      const float* x = in[0].data<float>();
-      std::optional<Scratch> cols;  // every entry's column matrix, (N, C, K, O), then the products
-      if (!Pointwise(d)) {
-        cols.emplace(batch * channels * kernel * positions);
-        WriteColumns(x, d, batch, channels, channels * kernel, cols->data());
-      }
-      for (int64_t n = 0; n < batch; ++n)
-        for (int64_t g = 0; g < d.groups; ++g) {
-          // Group g's rows of entry n: its channels' planes, or their kernel positions' rows.
-          const int64_t first = n * channels + g * cg;
-          const float* b = cols ? cols->data() + first * kernel * positions : x + first * in_plane;
-          float* out_rows = y.data<float>() + (n * m + g * mg) * positions;
-          for (int64_t r = 0; bias && r < mg; ++r)
-            std::fill(out_rows + r * positions, out_rows + (r + 1) * positions, bias[g * mg + r]);
-          SgemmRowMajor(static_cast<int>(mg), static_cast<int>(positions), static_cast<int>(rows),
-                        in[1].data<float>() + g * mg * rows, static_cast<int>(rows), b,
-                        static_cast<int>(positions), bias ? 1.f : 0.f, out_rows, static_cast<int>(positions));
-          if (act.kind != ConvActivation::Kind::kNone)
-            nbits_cpu::RunRanges(
-                mg * positions, mg * positions, kMinParallelValues,
-                [&](int64_t begin, int64_t end) { ActivateRange(act, out_rows + begin, end - begin); }, /*grain=*/4096);
-        }
-    });
+    DispatchCpuKernel(
+        name(), stream(), inputs, out, [d = d_, act = act_](const std::vector<mx::array>& in, mx::array& y) {
+          const int64_t batch = in[0].shape(0), channels = in[0].shape(1), m = in[1].shape(0);
+          const int64_t cg = channels / d.groups, mg = m / d.groups,
+                        kernel = int64_t{d.kernel_h} * d.kernel_w;
+          const int64_t rows = cg * kernel, positions = d.out_h * d.out_w, in_plane = d.in_h * d.in_w;
+          const float* bias = in.size() > 2 ? in[2].data<float>() : nullptr;
+          const float* x = in[0].data<float>();
+          std::optional<Scratch> cols;  // every entry's column matrix, (N, C, K, O), then the products
+          if (!Pointwise(d)) {
+            cols.emplace(batch * channels * kernel * positions);
+            WriteColumns(x, d, batch, channels, channels * kernel, cols->data());
+          }
+          for (int64_t n = 0; n < batch; ++n)
+            for (int64_t g = 0; g < d.groups; ++g) {
+              // Group g's rows of entry n: its channels' planes, or their kernel positions' rows.
+              const int64_t first = n * channels + g * cg;
+              const float* b = cols ? cols->data() + first * kernel * positions : x + first * in_plane;
+              float* out_rows = y.data<float>() + (n * m + g * mg) * positions;
+              for (int64_t r = 0; bias && r < mg; ++r)
+                std::fill(out_rows + r * positions, out_rows + (r + 1) * positions, bias[g * mg + r]);
+              SgemmRowMajor(static_cast<int>(mg), static_cast<int>(positions), static_cast<int>(rows),
+                            in[1].data<float>() + g * mg * rows, static_cast<int>(rows), b,
+                            static_cast<int>(positions), bias ? 1.f : 0.f, out_rows,
+                            static_cast<int>(positions));
+              if (act.kind != ConvActivation::Kind::kNone)
+                nbits_cpu::RunRanges(
+                    mg * positions, mg * positions, kMinParallelValues,
+                    [&](int64_t begin, int64_t end) { ActivateRange(act, out_rows + begin, end - begin); },
+                    /*grain=*/4096);
+            }
+        });
   }
 
   void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
@@ -284,8 +290,9 @@ std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvG
   return mx::array(shape, mx::float32, std::make_shared<Im2ColCpu>(s, d), {x});
 }
 
-std::optional<mx::array> ConvGemmOnCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g,
-                                       mx::Stream s, const std::optional<mx::array>& bias) {
+std::optional<mx::array> ConvGemmOnCpu(const mx::array& x, const mx::array& w, int groups,
+                                       const ConvGeometry& g, mx::Stream s,
+                                       const std::optional<mx::array>& bias) {
   static const bool off = EnvOff(env::kConvCpuKernel);
   const std::optional<Geometry2d> g2 = As2d(x, g);
   if (off || !HaveSgemm() || !g2 || s.device != mx::Device(mx::Device::cpu) || x.dtype() != mx::float32 ||

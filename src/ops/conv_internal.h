@@ -88,8 +88,9 @@ std::optional<mx::array> Im2ColOnCpu(const mx::array& x, int groups, const ConvG
  *  MLX's CPU stream (ops/conv_im2col_cpu.cc): the column matrix and its product in the EP's BLAS
  *  (blas.h). nullopt elsewhere, without that BLAS (macOS: MLX's Accelerate) or with
  *  ONNXRUNTIME_EP_MLX_CONV_CPU_KERNEL=0. */
-std::optional<mx::array> ConvGemmOnCpu(const mx::array& x, const mx::array& w, int groups, const ConvGeometry& g,
-                                       mx::Stream s, const std::optional<mx::array>& bias = std::nullopt);
+std::optional<mx::array> ConvGemmOnCpu(const mx::array& x, const mx::array& w, int groups,
+                                       const ConvGeometry& g, mx::Stream s,
+                                       const std::optional<mx::array>& bias = std::nullopt);
 
 /** A 1-D or 2-D depthwise convolution (X (N, groups, *S), W (M, 1, *K), float32) as one primitive
  *  of the EP's on MLX's CPU stream (ops/conv_depthwise_cpu.cc), X unpadded, plus `bias` (M float32

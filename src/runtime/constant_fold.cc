@@ -139,7 +139,7 @@ size_t ConstantFolder::Fold(std::vector<mx::array>& outputs, const std::vector<m
     // One-element values stay: folded, each would be a leaf ScalarLeavesAsData hides behind
     // a Contiguous, more primitives than the fused kernels that compute them now.
     if (IsLeaf(slot) || !constants.IsConstant(slot)) return false;
-    if (slot.size() <= 1) return true;  // constant, left as it is: not walked into
+    if (slot.size() <= 1) return true;                             // constant, left as it is: not walked into
     if (auto r = replaced.find(slot.id()); r != replaced.end()) {  // met again below a larger value
       slot = r->second;
       return true;

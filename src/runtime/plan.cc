@@ -488,7 +488,8 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
   if (GemvWeightsFor(graph)) gemv_weights = MatmulOnlyWeights(graph);
   for (const auto& out : plan.output_names) gemv_weights.erase(out);
   const std::unordered_map<size_t, MatmulBias> biases = FindMatmulBiases(graph, plan.output_names);
-  const std::unordered_map<size_t, MergedColumns> merged = AddMergedWeights(plan, graph, gemv_weights, biases);
+  const std::unordered_map<size_t, MergedColumns> merged =
+      AddMergedWeights(plan, graph, gemv_weights, biases);
   // The Adds whose MatMul may add their bias (a merged one only with its group's biases).
   std::unordered_map<size_t, std::string> bias_added_to;
   for (const auto& [mm, b] : biases)

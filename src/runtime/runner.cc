@@ -14,8 +14,8 @@
 #include "runtime/memory.h"
 #include "runtime/mlx_thread.h"
 #include "runtime/precision.h"
-#include "runtime/runner_internal.h"
 #include "runtime/reshape_chains.h"
+#include "runtime/runner_internal.h"
 #include "runtime/scalars.h"
 
 namespace mlx_ep {

@@ -35,7 +35,7 @@ TEST(ReshapeChains, AChainBackToItsInputsShapeIsItsInput) {
   std::vector<mx::array> outputs = {mx::matmul(mx::ones({3, 4}), back), back};
   EXPECT_EQ(CollapseReshapeChains(outputs), 2u);
   EXPECT_EQ(outputs[0].inputs()[1].id(), product.id());  // read directly
-  EXPECT_TRUE(IsReshape(outputs[1]));                     // an output stays an output
+  EXPECT_TRUE(IsReshape(outputs[1]));                    // an output stays an output
   EXPECT_TRUE(mx::array_equal(outputs[0], mx::full({2, 3, 16}, 32.f)).item<bool>());
   EXPECT_TRUE(mx::array_equal(outputs[1], mx::full({2, 4, 16}, 8.f)).item<bool>());
 }
