@@ -186,7 +186,10 @@ size_t ConstantFolder::Fold(std::vector<mx::array>& outputs, const std::vector<m
       if (std::string_view(f.primitive().name()) == "Broadcast")
         for (mx::array& in : f.inputs()) note(in);
       continue;
-    } else if (leaf_bytes >= kMinLeafBytes || reads_held) {
+    } else if (leaf_bytes >= kMinLeafBytes || (reads_held && f.nbytes() <= leaf_bytes)) {
+      // Under 4 KiB only views and joins of what the plan holds (a weight's reshape, its bias
+      // column): a held scalar broadcast to an input's shape would be one fold per shape, and
+      // would stop being a one-element leaf that compiled functions take as an input.
       record.value = f;  // evaluated below, in place: the slots already refer to it
       record.last_used = call;
       to_eval.push_back(f);

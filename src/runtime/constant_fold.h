@@ -50,8 +50,9 @@ class ConstantFolder {
    *  is an output: in place, or as the value an equal subgraph of an earlier trace got. A value
    *  of more than twice the bytes of the constants it reads (a dequantized weight: memory, not
    *  time; a weight broadcast over the batch for a product) stays, and what it reads is folded
-   *  instead. Skips values that read none of the held arrays and under 4 KiB of constants
-   *  (shape arithmetic, which follows the shapes) and subgraphs with multi-output primitives.
+   *  instead. Skips values of under 4 KiB of constants (shape arithmetic, which follows the
+   *  shapes) but those that read a held array and are no larger than what they read, and
+   *  subgraphs with multi-output primitives.
    *  Returns the primitives folded (fresh evaluations and reuses). */
   size_t Fold(std::vector<mx::array>& outputs, const std::vector<mx::array>& inputs);
 

@@ -52,11 +52,22 @@ TEST(ConstantFold, FoldsWhatReadsAHeldArrayHoweverSmall) {
   const mx::array other = mx::ones({8, 8});  // a constant the trace made
   const mx::array y = mx::ones({8, 8});
   mx::eval({bias, other, y});
-  ConstantFolder folder({bias.id()});
-  std::vector<mx::array> outputs = {mx::add(y, mx::transpose(bias)), mx::add(y, mx::transpose(other))};
-  EXPECT_EQ(folder.Fold(outputs, {y}), 1u);
+  const mx::array scale = mx::arange(8.f);  // held too, broadcast to the input's shape
+  const mx::array three = mx::array({3.f}), z = mx::ones({2});  // a held scalar, another input
+  mx::eval({scale, three, z});
+  ConstantFolder folder({bias.id(), scale.id(), three.id()});
+  std::vector<mx::array> outputs = {mx::add(y, mx::transpose(bias)), mx::add(y, mx::transpose(other)),
+                                    mx::multiply(y, mx::broadcast_to(mx::reshape(scale, {8, 1}), {8, 8})),
+                                    mx::add(z, mx::broadcast_to(three, {2}))};
+  EXPECT_EQ(folder.Fold(outputs, {y, z}), 2u);  // the Transpose, and the Reshape below the Broadcast
   EXPECT_TRUE(outputs[0].inputs()[1].is_available());
   EXPECT_FALSE(outputs[1].inputs()[1].is_available());
+  // A fold per input shape otherwise: the broadcast stays, what it reads folds.
+  EXPECT_FALSE(outputs[2].inputs()[1].is_available());
+  EXPECT_TRUE(outputs[2].inputs()[1].inputs()[0].is_available());
+  // A held scalar broadcast to an input's shape stays a scalar that compiled functions take as an
+  // input (runtime/scalars.h), not a fold per shape.
+  EXPECT_FALSE(outputs[3].inputs()[1].is_available());
 }
 
 /** A trace of a batched product with a weight and its bias column concatenated (ConvCpu's form):
