@@ -102,6 +102,13 @@ mx::array DepthwiseSum(const mx::array& xp, const mx::array& w, int groups, cons
 
 }  // namespace
 
+mx::Shape OutputShape2d(const Geometry2d& d, int batch, int channels) {
+  mx::Shape shape = {batch, channels};
+  if (d.spatial_dims == 2) shape.push_back(static_cast<int>(d.out_h));
+  shape.push_back(static_cast<int>(d.out_w));
+  return shape;
+}
+
 std::optional<Geometry2d> As2d(const mx::array& x, const ConvGeometry& g) {
   const size_t nd = g.kernel.size();
   if (nd != 1 && nd != 2) return std::nullopt;

@@ -155,10 +155,7 @@ class DepthwiseConvCpu : public mx::UnaryPrimitive {
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
-    mx::Shape shape = {inputs[0].shape(0), inputs[1].shape(0)};
-    if (d_.spatial_dims == 2) shape.push_back(static_cast<int>(d_.out_h));
-    shape.push_back(static_cast<int>(d_.out_w));
-    return {shape};
+    return {OutputShape2d(d_, inputs[0].shape(0), inputs[1].shape(0))};
   }
 
  private:

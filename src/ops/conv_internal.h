@@ -73,6 +73,10 @@ struct Geometry2d {
 /** `g` over X (N, C, *S) as Geometry2d; nullopt for 3-D convolutions. */
 std::optional<Geometry2d> As2d(const mx::array& x, const ConvGeometry& g);
 
+/** The output shape (N, M, *O) of a convolution of geometry `d`: O is (out_h, out_w), or (out_w)
+ *  for a 1-D one. */
+mx::Shape OutputShape2d(const Geometry2d& d, int batch, int channels);
+
 /** The column matrix (N, G, C/G * prod(K), prod(O)) of a 1-D or 2-D convolution of float32 X
  *  (N, C, *S), the padding as zeros, as one primitive of the EP's on MLX's CPU stream
  *  (ops/conv_im2col_cpu.cc; row (c, ky, kx) of a group holds input channel c at kernel position
