@@ -9,10 +9,12 @@
 // for stride 1 and a strided one otherwise, zeros where the window reads the padding.
 //
 // Where the EP reaches BLAS itself (blas.h, HaveSgemm), the convolution is one primitive: the
-// column matrix of a batch entry and group (or X itself for a pointwise convolution) into a
-// scratch buffer and its product with W's rows into Y's channels-first rows. The composed form
-// was four to six primitives a convolution (the column matrix, W's broadcast over the batch, the
-// product, the reshapes around it), each a task on MLX's CPU stream every run.
+// column matrices into a scratch buffer (none for a pointwise convolution: X's planes are its
+// rows), their products with W's rows into Y's channels-first rows, and the activation that
+// alone reads the output (conv_activation.h) on each block of rows just written. The composed
+// form was four to six primitives a convolution (the column matrix, W's broadcast over the batch,
+// the product, the reshapes around it) and one for the activation, each a task on MLX's CPU
+// stream every run.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -117,8 +119,8 @@ class Im2ColCpu : public mx::UnaryPrimitive {
                         const int64_t kernel = static_cast<int64_t>(d.kernel_h) * d.kernel_w;
                         const int64_t rows_out = d.out_h * d.out_w;
                         float* cols = y.data<float>();
-                        // (N, G, C/G * K, O) is (N, C, K, O) in memory: channel c's K rows follow channel c -
-                        // 1's (and a batch entry's rows end with the ones row when there is one).
+                        // (N, G, C/G * K, O) is (N, C, K, O) in memory, a batch entry's rows
+                        // ending with the ones row when there is one.
                         const int64_t ones = d.ones_row ? 1 : 0, entry_rows = channels * kernel + ones;
                         WriteColumns(in[0].data<float>(), d, batch, channels, entry_rows, cols);
                         for (int64_t n = 0; n < batch && ones; ++n) {
