@@ -133,14 +133,16 @@ size_t ConstantFolder::Fold(std::vector<mx::array>& outputs, const std::vector<m
   // The frontier: constant arrays with a primitive that a non-constant array reads, or outputs;
   // with every place that refers to each (to swap in an earlier trace's value).
   std::unordered_map<std::uintptr_t, std::vector<mx::array*>> uses;
-  std::unordered_map<std::uintptr_t, mx::array> replaced;  // frontier values an earlier trace's replaced
+  std::unordered_map<std::uintptr_t, mx::array> replaced;  // by id: the earlier trace's value for it
   std::vector<mx::array> frontier;
   auto note = [&](mx::array& slot) {
     // One-element values stay: folded, each would be a leaf ScalarLeavesAsData hides behind
     // a Contiguous, more primitives than the fused kernels that compute them now.
     if (IsLeaf(slot) || !constants.IsConstant(slot)) return false;
-    if (slot.size() <= 1) return true;                             // constant, left as it is: not walked into
-    if (auto r = replaced.find(slot.id()); r != replaced.end()) {  // met again below a larger value
+    // A one-element constant is left as it is, not walked into.
+    if (slot.size() <= 1) return true;
+    // Met again below a Broadcast after an earlier trace's value replaced it.
+    if (auto r = replaced.find(slot.id()); r != replaced.end()) {
       slot = r->second;
       return true;
     }
