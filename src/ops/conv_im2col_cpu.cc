@@ -168,7 +168,8 @@ bool Pointwise(const Im2Col2d& d) {
 }
 
 /** `act` of n float32 values in place, as the composed forms compute it: MLX's float maximum(a, b)
- *  is `isnan(a) ? a : (a > b ? a : b)`, minimum the same with `<`; Clip's bounds are not NaN. */
+ *  is `isnan(a) ? a : (a > b ? a : b)`, minimum the same with `<`; Clip's bounds are not NaN.
+ *  (This file is built without floating-point contraction: no fused multiply-adds.) */
 MLX_EP_CLONES void ActivateRange(const ConvActivation& act, float* y, int64_t n) {
   using Kind = ConvActivation::Kind;
   auto hard_sigmoid = [&](float v) {
