@@ -119,11 +119,12 @@ constexpr int64_t kMinParallelWork = 1 << 16;
 
 class DepthwiseConvCpu : public mx::UnaryPrimitive {
  public:
-  DepthwiseConvCpu(mx::Stream stream, Depthwise2d d) : mx::UnaryPrimitive(stream), d_(d) {}
+  DepthwiseConvCpu(mx::Stream stream, Depthwise2d d, ConvActivation act = {})
+      : mx::UnaryPrimitive(stream), d_(d), act_(act) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     DispatchCpuKernel(
-        name(), stream(), inputs, out, [d = d_](const std::vector<mx::array>& in, mx::array& y) {
+        name(), stream(), inputs, out, [d = d_, act = act_](const std::vector<mx::array>& in, mx::array& y) {
           const int64_t batch = in[0].shape(0), channels = in[0].shape(1), m = y.shape(1);
           const int64_t in_plane = d.in_h * d.in_w, out_plane = d.out_h * d.out_w;
           const int kernel = d.kernel_h * d.kernel_w;
@@ -131,16 +132,16 @@ class DepthwiseConvCpu : public mx::UnaryPrimitive {
           const float* bias = d.bias ? in[2].data<float>() : nullptr;
           float* dst = y.data<float>();
           const int64_t planes = batch * m;
-          nbits_cpu::RunRanges(planes, planes * out_plane * kernel, kMinParallelWork,
-                               [&](int64_t begin, int64_t end) {
-                                 for (int64_t p = begin; p < end; ++p) {
-                                   const int64_t n = p / m, oc = p % m;
-                                   float* out = dst + p * out_plane;
-                                   Plane(x + (n * channels + oc / d.channels_per_group) * in_plane,
-                                         w + oc * kernel, d, out);
-                                   if (bias) AddToPlane(out, out_plane, bias[oc]);
-                                 }
-                               });
+          nbits_cpu::RunRanges(
+              planes, planes * out_plane * kernel, kMinParallelWork, [&](int64_t begin, int64_t end) {
+                for (int64_t p = begin; p < end; ++p) {
+                  const int64_t n = p / m, oc = p % m;
+                  float* out = dst + p * out_plane;
+                  Plane(x + (n * channels + oc / d.channels_per_group) * in_plane, w + oc * kernel, d, out);
+                  if (bias) AddToPlane(out, out_plane, bias[oc]);
+                  if (act.kind != ConvActivation::Kind::kNone) ActivateValues(act, out, out_plane);
+                }
+              });
         });
   }
 
@@ -151,8 +152,12 @@ class DepthwiseConvCpu : public mx::UnaryPrimitive {
   const char* name() const override { return "DepthwiseConvCpu"; }
 
   bool is_equivalent(const mx::Primitive& other) const override {
-    return d_ == static_cast<const DepthwiseConvCpu&>(other).d_;
+    const auto& o = static_cast<const DepthwiseConvCpu&>(other);
+    return d_ == o.d_ && act_ == o.act_;
   }
+
+  const Depthwise2d& geometry() const { return d_; }
+  const ConvActivation& activation() const { return act_; }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
     return {OutputShape2d(d_, inputs[0].shape(0), inputs[1].shape(0))};
@@ -160,6 +165,7 @@ class DepthwiseConvCpu : public mx::UnaryPrimitive {
 
  private:
   Depthwise2d d_;
+  ConvActivation act_;  // applied to each finished plane (conv_activation.h)
 };
 
 }  // namespace
@@ -184,6 +190,14 @@ std::optional<mx::array> DepthwiseConvOnCpu(const mx::array& x, const mx::array&
   if (bias) inputs.push_back(*bias);
   return mx::array(std::move(shape), mx::float32, std::make_shared<DepthwiseConvCpu>(s, d),
                    std::move(inputs));
+}
+
+std::optional<mx::array> ActivatedDepthwiseConv(const mx::array& x, const ConvActivation& act) {
+  if (!x.has_primitive() || x.is_available()) return std::nullopt;
+  auto* conv = dynamic_cast<DepthwiseConvCpu*>(&x.primitive());
+  if (!conv || conv->activation().kind != ConvActivation::Kind::kNone) return std::nullopt;
+  auto primitive = std::make_shared<DepthwiseConvCpu>(conv->stream(), conv->geometry(), act);
+  return mx::array(x.shape(), mx::float32, std::move(primitive), x.inputs());
 }
 
 }  // namespace conv_util

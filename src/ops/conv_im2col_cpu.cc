@@ -314,10 +314,13 @@ std::optional<mx::array> ConvGemmOnCpu(const mx::array& x, const mx::array& w, i
 
 }  // namespace conv_util
 
+void ActivateValues(const ConvActivation& act, float* y, int64_t n) { conv_util::ActivateRange(act, y, n); }
+
 std::optional<mx::array> ActivatedConv(const mx::array& x, const ConvActivation& act) {
   if (!x.has_primitive() || x.is_available()) return std::nullopt;
   auto* conv = dynamic_cast<conv_util::ConvGemmCpu*>(&x.primitive());
-  if (!conv || conv->activation().kind != ConvActivation::Kind::kNone) return std::nullopt;
+  if (!conv) return conv_util::ActivatedDepthwiseConv(x, act);
+  if (conv->activation().kind != ConvActivation::Kind::kNone) return std::nullopt;
   auto primitive = std::make_shared<conv_util::ConvGemmCpu>(conv->stream(), conv->geometry(), act);
   return mx::array(x.shape(), mx::float32, std::move(primitive), x.inputs());
 }

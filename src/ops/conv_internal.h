@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/conv_activation.h"
 #include "ops/op.h"
 #include "ops/registry.h"
 
@@ -103,6 +104,10 @@ std::optional<mx::array> ConvGemmOnCpu(const mx::array& x, const mx::array& w, i
 std::optional<mx::array> DepthwiseConvOnCpu(const mx::array& x, const mx::array& w, int groups,
                                             const ConvGeometry& g, mx::Stream s,
                                             const std::optional<mx::array>& bias = std::nullopt);
+
+/** `x` (a DepthwiseConvOnCpu output still to evaluate, without an activation) with `act` applied
+ *  in the primitive's task (conv_activation.h); nullopt for any other array. */
+std::optional<mx::array> ActivatedDepthwiseConv(const mx::array& x, const ConvActivation& act);
 
 /** The dtype a node computes in: float32 for float16/bfloat16 nodes with a bias (conv + bias then
  *  round once, as ORT's float kernels do), else the input dtype (MLX's convolution accumulates in

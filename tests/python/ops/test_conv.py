@@ -338,10 +338,12 @@ CONV_ACTIVATIONS = {
     "clip_min": ([("Clip", ["c", "lo"], {})], {"lo": np.float32(-1.5)}),
     "silu": ([("Sigmoid", ["c"], {}), ("Mul", ["c", "t0"], {})], {}),
 }
-# (X shape, W shape, bias, attributes): the column matrix's path, a pointwise product, two groups.
+# (X shape, W shape, bias, attributes): the column matrix's path, a pointwise product, two groups,
+# a depthwise convolution (DepthwiseConvCpu applies the activation to each finished plane).
 CONV_FORMS = {"3x3": ((2, 4, 9, 8), (6, 4, 3, 3), True, {"pads": [1, 1, 1, 1], "strides": [2, 1]}),
               "1x1": ((1, 6, 5, 7), (8, 6, 1, 1), True, {}),
-              "grouped": ((1, 4, 6, 6), (6, 2, 3, 3), False, {"group": 2})}
+              "grouped": ((1, 4, 6, 6), (6, 2, 3, 3), False, {"group": 2}),
+              "depthwise": ((2, 4, 7, 9), (4, 1, 3, 3), True, {"group": 4, "pads": [1, 1, 1, 1]})}
 
 
 def conv_activation_model(kind, form, also_output=False):
@@ -376,14 +378,16 @@ def test_conv_activation_with_another_reader(kind):
 
 
 def test_conv_activation_primitives():
-    """On MLX's CPU device each Conv + activation above is one ConvGemmCpu a run and nothing else
-    (but the graph output's Contiguous, which the runner puts on every output); with a second
-    reader of the Conv's output the activation is a primitive of its own."""
+    """On MLX's CPU device each Conv + activation above is one ConvGemmCpu (or DepthwiseConvCpu) a
+    run and nothing else (but the graph output's Contiguous, which the runner puts on every
+    output); with a second reader of the Conv's output the activation is a primitive of its own."""
     if mlx_device() != "cpu":
         pytest.skip("MLX's CPU device only (GPUs take mx::conv_general)")
     cases = [f"test_conv_activation[{k}-{f}]" for k in CONV_ACTIVATIONS for f in CONV_FORMS]
     census, _ = census_of_tests(__file__, cases)
-    assert len(census) == len(cases) and all(line.endswith("total 2: Contiguous 1, ConvGemmCpu 1") for line in census), census
+    alone = [f"total 2: Contiguous 1, {p} 1" for p in ("ConvGemmCpu", "DepthwiseConvCpu")]
+    assert len(census) == len(cases) and all(line.endswith(tuple(alone)) for line in census), census
+    assert sum(line.endswith(alone[1]) for line in census) == len(CONV_ACTIVATIONS), census
     shared = [f"test_conv_activation_with_another_reader[{k}]" for k in ("relu", "silu")]
     census, _ = census_of_tests(__file__, shared)
     assert len(census) == 2 and all("ConvGemmCpu 1" in line and census_total(line) > 3 for line in census), census
