@@ -304,8 +304,7 @@ OpContext PlanTrace::Context(const PlanNode& pn, bool fold, bool with_hints) {
     std::vector<size_t> readers;
     for (const std::string& name : pn.node.inputs) {
       const auto it = readers_.find(name);
-      const size_t as_output = std::count(plan_.output_names.begin(), plan_.output_names.end(), name);
-      readers.push_back(name.empty() ? 0 : (it == readers_.end() ? 0 : it->second) + as_output);
+      readers.push_back(name.empty() || it == readers_.end() ? 0 : it->second);
     }
     ctx.set_readers(std::move(readers));
   }
@@ -338,7 +337,7 @@ void PlanTrace::AcceptInPlace(const PlanNode& pn, const std::vector<mx::array>& 
   auto in_it = std::find(inputs.begin(), inputs.end(), in_name);
   if (out_name.empty() || out_it == outputs.end() ||
       std::count(outputs.begin(), outputs.end(), out_name) != 1 || in_it == inputs.end() ||
-      readers_[in_name] != 1 || std::count(outputs.begin(), outputs.end(), in_name))
+      readers_[in_name] != 1)  // this node's read only: no other node's, not a partition output
     return;
   const mx::array &out = outs[u.output], in = *Array(in_name);
   const int rank = static_cast<int>(out.ndim());

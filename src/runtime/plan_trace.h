@@ -45,6 +45,7 @@ class PlanTrace {
     for (const auto& out : plan.output_names) last_use_[out] = plan.nodes.size();  // never released
     for (const PlanNode& pn : plan.nodes)
       for (const auto& in : pn.node.AllInputs()) ++readers_[in];
+    for (const auto& out : plan.output_names) ++readers_[out];  // ORT reads a partition output
   }
 
   // A body's inputs: arrays and, where the enclosing translation knows them, host values.
@@ -166,7 +167,7 @@ class PlanTrace {
   std::vector<RuntimeCheck>* check_sink_;    // &checks_, or the enclosing trace's (a body's)
   std::vector<InPlaceUpdate> node_updates_;  // the running node's declarations
   std::vector<std::pair<InPlaceOutput, InPlaceUpdate>> in_place_;  // accepted ones, for Outputs()
-  std::unordered_map<std::string, size_t> readers_;                // value -> how many node inputs read it
+  std::unordered_map<std::string, size_t> readers_;  // value -> node inputs that read it, + 1 a partition output
   std::unordered_map<std::string, mx::array> values_;
   std::unordered_map<std::string, mx::array> merged_products_;  ///< by merged weight
   std::set<std::string> merged_biased_;  ///< merged weights whose product has the group's biases
