@@ -270,28 +270,33 @@ bool HaveSgemm() {
 #endif
 }
 
-bool SgemmRowsByColumns(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
-                        int ldc) {
+namespace {
+
+/** Row-major cblas_sgemm with A as stored and B as stored (111) or transposed (112), through the
+ *  shim; false without it. */
+bool RowMajorSgemm(int trans_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                   float beta, float* c, int ldc) {
 #if defined(MLX_EP_HAVE_BLAS_SHIM)
   ConfigureBlasThreads();
-  cblas_sgemm(101, 111, 112, m, n, k, 1.f, a, lda, b, ldb, 0.f, c, ldc);
+  cblas_sgemm(101, 111, trans_b, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
   return true;
 #else
-  (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)c, (void)ldc;
+  (void)trans_b, (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)beta, (void)c,
+      (void)ldc;
   return false;
 #endif
 }
 
+}  // namespace
+
+bool SgemmRowsByColumns(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float* c,
+                        int ldc) {
+  return RowMajorSgemm(112, m, n, k, a, lda, b, ldb, 0.f, c, ldc);
+}
+
 bool SgemmRowMajor(int m, int n, int k, const float* a, int lda, const float* b, int ldb, float beta,
                    float* c, int ldc) {
-#if defined(MLX_EP_HAVE_BLAS_SHIM)
-  ConfigureBlasThreads();
-  cblas_sgemm(101, 111, 111, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc);
-  return true;
-#else
-  (void)m, (void)n, (void)k, (void)a, (void)lda, (void)b, (void)ldb, (void)beta, (void)c, (void)ldc;
-  return false;
-#endif
+  return RowMajorSgemm(111, m, n, k, a, lda, b, ldb, beta, c, ldc);
 }
 
 int64_t BlasPoolBatches() {
