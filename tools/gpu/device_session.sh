@@ -320,6 +320,10 @@ run_step() {
           [ -n "${KERNELS_INPUTS_AB:-}" ] && BENCH_INPUTS_ON_DEVICE=1 timeout "${KERNELS_TIMEOUT:-300}" $PY \
             "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" \
             --json "$R/kernel_times_${v}_${k}_inputs_on_device.json" 2>&1 | tee -a "$R/kernel_times.log"
+          # KERNELS_PROMPT=512: a prefill of that many tokens (no past): where its time goes
+          [ -n "${KERNELS_PROMPT:-}" ] && timeout "${KERNELS_TIMEOUT:-300}" $PY \
+            "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" --past 0 --new "$KERNELS_PROMPT" \
+            --json "$R/kernel_times_${v}_${k}_prompt$KERNELS_PROMPT.json" 2>&1 | tee -a "$R/kernel_times.log"
         done
         [ -n "${KERNELS_BERT-1}" ] && timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" bert \
           --via "$v" --json "$R/kernel_times_${v}_bert.json" 2>&1 | tee -a "$R/kernel_times.log"

@@ -186,7 +186,7 @@ def summary(kernels, runs):
 def child(args):
     """Inside ncu: warm up unprofiled, time --iters runs unprofiled, then profile --runs runs."""
     from kernel_census import model_run, timed_runs
-    run = model_run(args.what, args.model, args.past)
+    run = model_run(args.what, args.model, args.past, args.new)
     times = timed_runs(run, args.warmup, args.iters)
     rt = cudart()
     rt.cudaDeviceSynchronize()
@@ -206,7 +206,7 @@ def timeline(args):
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from kernel_census import model_run, timed_runs
-    run = model_run(args.what, args.model, args.past)
+    run = model_run(args.what, args.model, args.past, args.new)
     times = timed_runs(run, args.warmup, args.iters)
     torch.cuda.synchronize()
     walls = []
@@ -266,7 +266,7 @@ def parent(args):
     cmd = [ncu, "--profile-from-start", "off", "--cache-control", "none", "--clock-control", "none",
            "--metrics", METRIC, "--csv", "--page", "raw", "--print-units", "base", sys.executable, __file__,
            args.what, "--child", "--runs", str(args.runs), "--warmup", str(args.warmup), "--iters",
-           str(args.iters), "--past", str(args.past)] + (["--model", args.model] if args.model else [])
+           str(args.iters), "--past", str(args.past), "--new", str(args.new)] + (["--model", args.model] if args.model else [])
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     step = next((json.loads(line[5:]) for line in p.stdout.splitlines() if line.startswith("STEP ")), None)
@@ -287,6 +287,7 @@ def main():
     ap.add_argument("what", choices=["bert", "llm"])
     ap.add_argument("--model", help="genai model directory (llm)")
     ap.add_argument("--past", type=int, default=1024)
+    ap.add_argument("--new", type=int, default=1, help="tokens a run (llm; 512 with --past 0: a prefill)")
     ap.add_argument("--runs", type=int, default=2, help="profiled runs (the sums are per run)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20, help="unprofiled runs timed before the profile")
