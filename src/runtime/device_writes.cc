@@ -64,23 +64,27 @@ mx::array Launch(const mx::array& dst, const mx::array& src, const mx::array& of
 }
 
 // The same copy for n blocks, block b in blockIdx.y (one launch). The generated source names
-// its inputs src<b>, off<b>, dst<b> (MLX's kernels take named inputs, not arrays of them);
+// its inputs src<b>, off<b>, dst<b> (MLX's kernels take named inputs, not arrays of them) and
+// picks block b's three with a switch: arrays of the n pointers indexed by blockIdx.y lived in
+// each thread's stack (24 bytes a block, 1 KiB for a decode step's 44, written by every thread
+// before its copy), which made a 512-token prompt's write of 11 MB take 2.2 ms on an H100.
 // params holds each block's six values.
 std::string AllRowsIntoSource(int n) {
-  std::string srcs, offs, dsts;
+  std::string cases;
   for (int b = 0; b < n; ++b) {
-    const std::string i = std::to_string(b), sep = b ? ", " : "";
-    srcs += sep + "src" + i;
-    offs += sep + "off" + i;
-    dsts += sep + "dst" + i;
+    const std::string i = std::to_string(b);
+    cases += "    case " + i + ": src = src" + i + "; offsets = off" + i + "; out = const_cast<T*>(dst" + i +
+             "); break;\n";
   }
-  return "  const T* srcs[] = {" + srcs + "};\n  const int32_t* offs[] = {" + offs +
-         "};\n  const T* dsts[] = {" + dsts + "};\n" + R"(
+  return R"(
   const int b = blockIdx.y;
   const int64_t* p = params + 6 * b;
-  const T* src = srcs[b];
-  const int32_t* offsets = offs[b];
-  T* out = const_cast<T*>(dsts[b]);
+  const T* src = nullptr;
+  const int32_t* offsets = nullptr;
+  T* out = nullptr;
+  switch (b) {
+)" + cases + R"(    default: return;
+  }
 )" + kBlockCopySource;
 }
 

@@ -80,6 +80,18 @@ inline std::map<std::string, int> KernelRegisters(const std::string& name) {
   return registers;
 }
 
+/** After a compile of ScratchDir(name)'s kernels: each kernel's stack frame in bytes, by its name
+ *  as in KernelRegisters (ptxas's "N bytes stack frame"): arrays a kernel indexes at run time
+ *  live there, in memory each thread writes and reads. */
+inline std::map<std::string, int> KernelStackBytes(const std::string& name) {
+  std::map<std::string, int> bytes;
+  const std::string log = ReadFile(ScratchDir(name) / "run.txt");
+  const std::regex entry(R"(Function properties for _ZN3mlx4core2cu\d+(\w+?)E\S*\s+ptxas\s+\.\s+(\d+) bytes stack frame)");
+  for (std::sregex_iterator it(log.begin(), log.end(), entry), end; it != end; ++it)
+    bytes[(*it)[1].str()] = std::stoi((*it)[2].str());
+  return bytes;
+}
+
 /** `kernels` (MlxKernelsBegin ... kMlxKernelsEnd) compiled as MLX's CUDA backend compiles a
  *  custom kernel on the GPU (mlx/backend/cuda/jit_module.cpp: NVRTC, no host headers,
  *  --device-as-default-execution-space, CUDA's and CCCL's headers, the SASS of the H100/H200's

@@ -117,8 +117,9 @@ def test_skip_low_precision(op, shapes, dtype):
 def test_skip_low_precision_with_sum(op, dtype):
     """float16/bfloat16 with the sum as an output and the statistics unused: the form GPUs take as
     one kernel of the EP's (ops/test_fused_gpu_paths.py::test_norm_kernel reads this test's graph;
-    test_skip_low_precision's first model outputs the statistics, which that kernel leaves)."""
-    parity(*skip_case(op, (2, 5, 64), (5, 64), outputs=("y", "", "", "sum"), dtype=dtype), dtype)
+    test_skip_low_precision's first model outputs the statistics, which that kernel leaves, and its
+    skip is broadcast over the batch, which it leaves too: the skip here has the input's shape)."""
+    parity(*skip_case(op, (2, 5, 64), (2, 5, 64), outputs=("y", "", "", "sum"), dtype=dtype), dtype)
 
 
 def as_constants(model, feeds, names):
