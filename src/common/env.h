@@ -82,8 +82,8 @@ constexpr const char* kDecodeAttention =
                                             // (default): the whole decode step as one custom
                                             // CUDA kernel (attention_gqa_cuda.cc)
 constexpr const char* kDecodeThreads =
-    "ONNXRUNTIME_EP_MLX_DECODE_THREADS";  // "256" or "512": the decode-step kernel's block (default
-                                          // 128; attention_gqa_cuda.cc), an A/B
+    "ONNXRUNTIME_EP_MLX_DECODE_THREADS";  // "128" or "256": the decode-step kernel's block (default
+                                          // 512 since the twenty-seventh session; attention_gqa_cuda.cc)
 constexpr const char* kNbitsPrefill =
     "ONNXRUNTIME_EP_MLX_NBITS_PREFILL";  // "split" (default), "half" or "float32": ops/quantized.cc
 constexpr const char* kNbitsKernel =

@@ -53,15 +53,18 @@ constexpr int kMaxKeys = 8192;  // 32 KiB of float scores in static shared memor
 constexpr int kMaxHeadSize = 128;
 constexpr int kMaxSharedBytes = 48 * 1024;  // static shared memory a block may declare
 
-/** A block's threads (NT): 128, or ONNXRUNTIME_EP_MLX_DECODE_THREADS (256 or 512; an A/B): more
- *  past rows in flight a block, where a step launches only B x H blocks (32 of an H100's 132
- *  SMs at batch 1: the kernel read its 1 MB of KV a layer at ~24 GB/s, 42 us, on the twenty-second
- *  session's timeline). Not 1024: the kernel takes up to 94 registers a thread on sm_90a, and a
- *  block of 1024 such threads would not launch (65,536 a block; gqa_decode_kernel_test.cc). */
+/** A block's threads (NT): 512, or ONNXRUNTIME_EP_MLX_DECODE_THREADS=128 or 256. A step launches
+ *  only B x H blocks (32 of an H100's 132 SMs at batch 1), so a block's threads are what keeps
+ *  past rows in flight: in blocks of 128 the kernel read its 1 MB of KV a layer at ~24 GB/s, 42 us
+ *  (the twenty-second and twenty-seventh sessions' H100 timelines, 0.93 ms of a fp16 TinyLlama
+ *  step's 2.4 ms of kernel time); blocks of 512 took the step from 5.29 to 4.25 ms (medians of
+ *  two A B A B rounds, twenty-seventh session, docs/performance.md) and pass the GPU parity
+ *  (twenty-fourth session). Not 1024: the kernel takes up to 94 registers a thread on sm_90a, and
+ *  a block of 1024 such threads would not launch (65,536 a block; gqa_decode_kernel_test.cc). */
 int DecodeThreads() {
   static const int threads = [] {
     const std::string v = EnvString(env::kDecodeThreads);
-    return v == "256" ? 256 : v == "512" ? 512 : 128;
+    return v == "128" ? 128 : v == "256" ? 256 : 512;
   }();
   return threads;
 }
@@ -411,7 +414,7 @@ std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in) {
   if (!(in.scale > 0.f) || !std::isfinite(in.scale) || in.window < 0) return std::nullopt;
   const int cap = std::max(256, static_cast<int>(std::bit_ceil(static_cast<unsigned>(keys))));
   // The largest block up to DecodeThreads() whose static shared memory fits (128 always does:
-  // kMaxKeys).
+  // kMaxKeys; long caches of wide heads take 256 or 128).
   int nt = DecodeThreads();
   while (nt > 128 && SharedBytes(D, cap, nt, static_cast<int>(t.size())) > kMaxSharedBytes) nt /= 2;
   const mx::array& placeholder = in.seqlens_k;  // for absent inputs: never read

@@ -54,7 +54,7 @@ std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, m
 
 /** What DecodeStepByKernel hands MLX's cuda_kernel: the kernel's inputs (absent ones replaced by
  *  another), its three outputs' shapes (all of `dtype`), the threads of its grid and of a block
- *  (128, or ONNXRUNTIME_EP_MLX_DECODE_THREADS where its shared memory fits) and the constants
+ *  (512, or ONNXRUNTIME_EP_MLX_DECODE_THREADS; fewer where its shared memory would not fit) and the constants
  *  its body names. */
 struct DecodeStepLaunch {
   std::vector<mx::array> inputs;

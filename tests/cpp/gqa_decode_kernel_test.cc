@@ -73,7 +73,7 @@ TEST(GqaDecodeKernel, Compiles) {
         int window, pos_stride;
       } cases[] = {{0, false, 0, 0}, {d, false, 0, 0}, {d / 2, true, 16, 1}};
       for (const auto& k : cases)
-        for (int nt : {128, 512}) {  // the default block and ONNXRUNTIME_EP_MLX_DECODE_THREADS' largest
+        for (int nt : {128, 512}) {  // the default block (512) and ONNXRUNTIME_EP_MLX_DECODE_THREADS=128
           const std::string cache = k.rot ? t : "int32_t", ids = k.pos_stride ? "int64_t" : "int32_t";
           std::string name = "k";
           name += std::to_string(count++);
@@ -127,10 +127,10 @@ TEST(GqaDecodeKernel, PlanOfTheLaunch) {
       {"HKV", Hkv}, {"P", P},      {"MAXPOS", 512},   {"WINDOW", 4},
       {"QS", 768},  {"QO", 0},     {"KS", 768},       {"KO", 512},
       {"VS", 768},  {"VO", 640},   {"POS_STRIDE", 1}, {"SCALE_BITS", 1040187392},
-      {"NT", 128}};
+      {"NT", 512}};
   EXPECT_EQ(Ints(*plan), want);
-  EXPECT_EQ(plan->threads, B * H * 128);  // ONNXRUNTIME_EP_MLX_DECODE_THREADS unset
-  EXPECT_EQ(plan->per_block, 128);
+  EXPECT_EQ(plan->threads, B * H * 512);  // ONNXRUNTIME_EP_MLX_DECODE_THREADS unset: the default
+  EXPECT_EQ(plan->per_block, 512);
   ASSERT_EQ(plan->output_shapes.size(), 3u);
   EXPECT_EQ(plan->output_shapes[0], (mx::Shape{B, 1, H * D}));
   EXPECT_EQ(plan->output_shapes[1], (mx::Shape{B, Hkv, 1, D}));
