@@ -63,10 +63,12 @@ def child(args):
 
 def parent(args):
     rows = []
-    # --rounds R: the settings R times round-robin (A B A B), so that the machine's drift shows as
-    # a spread within each setting instead of as a difference between them.
+    # --rounds R: the settings R times, so that the machine's drift shows as a spread within each
+    # setting instead of as a difference between them; every other round in reverse (A B C, C B A):
+    # the twenty-seventh session's H100 ran the first setting of each round slowest, twice.
+    settings = args.settings.split(";")
     for round_ in range(args.rounds):
-        for setting in args.settings.split(";"):
+        for setting in settings if round_ % 2 == 0 else settings[::-1]:
             row = measure(args, setting, len(rows))
             if row is not None:
                 rows.append(dict(row, round=round_))
