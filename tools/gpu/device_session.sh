@@ -320,8 +320,10 @@ run_step() {
           [ -n "${KERNELS_INPUTS_AB:-}" ] && BENCH_INPUTS_ON_DEVICE=1 timeout "${KERNELS_TIMEOUT:-300}" $PY \
             "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" \
             --json "$R/kernel_times_${v}_${k}_inputs_on_device.json" 2>&1 | tee -a "$R/kernel_times.log"
-          # KERNELS_PROMPT=512: a prefill of that many tokens (no past): where its time goes
-          [ -n "${KERNELS_PROMPT:-}" ] && timeout "${KERNELS_TIMEOUT:-300}" $PY \
+          # KERNELS_PROMPT=512: a prefill of that many tokens (no past): where its time goes, with
+          # its MLX graph in the log (which copies are the 92 copy_gg_nd kernels of the
+          # twenty-seventh session's prefill?)
+          [ -n "${KERNELS_PROMPT:-}" ] && ONNXRUNTIME_EP_MLX_GRAPH_CENSUS=graph timeout "${KERNELS_TIMEOUT:-300}" $PY \
             "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" --past 0 --new "$KERNELS_PROMPT" \
             --json "$R/kernel_times_${v}_${k}_prompt$KERNELS_PROMPT.json" 2>&1 | tee -a "$R/kernel_times.log"
         done
