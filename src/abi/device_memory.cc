@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "abi/status.h"
+#include "runtime/cuda_prefetch.h"
 #include "runtime/memory.h"
 
 namespace mlx_ep {
@@ -70,6 +71,10 @@ struct MlxDataTransfer : OrtDataTransferImpl {
     return ep.MemoryDevice_AreEqual(d, ep.MemoryInfo_GetMemoryDevice(infos.device)) ||
            ep.MemoryDevice_AreEqual(d, ep.MemoryInfo_GetMemoryDevice(infos.host_accessible));
   }
+  static bool IsDeviceMemory(const OrtMemoryDevice* d) {  // MLX_GPU, not MLX_GPU_HOST
+    return Ort::GetEpApi().MemoryDevice_AreEqual(
+        d, Ort::GetEpApi().MemoryInfo_GetMemoryDevice(GetDeviceMemoryInfos().device));
+  }
   static bool IsHost(const OrtMemoryDevice* d) {
     return Ort::GetEpApi().MemoryDevice_GetDeviceType(d) == OrtMemoryInfoDeviceType_CPU;
   }
@@ -95,6 +100,11 @@ struct MlxDataTransfer : OrtDataTransferImpl {
         return MakeStatus("MLXExecutionProvider CopyTensors", "source and destination sizes differ",
                           ORT_INVALID_ARGUMENT);
       if (bytes) std::memcpy(to, from, bytes);
+      // A host input in the EP's device memory: its pages move to the GPU now, by DMA, rather than
+      // by page faults in the first kernel that reads it (opt-in; runtime/cuda_prefetch.h).
+      if (bytes && PrefetchInputsEnabled() && IsHost(ep.Value_GetMemoryDevice(src[i])) &&
+          IsDeviceMemory(ep.Value_GetMemoryDevice(dst[i])))
+        if (PrefetchToGpu(to, bytes)) CountPrefetch(bytes);
       CountTransfer(!IsHost(ep.Value_GetMemoryDevice(src[i])), !IsHost(ep.Value_GetMemoryDevice(dst[i])),
                     bytes);
     }

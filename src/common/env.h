@@ -81,6 +81,9 @@ constexpr const char* kDecodeAttention =
                                             // paths); "sdpa": cuDNN's masked attention; "kernel"
                                             // (default): the whole decode step as one custom
                                             // CUDA kernel (attention_gqa_cuda.cc)
+constexpr const char* kPrefetchInputs =
+    "ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS";  // "1": host inputs ORT copies into the EP's CUDA memory are
+                                           // moved to the GPU by DMA at once (runtime/cuda_prefetch.h)
 constexpr const char* kDecodeThreads =
     "ONNXRUNTIME_EP_MLX_DECODE_THREADS";  // "128" or "256": the decode-step kernel's block (default
                                           // 512 since the twenty-seventh session; attention_gqa_cuda.cc)

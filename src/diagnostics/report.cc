@@ -123,7 +123,8 @@ std::string SessionReport::ToJson() const {
                   {"transfer_bytes",
                    {{"host_to_device", t.host_to_device},
                     {"device_to_host", t.device_to_host},
-                    {"device_to_device", t.device_to_device}}}};
+                    {"device_to_device", t.device_to_device}}},
+                  {"prefetched_bytes", t.prefetched_to_gpu}};
   return j.dump(2);
 }
 

@@ -83,7 +83,8 @@ std::string AllRowsIntoSource(int n) {
   const int32_t* offsets = nullptr;
   T* out = nullptr;
   switch (b) {
-)" + cases + R"(    default: return;
+)" + cases +
+         R"(    default: return;
   }
 )" + kBlockCopySource;
 }

@@ -65,6 +65,7 @@ Registry& registry() {
 }
 
 std::atomic<uint64_t> transferred[3];  // host->device, device->host, device->device
+std::atomic<uint64_t> prefetched;      // of host->device, moved to the GPU by the driver
 
 // The output an AdoptScope on this thread offers to the next allocation.
 thread_local const mx::array* pending_adoption = nullptr;
@@ -122,7 +123,8 @@ std::optional<mx::array> WrapDeviceMemory(const void* p, const mx::Shape& shape,
   // A tensor inside the block (ORT's memory patterns): the block as `dtype` elements, then a
   // slice at the tensor's offset and a reshape, both views of the same buffer (no copy).
   const size_t elements = a.bytes / item;
-  if (offset % item != 0 || elements > static_cast<size_t>(std::numeric_limits<int>::max())) return std::nullopt;
+  if (offset % item != 0 || elements > static_cast<size_t>(std::numeric_limits<int>::max()))
+    return std::nullopt;
   const mx::array block(mx::allocator::Data(a.buffer, keep), mx::Shape{static_cast<int>(elements)}, dtype);
   const int first = static_cast<int>(offset / item), count = static_cast<int>(bytes / item);
   const mx::Stream s = mx::default_stream(RuntimeDevice());
@@ -130,12 +132,14 @@ std::optional<mx::array> WrapDeviceMemory(const void* p, const mx::Shape& shape,
 }
 
 TransferStats GetTransferStats() {
-  return {transferred[0].load(), transferred[1].load(), transferred[2].load()};
+  return {transferred[0].load(), transferred[1].load(), transferred[2].load(), prefetched.load()};
 }
 
 void CountTransfer(bool from_device, bool to_device, uint64_t bytes) {
   if (from_device || to_device) transferred[from_device ? (to_device ? 2 : 1) : 0] += bytes;
 }
+
+void CountPrefetch(uint64_t bytes) { prefetched += bytes; }
 
 const char* AdoptRefusal(const mx::array& a) {
   // Only a buffer nothing else refers to, from MLX's allocator: not a constant of the plan or of

@@ -56,10 +56,13 @@ struct TransferStats {
   uint64_t host_to_device = 0;
   uint64_t device_to_host = 0;
   uint64_t device_to_device = 0;
+  uint64_t prefetched_to_gpu = 0;  // of host_to_device (runtime/cuda_prefetch.h)
 };
 TransferStats GetTransferStats();
 /** Counts one copy of `bytes` by the data transfer. */
 void CountTransfer(bool from_device, bool to_device, uint64_t bytes);
+/** Counts `bytes` of a host-to-device copy the CUDA driver was asked to move to the GPU. */
+void CountPrefetch(uint64_t bytes);
 
 /** True when `a` can be handed to ORT as it is (see AdoptScope): the sole owner of a buffer
  *  from MLX's allocator, row-contiguous, without offset. Moves `a`'s data to memory the host can

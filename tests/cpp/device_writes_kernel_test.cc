@@ -40,8 +40,9 @@ TEST(DeviceWritesKernel, CompilesLikeMlx) {
       for (int b = 0; b < kBlocks; ++b)
         args += std::string("const ") + (std::string(kind) == "off" ? "int32_t" : T) + "* " + kind +
                 std::to_string(b) + ", ";
-    text += "__global__ void " + all + "(" + args + "const int32_t* ok, const int64_t* params, int32_t* done) {\n" +
-            "  using T = " + T + ";\n" + DeviceWritesSourceForTests(kBlocks) + "}\n";
+    text += "__global__ void " + all + "(" + args +
+            "const int32_t* ok, const int64_t* params, int32_t* done) {\n" + "  using T = " + T + ";\n" +
+            DeviceWritesSourceForTests(kBlocks) + "}\n";
   }
   text += kMlxKernelsEnd;
   EXPECT_EQ(CompileLikeMlx("mlx_ep_device_writes_compile", text, threads), "");

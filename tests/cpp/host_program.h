@@ -74,7 +74,8 @@ inline constexpr int kRegistersPerBlock = 65536;
 inline std::map<std::string, int> KernelRegisters(const std::string& name) {
   std::map<std::string, int> registers;
   const std::string log = ReadFile(ScratchDir(name) / "run.txt");
-  const std::regex entry(R"(Compiling entry function '_ZN3mlx4core2cu\d+(\w+?)E[^']*'[\s\S]*?Used (\d+) registers)");
+  const std::regex entry(
+      R"(Compiling entry function '_ZN3mlx4core2cu\d+(\w+?)E[^']*'[\s\S]*?Used (\d+) registers)");
   for (std::sregex_iterator it(log.begin(), log.end(), entry), end; it != end; ++it)
     registers[(*it)[1].str()] = std::stoi((*it)[2].str());
   return registers;
@@ -86,7 +87,8 @@ inline std::map<std::string, int> KernelRegisters(const std::string& name) {
 inline std::map<std::string, int> KernelStackBytes(const std::string& name) {
   std::map<std::string, int> bytes;
   const std::string log = ReadFile(ScratchDir(name) / "run.txt");
-  const std::regex entry(R"(Function properties for _ZN3mlx4core2cu\d+(\w+?)E\S*\s+ptxas\s+\.\s+(\d+) bytes stack frame)");
+  const std::regex entry(
+      R"(Function properties for _ZN3mlx4core2cu\d+(\w+?)E\S*\s+ptxas\s+\.\s+(\d+) bytes stack frame)");
   for (std::sregex_iterator it(log.begin(), log.end(), entry), end; it != end; ++it)
     bytes[(*it)[1].str()] = std::stoi((*it)[2].str());
   return bytes;
@@ -129,13 +131,15 @@ int main() {
   return result == NVRTC_SUCCESS ? 0 : 1;
 }
 )";
-  const std::string built = BuildAndRun(name, driver, "g++", "-std=c++17 -I/usr/local/cuda/include", /*run_it=*/true,
-                                        "-L/usr/local/cuda/lib64 -lnvrtc -Wl,-rpath,/usr/local/cuda/lib64");
+  const std::string built =
+      BuildAndRun(name, driver, "g++", "-std=c++17 -I/usr/local/cuda/include", /*run_it=*/true,
+                  "-L/usr/local/cuda/lib64 -lnvrtc -Wl,-rpath,/usr/local/cuda/lib64");
   if (!built.empty()) return built;
   const std::map<std::string, int> registers = KernelRegisters(name);
   std::string problems;
   if (registers.size() != threads.size())
-    problems += std::to_string(registers.size()) + " kernels reported, " + std::to_string(threads.size()) + " compiled\n";
+    problems += std::to_string(registers.size()) + " kernels reported, " + std::to_string(threads.size()) +
+                " compiled\n";
   for (const auto& [kernel, block] : threads) {
     const auto it = registers.find(kernel);
     if (it == registers.end())

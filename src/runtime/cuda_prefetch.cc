@@ -1,0 +1,75 @@
+// cuMemPrefetchAsync through dlopen (cuda_prefetch.h).
+#include "runtime/cuda_prefetch.h"
+
+#include <cstdint>
+
+#include "common/env.h"
+#include "runtime/cuda_driver_abi.h"
+
+#if defined(__linux__)
+#include <dlfcn.h>
+#endif
+
+namespace mlx_ep {
+
+namespace {
+
+namespace cu = cuda_driver;
+
+/** The driver's functions, GPU 0's primary context (the one MLX's runtime API calls use) and a
+ *  non-blocking stream of the EP's own: all set, or `prefetch` null. */
+struct Driver {
+  cu::MemPrefetchAsync prefetch = nullptr;
+  cu::CtxPushCurrent push = nullptr;
+  cu::CtxPopCurrent pop = nullptr;
+  cu::Context context = nullptr;
+  cu::Stream stream = nullptr;
+};
+
+Driver LoadDriver() {
+  Driver d;
+#if defined(__linux__)
+  // RTLD_NOLOAD: only a driver MLX's CUDA backend has already loaded (its allocator made the
+  // memory being copied into, so it has, on a CUDA device); the handle is never closed.
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!lib) return d;
+  auto prefetch = reinterpret_cast<cu::MemPrefetchAsync>(dlsym(lib, cu::kMemPrefetchAsyncSymbol));
+  auto retain = reinterpret_cast<cu::DevicePrimaryCtxRetain>(dlsym(lib, cu::kDevicePrimaryCtxRetainSymbol));
+  auto push = reinterpret_cast<cu::CtxPushCurrent>(dlsym(lib, cu::kCtxPushCurrentSymbol));
+  auto pop = reinterpret_cast<cu::CtxPopCurrent>(dlsym(lib, cu::kCtxPopCurrentSymbol));
+  auto create = reinterpret_cast<cu::StreamCreate>(dlsym(lib, cu::kStreamCreateSymbol));
+  if (!prefetch || !retain || !push || !pop || !create) return d;
+  cu::Context context = nullptr, popped = nullptr;
+  if (retain(&context, 0) != 0 || !context || push(context) != 0) return d;
+  cu::Stream stream = nullptr;
+  const bool made = create(&stream, cu::kStreamNonBlocking) == 0 && stream;
+  pop(&popped);
+  if (!made) return d;
+  d = {prefetch, push, pop, context, stream};
+#endif
+  return d;
+}
+
+}  // namespace
+
+bool PrefetchInputsEnabled() {
+  static const bool on = EnvFlag(env::kPrefetchInputs);
+  return on;
+}
+
+bool PrefetchToGpu(const void* ptr, size_t bytes) {
+  if (!ptr || bytes == 0) return false;
+  static const Driver driver = LoadDriver();
+  if (!driver.prefetch) return false;
+  // The calling thread (ORT's) need not have a current context: GPU 0's primary one, pushed for
+  // the call and popped after it.
+  if (driver.push(driver.context) != 0) return false;
+  const cu::MemLocation gpu0{cu::kMemLocationTypeDevice, 0};
+  const bool asked = driver.prefetch(static_cast<cu::DevicePtr>(reinterpret_cast<std::uintptr_t>(ptr)), bytes,
+                                     gpu0, 0, driver.stream) == 0;
+  cu::Context popped = nullptr;
+  driver.pop(&popped);
+  return asked;
+}
+
+}  // namespace mlx_ep

@@ -1,0 +1,25 @@
+// Host-written CUDA managed memory moved to the GPU ahead of its first read.
+//
+// ORT copies a host input into the EP's memory with a host memcpy (abi/device_memory.cc): MLX's
+// CUDA memory lent to ORT is managed memory, so its pages are then the host's, and the first
+// kernel to read them takes the page faults. On the twenty-seventh session's H100 the one Sum of
+// a TinyLlama decode step's attention mask took 183 us when the mask was bound from the host and
+// 2.3 us when it was made once in the EP's memory. cuMemPrefetchAsync moves such pages by DMA
+// instead, on a stream of the EP's own; it is a hint (the data is the same wherever it lies), so
+// nothing waits for it. The CUDA driver is reached through dlopen: the EP does not link CUDA, and
+// where MLX's CUDA backend has not loaded libcuda (the CPU, Metal) nothing happens.
+#pragma once
+
+#include <cstddef>
+
+namespace mlx_ep {
+
+/** ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS=1 (opt-in until a GPU A/B shows a gain). */
+bool PrefetchInputsEnabled();
+
+/** Asks the CUDA driver to move `bytes` of managed memory at `ptr` to GPU 0 without waiting:
+ *  true when it was asked, false where there is no CUDA driver in the process or the driver
+ *  declined (memory that is not managed, say). Never throws. */
+bool PrefetchToGpu(const void* ptr, size_t bytes);
+
+}  // namespace mlx_ep
