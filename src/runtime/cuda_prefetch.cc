@@ -4,7 +4,9 @@
 #include <cstdint>
 
 #include "common/env.h"
+#include "mlx/backend/cuda/cuda.h"
 #include "runtime/cuda_driver_abi.h"
+#include "runtime/device.h"
 
 #if defined(__linux__)
 #include <dlfcn.h>
@@ -53,7 +55,16 @@ Driver LoadDriver() {
 }  // namespace
 
 bool PrefetchInputsEnabled() {
-  static const bool on = EnvFlag(env::kPrefetchInputs);
+  // Only where MLX runs on a CUDA GPU: elsewhere another library's CUDA driver (PyTorch's, say)
+  // may be loaded, and retaining its primary context would cost GPU memory for nothing.
+  static const bool on = [] {
+    if (!EnvFlag(env::kPrefetchInputs) || RuntimeDevice() != mx::Device(mx::Device::gpu)) return false;
+    try {
+      return mx::cu::is_available();
+    } catch (...) {
+      return false;  // Metal
+    }
+  }();
   return on;
 }
 

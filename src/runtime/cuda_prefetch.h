@@ -14,7 +14,7 @@
 
 namespace mlx_ep {
 
-/** ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS=1 (opt-in until a GPU A/B shows a gain). */
+/** ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS=1 (opt-in until a GPU A/B shows a gain) and MLX on a CUDA GPU. */
 bool PrefetchInputsEnabled();
 
 /** Asks the CUDA driver to move `bytes` of managed memory at `ptr` to GPU 0 without waiting:
