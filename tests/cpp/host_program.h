@@ -69,29 +69,29 @@ inline bool NvrtcAvailable() {
  *  launch of more threads times registers fails. */
 inline constexpr int kRegistersPerBlock = 65536;
 
-/** After a compile of ScratchDir(name)'s kernels: each kernel's registers a thread by its name in
- *  mlx::core::cu ("k3" for `__global__ void k3(...)`), from ptxas's report in its run.txt. */
-inline std::map<std::string, int> KernelRegisters(const std::string& name) {
-  std::map<std::string, int> registers;
+/** After a compile of ScratchDir(name)'s kernels: for each kernel, by its name in mlx::core::cu
+ *  ("k3" for `__global__ void k3(...)`), the number `report` (a regex: the mangled name's tail,
+ *  then the number, as groups 1 and 2) captures in ptxas's report in its run.txt. */
+inline std::map<std::string, int> PtxasReport(const std::string& name, const char* report) {
+  std::map<std::string, int> values;
   const std::string log = ReadFile(ScratchDir(name) / "run.txt");
-  const std::regex entry(
-      R"(Compiling entry function '_ZN3mlx4core2cu\d+(\w+?)E[^']*'[\s\S]*?Used (\d+) registers)");
+  const std::regex entry(report);
   for (std::sregex_iterator it(log.begin(), log.end(), entry), end; it != end; ++it)
-    registers[(*it)[1].str()] = std::stoi((*it)[2].str());
-  return registers;
+    values[(*it)[1].str()] = std::stoi((*it)[2].str());
+  return values;
 }
 
-/** After a compile of ScratchDir(name)'s kernels: each kernel's stack frame in bytes, by its name
- *  as in KernelRegisters (ptxas's "N bytes stack frame"): arrays a kernel indexes at run time
- *  live there, in memory each thread writes and reads. */
+/** Each kernel's registers a thread (PtxasReport). */
+inline std::map<std::string, int> KernelRegisters(const std::string& name) {
+  return PtxasReport(
+      name, R"(Compiling entry function '_ZN3mlx4core2cu\d+(\w+?)E[^']*'[\s\S]*?Used (\d+) registers)");
+}
+
+/** Each kernel's stack frame in bytes (PtxasReport, "N bytes stack frame"): arrays a kernel
+ *  indexes at run time live there, in memory each thread writes and reads. */
 inline std::map<std::string, int> KernelStackBytes(const std::string& name) {
-  std::map<std::string, int> bytes;
-  const std::string log = ReadFile(ScratchDir(name) / "run.txt");
-  const std::regex entry(
-      R"(Function properties for _ZN3mlx4core2cu\d+(\w+?)E\S*\s+ptxas\s+\.\s+(\d+) bytes stack frame)");
-  for (std::sregex_iterator it(log.begin(), log.end(), entry), end; it != end; ++it)
-    bytes[(*it)[1].str()] = std::stoi((*it)[2].str());
-  return bytes;
+  return PtxasReport(
+      name, R"(Function properties for _ZN3mlx4core2cu\d+(\w+?)E\S*\s+ptxas\s+\.\s+(\d+) bytes stack frame)");
 }
 
 /** `kernels` (MlxKernelsBegin ... kMlxKernelsEnd) compiled as MLX's CUDA backend compiles a
