@@ -132,7 +132,11 @@ std::optional<std::vector<mx::array>> PartitionRunner::EvaluateDynamic(const std
         std::lock_guard<std::mutex> lock(mu_);
         ++(hit ? stats_.cache_hits : stats_.cache_misses);
       }
-      used = {entry->check_messages, entry->check_is_assumption, key, entry->in_place};
+      used = Evaluated{};
+      used.check_messages = entry->check_messages;
+      used.check_is_assumption = entry->check_is_assumption;
+      used.dynamic_key = key;
+      used.in_place = entry->in_place;
       return outputs;
     } catch (const DynamicShapeUnsupported& e) {
       // Exact for no value of these dims: they are static from now on.
