@@ -12,11 +12,11 @@
 // kernels (0 * inf is NaN there). A bias is added to each finished sum, as the Add after it did.
 #include <algorithm>
 #include <cstdint>
-#include <stdexcept>
 #include <vector>
 
 #include "common/env.h"
 #include "mlx/primitives.h"
+#include "ops/conv_cpu_primitive.h"
 #include "ops/conv_internal.h"
 #include "ops/cpu_primitive.h"
 #include "ops/quantized_cpu.h"
@@ -117,10 +117,10 @@ MLX_EP_CLONES void AddToPlane(float* y, int64_t n, float b) {
 // Below this many multiply-adds one thread is faster than waking others (as in quantized_cpu.cc).
 constexpr int64_t kMinParallelWork = 1 << 16;
 
-class DepthwiseConvCpu : public mx::UnaryPrimitive {
+class DepthwiseConvCpu : public ConvCpuPrimitive<Depthwise2d> {
  public:
   DepthwiseConvCpu(mx::Stream stream, Depthwise2d d, ConvActivation act = {})
-      : mx::UnaryPrimitive(stream), d_(d), act_(act) {}
+      : ConvCpuPrimitive(stream, d, act) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     DispatchCpuKernel(
@@ -145,27 +145,7 @@ class DepthwiseConvCpu : public mx::UnaryPrimitive {
         });
   }
 
-  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
-    throw std::runtime_error("DepthwiseConvCpu runs on the CPU only (GPUs take mx::conv_general)");
-  }
-
   const char* name() const override { return "DepthwiseConvCpu"; }
-
-  bool is_equivalent(const mx::Primitive& other) const override {
-    const auto& o = static_cast<const DepthwiseConvCpu&>(other);
-    return d_ == o.d_ && act_ == o.act_;
-  }
-
-  const Depthwise2d& geometry() const { return d_; }
-  const ConvActivation& activation() const { return act_; }
-
-  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
-    return {OutputShape2d(d_, inputs[0].shape(0), inputs[1].shape(0))};
-  }
-
- private:
-  Depthwise2d d_;
-  ConvActivation act_;  // applied to each finished plane (conv_activation.h)
 };
 
 }  // namespace

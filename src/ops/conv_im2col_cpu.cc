@@ -20,13 +20,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <stdexcept>
 #include <vector>
 
 #include "blas/blas.h"
 #include "common/env.h"
 #include "mlx/primitives.h"
 #include "ops/conv_activation.h"
+#include "ops/conv_cpu_primitive.h"
 #include "ops/conv_internal.h"
 #include "ops/cpu_primitive.h"
 #include "ops/quantized_cpu.h"
@@ -108,9 +108,9 @@ void WriteColumns(const float* x, const Im2Col2d& d, int64_t batch, int64_t chan
       });
 }
 
-class Im2ColCpu : public mx::UnaryPrimitive {
+class Im2ColCpu : public ConvCpuPrimitive<Im2Col2d> {
  public:
-  Im2ColCpu(mx::Stream stream, Im2Col2d d) : mx::UnaryPrimitive(stream), d_(d) {}
+  Im2ColCpu(mx::Stream stream, Im2Col2d d) : ConvCpuPrimitive(stream, d, {}) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     DispatchCpuKernel(name(), stream(), inputs, out,
@@ -130,24 +130,13 @@ class Im2ColCpu : public mx::UnaryPrimitive {
                       });
   }
 
-  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
-    throw std::runtime_error("Im2ColCpu runs on the CPU only (GPUs take mx::conv_general)");
-  }
-
   const char* name() const override { return "Im2ColCpu"; }
-
-  bool is_equivalent(const mx::Primitive& other) const override {
-    return d_ == static_cast<const Im2ColCpu&>(other).d_;
-  }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
     const int cg = inputs[0].shape(1) / d_.groups;
     return {{inputs[0].shape(0), d_.groups, cg * d_.kernel_h * d_.kernel_w + (d_.ones_row ? 1 : 0),
              static_cast<int>(d_.out_h * d_.out_w)}};
   }
-
- private:
-  Im2Col2d d_;
 };
 
 /** A float32 buffer of MLX's allocator (its cache) for the duration of a task. */
@@ -208,10 +197,9 @@ MLX_EP_CLONES void ActivateRange(const ConvActivation& act, float* y, int64_t n)
  *  entry's column matrix into a scratch buffer (none for a pointwise convolution: X's planes are
  *  its rows), then per entry and group Y's rows = W's rows @ its rows, the bias written into Y
  *  first (beta = 1: BLAS adds the sum to it, as the composed form's mx::addmm). */
-class ConvGemmCpu : public mx::UnaryPrimitive {
+class ConvGemmCpu : public ConvCpuPrimitive<Im2Col2d> {
  public:
-  ConvGemmCpu(mx::Stream stream, Im2Col2d d, ConvActivation act = {})
-      : mx::UnaryPrimitive(stream), d_(d), act_(act) {}
+  ConvGemmCpu(mx::Stream stream, Im2Col2d d, ConvActivation act = {}) : ConvCpuPrimitive(stream, d, act) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, mx::array& out) override {
     DispatchCpuKernel(
@@ -248,27 +236,7 @@ class ConvGemmCpu : public mx::UnaryPrimitive {
         });
   }
 
-  void eval_gpu(const std::vector<mx::array>&, mx::array&) override {
-    throw std::runtime_error("ConvGemmCpu runs on the CPU only (GPUs take mx::conv_general)");
-  }
-
   const char* name() const override { return "ConvGemmCpu"; }
-
-  bool is_equivalent(const mx::Primitive& other) const override {
-    const auto& o = static_cast<const ConvGemmCpu&>(other);
-    return d_ == o.d_ && act_ == o.act_;
-  }
-
-  const Im2Col2d& geometry() const { return d_; }
-  const ConvActivation& activation() const { return act_; }
-
-  std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
-    return {OutputShape2d(d_, inputs[0].shape(0), inputs[1].shape(0))};
-  }
-
- private:
-  Im2Col2d d_;
-  ConvActivation act_;
 };
 
 }  // namespace
