@@ -4,6 +4,7 @@
 #include "blas/blas.h"
 #include "common/env.h"
 #include "common/log.h"
+#include "runtime/precision.h"
 
 namespace {
 
@@ -44,12 +45,11 @@ MLX_EP_EXPORT OrtStatus* CreateEpFactories(const char* registered_name, const Or
   const OrtApi* api = ort_api_base->GetApi(mlx_ep::kOrtApiVersion);
   if (!api) return nullptr;  // no status can be built: the host is older than API 27; offer nothing
   Ort::InitApi(api);
-  // MLX's CUDA backend multiplies float32 matrices in TF32 unless told otherwise, which is not
-  // float32-exact; our claims promise float32 results. Users who want TF32 set MLX_ENABLE_TF32=1
-  // themselves or the provider option use_tf32=1 (runtime/precision.h; read once by MLX, at its
-  // first GEMM, so this must happen before any MLX work).
-  mlx_ep::SetEnvDefault("MLX_ENABLE_TF32", "0");
   MLX_EP_API_BEGIN
+  // MLX's CUDA backend multiplies float32 matrices in TF32 unless told otherwise, which is not
+  // float32-exact; our claims promise float32 results (use_tf32=1 or MLX_ENABLE_TF32=1 for TF32).
+  // And on CUDA, smaller CUDA graphs. MLX reads both once: before any MLX work (runtime/precision.h).
+  mlx_ep::SetMlxDefaults();
   ort_logging = mlx_ep::OrtLogging{OrtWouldLogImpl, OrtLogImpl, default_logger};
   mlx_ep::InstallOrtLogging(&ort_logging);
   mlx_ep::ConfigureBlasThreads();

@@ -9,6 +9,7 @@
 #include "abi/status.h"
 #include "blas/blas.h"
 #include "ops/op.h"
+#include "runtime/device.h"
 #include "runtime/memory.h"
 #include "runtime/precision.h"
 
@@ -94,6 +95,7 @@ OrtStatus* ORT_API_CALL MlxEpFactory::GetSupportedDevicesImpl(OrtEpFactory* this
   Ort::KeyValuePairs metadata;
   metadata.Add("mlx_device", mlx_gpu ? "gpu" : "cpu");
   metadata.Add("mlx_version", mx::version());
+  metadata.Add("mlx_backend", MlxBackendName());
   // Which library libmlx's cblas_sgemm runs in ("python -m onnxruntime_ep_mlx info" shows it;
   // the tests assert it is OpenBLAS on Linux).
   const BlasBinding blas = InspectBlasBinding();

@@ -7,6 +7,7 @@
 #include "common/env.h"
 #include "mlx/allocator.h"
 #include "mlx/backend/cuda/cuda.h"
+#include "mlx/backend/metal/metal.h"
 #include "mlx/memory.h"
 
 namespace mlx_ep {
@@ -52,6 +53,20 @@ mx::Device RuntimeDevice() {
     return mx::Device(mx::Device::cpu);
   }();
   return device;
+}
+
+const char* MlxBackendName() {
+  // Constants of the build (each backend's stubs say false): no GPU is touched.
+  auto built_with = [](bool (*is_available)()) {
+    try {
+      return is_available();
+    } catch (...) {
+      return false;
+    }
+  };
+  if (built_with(mx::cu::is_available)) return "cuda";
+  if (built_with(mx::metal::is_available)) return "metal";
+  return "cpu";
 }
 
 bool CudaKernelsAvailable(mx::Stream s) {

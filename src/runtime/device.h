@@ -16,6 +16,9 @@ namespace mx = mlx::core;
  *  ONNXRUNTIME_EP_MLX_DEVICE=cpu. */
 mx::Device RuntimeDevice();
 
+/** Which backend this MLX was built with: "cuda", "metal" or "cpu" (a GPU may still be absent). */
+const char* MlxBackendName();
+
 /** True when stream `s` runs on the GPU of an MLX built with CUDA (custom CUDA kernels work). */
 bool CudaKernelsAvailable(mx::Stream s);
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/env.h"
+#include "runtime/device.h"
 
 namespace mlx_ep {
 namespace {
@@ -25,6 +26,13 @@ std::atomic<bool>& Started() {
 bool Tf32Now() { return EnvString(kMlxTf32Env, "1") != "0"; }
 
 }  // namespace
+
+void SetMlxDefaults() {
+  SetEnvDefault(kMlxTf32Env, "0");
+  // Only for CUDA: Metal reads the same variable for its command buffers, with defaults per chip
+  // that nothing here was measured against.
+  if (std::string(MlxBackendName()) == "cuda") SetEnvDefault("MLX_MAX_OPS_PER_BUFFER", kCudaOpsPerGraph);
+}
 
 std::string RequestTf32(const std::string& value) {
   if (value != "0" && value != "1")

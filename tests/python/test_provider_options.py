@@ -74,3 +74,41 @@ def test_use_tf32_off_is_the_default_and_accepted():
     assert lines[:2] == ["registered 0", "first 0 ok"], lines
     assert lines[2] == "then 0 0 ok", lines
     assert lines[3].startswith("then 1 0 error: provider option use_tf32=1: MLX reads MLX_ENABLE_TF32 once"), lines
+
+
+GRAPH_SIZE_SCRIPT = textwrap.dedent("""
+    import ctypes, sys
+    sys.path[:0] = [{python!r}]
+    import onnxruntime as ort
+    import onnxruntime_ep_mlx as mlx_ep
+
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    mlx_ep.register_execution_provider_library()
+    backend = [d for d in ort.get_ep_devices() if d.ep_name == "MLXExecutionProvider"][0].ep_metadata["mlx_backend"]
+    print("backend", backend, (libc.getenv(b"MLX_MAX_OPS_PER_BUFFER") or b"unset").decode())
+""")
+
+
+def graph_size_after_registration(preset=None):
+    env = {k: v for k, v in os.environ.items() if k != "MLX_MAX_OPS_PER_BUFFER"}
+    if preset is not None:
+        env["MLX_MAX_OPS_PER_BUFFER"] = preset
+    code = GRAPH_SIZE_SCRIPT.format(python=os.path.join(ROOT, "python"))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr[-3000:]
+    (line,) = [line for line in p.stdout.splitlines() if line.startswith("backend ")]
+    return line.split()[1:]
+
+
+def test_cuda_graph_size_default_only_on_cuda():
+    """runtime/precision.h, SetMlxDefaults: where MLX is its CUDA backend the EP sets
+    MLX_MAX_OPS_PER_BUFFER=25 (MLX's own is 100 on Hopper) when the library registers, before MLX
+    reads it; elsewhere (Metal reads the same variable, CPU none) it is left unset."""
+    backend, value = graph_size_after_registration()
+    assert backend in ("cuda", "metal", "cpu"), backend
+    assert value == ("25" if backend == "cuda" else "unset"), (backend, value)
+
+
+def test_cuda_graph_size_set_by_the_user_is_kept():
+    assert graph_size_after_registration("7")[1] == "7"
