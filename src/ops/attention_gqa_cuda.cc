@@ -25,6 +25,11 @@
 // are read by groups of lanes, 16 bytes a lane (Lanes: 8 lanes a float16 row of 64), eight rows a
 // group in flight before their arithmetic; the groups' P V sums are added at the end with the new
 // row's.
+// With ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS=N (opt-in) a query head's past rows are split among
+// blocks of N rows (flash-decoding): B x H blocks, 32 at batch 1 on an H100's 132 SMs, read a
+// layer's cache at ~24-50 GB/s a block (20 us of a layer at 512 threads); each split's block
+// writes its max, sum and P V sums, and the last to finish (a count per head, in a buffer the
+// node's launches share and that block sets back to zero) merges them.
 // The sixteenth session's H200 run measured the first layout (each thread one key's 64 values one
 // at a time for the scores, each warp a quarter of the keys one row at a time for P V, ~256
 // dependent loads a warp): the GPU, not the host, was then most of a decode step.
@@ -68,6 +73,23 @@ int DecodeThreads() {
   }();
   return threads;
 }
+
+/** The header's Lanes<D, CH, NT>::U: passes of loads a thread issues before their arithmetic. */
+constexpr int kRowsInFlight = 8;
+
+/** ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS=N: past rows per block (0, the default: a block per head). */
+int DecodeSplitRows() {
+  static const int rows = [] {
+    const std::string v = EnvString(env::kDecodeSplitRows);
+    return !v.empty() && v.size() < 6 && v.find_first_not_of("0123456789") == std::string::npos ? std::stoi(v)
+                                                                                                 : 0;
+  }();
+  return rows;
+}
+
+/** Blocks per query head for `past` rows in blocks of `rows` (at most kMaxSplits; 1 for none). */
+constexpr int kMaxSplits = 64;
+int SplitsOf(int past, int rows) { return rows <= 0 ? 1 : std::min(kMaxSplits, (past + rows - 1) / rows); }
 
 /** The header's Lanes<D, CH, NT>::KEYS: past rows a pass of the block. */
 int KeysPerPass(int D, int ch, int nt) {
@@ -151,7 +173,7 @@ __device__ __forceinline__ Chunk<T, CH> load_chunk(const T* rows, int t, bool us
 // One pass's loads: row base + u * KEYS + group for each u, this lane's chunks of it, and whether
 // the row is attended (use[u]; its chunks are zeros when not).
 template <int D, int CH, int NT, typename T, typename F>
-__device__ __forceinline__ void load_pass(const T* rows, int base, int P, F attended,
+__device__ __forceinline__ void load_pass(const T* rows, int base, int hi, F attended,
                                           Chunk<T, CH> (&c)[Lanes<D, CH, NT>::U][Lanes<D, CH, NT>::PER],
                                           bool (&use)[Lanes<D, CH, NT>::U]) {
   using L = Lanes<D, CH, NT>;
@@ -159,24 +181,24 @@ __device__ __forceinline__ void load_pass(const T* rows, int base, int P, F atte
 #pragma unroll
   for (int u = 0; u < L::U; ++u) {
     const int t = base + u * L::KEYS + group;
-    use[u] = t < P && attended(t);
+    use[u] = t < hi && attended(t);
 #pragma unroll
     for (int i = 0; i < L::PER; ++i) c[u][i] = load_chunk<D, CH>(rows, t, use[u], j + i * L::SUB);
   }
 }
 
-// scores[t] = q . key_t * scale for the past rows t < P that are attended (0 for the others);
-// returns this thread's largest score (-inf if none).
+// scores[t - lo] = q . key_t * scale for the past rows lo <= t < hi that are attended (0 for the
+// others); returns this thread's largest score (-inf if none).
 template <int D, int CH, int NT, typename T, typename F>
-__device__ __forceinline__ float past_scores(const float* qs, const T* keys, int P, float scale, F attended,
-                                             float* scores) {
+__device__ __forceinline__ float past_scores(const float* qs, const T* keys, int lo, int hi, float scale,
+                                             F attended, float* scores) {
   using L = Lanes<D, CH, NT>;
   const int group = threadIdx.x / L::SUB, j = threadIdx.x % L::SUB;
   float local_max = mlx_ep_cuda::negative_infinity();
-  for (int base = 0; base < P; base += L::U * L::KEYS) {
+  for (int base = lo; base < hi; base += L::U * L::KEYS) {
     Chunk<T, CH> c[L::U][L::PER];
     bool use[L::U];
-    load_pass<D, CH, NT>(keys, base, P, attended, c, use);
+    load_pass<D, CH, NT>(keys, base, hi, attended, c, use);
 #pragma unroll
     for (int u = 0; u < L::U; ++u) {
       float dot = 0.f;
@@ -189,9 +211,9 @@ __device__ __forceinline__ float past_scores(const float* qs, const T* keys, int
       }
       for (int o = L::SUB / 2; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
       const int t = base + u * L::KEYS + group;
-      if (t < P) {
+      if (t < hi) {
         const float score = use[u] ? dot * scale : 0.f;
-        if (j == 0) scores[t] = score;
+        if (j == 0) scores[t - lo] = score;
         if (use[u]) local_max = fmaxf(local_max, score);
       }
     }
@@ -199,9 +221,10 @@ __device__ __forceinline__ float past_scores(const float* qs, const T* keys, int
   return local_max;
 }
 
-// Each group's sum of p_t * value_t over its past rows, in partial[group * D + d].
+// Each group's sum of p_t * value_t (p_t in scores[t - lo]) over its past rows lo <= t < hi, in
+// partial[group * D + d].
 template <int D, int CH, int NT, typename T, typename F>
-__device__ __forceinline__ void past_values(const float* scores, const T* values, int P, F attended,
+__device__ __forceinline__ void past_values(const float* scores, const T* values, int lo, int hi, F attended,
                                             float* partial) {
   using L = Lanes<D, CH, NT>;
   const int group = threadIdx.x / L::SUB, j = threadIdx.x % L::SUB;
@@ -210,13 +233,13 @@ __device__ __forceinline__ void past_values(const float* scores, const T* values
   for (int i = 0; i < L::PER; ++i)
 #pragma unroll
     for (int e = 0; e < CH; ++e) acc[i][e] = 0.f;
-  for (int base = 0; base < P; base += L::U * L::KEYS) {
+  for (int base = lo; base < hi; base += L::U * L::KEYS) {
     Chunk<T, CH> c[L::U][L::PER];
     bool use[L::U];
-    load_pass<D, CH, NT>(values, base, P, attended, c, use);
+    load_pass<D, CH, NT>(values, base, hi, attended, c, use);
 #pragma unroll
     for (int u = 0; u < L::U; ++u) {
-      const float p = use[u] ? scores[base + u * L::KEYS + group] : 0.f;
+      const float p = use[u] ? scores[base + u * L::KEYS + group - lo] : 0.f;
 #pragma unroll
       for (int i = 0; i < L::PER; ++i)
 #pragma unroll
@@ -232,11 +255,51 @@ __device__ __forceinline__ void past_values(const float* scores, const T* values
   }
 }
 
-template <int D, int LCAP, int ROT, bool INTERLEAVED, int NT, typename T>
+// The last of a query head's SPLITS blocks to finish (counted in counters[bh], which it sets back
+// to 0 for the next launch) merges the splits' partial results, parts[split] = (max, sum, D sums of
+// p V) over its rows: out = sum_i acc_i exp(m_i - M) / sum_i l_i exp(m_i - M), M the largest m_i.
+// A split that attends no row has l_i = 0 and takes no part.
+template <int D, int SPLITS, typename T>
+__device__ __forceinline__ void merge_splits(int bh, bool any, int* counters, float* parts, T* out) {
+  constexpr int STRIDE = D + 2;
+  __shared__ int last;
+  __threadfence();  // this block's parts, before its count
+  __syncthreads();
+  if (threadIdx.x == 0) last = atomicAdd(counters + bh, 1) == SPLITS - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();  // the other blocks' parts, after their counts
+  const float* all = parts + static_cast<int64_t>(bh) * SPLITS * STRIDE;
+  float top = mlx_ep_cuda::negative_infinity();
+  for (int i = 0; i < SPLITS; ++i)
+    if (__ldcg(all + i * STRIDE + 1) > 0.f) top = fmaxf(top, __ldcg(all + i * STRIDE));
+  float sum = 0.f;
+  for (int i = 0; i < SPLITS; ++i) {
+    const float l = __ldcg(all + i * STRIDE + 1);
+    if (l > 0.f) sum += l * expf(__ldcg(all + i * STRIDE) - top);
+  }
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float y = 0.f;
+    for (int i = 0; i < SPLITS; ++i) {
+      const float l = __ldcg(all + i * STRIDE + 1);
+      if (l > 0.f) y += __ldcg(all + i * STRIDE + 2 + d) * expf(__ldcg(all + i * STRIDE) - top);
+    }
+    out[static_cast<int64_t>(bh) * D + d] = any ? static_cast<T>(y / sum) : static_cast<T>(0.f);
+  }
+  if (threadIdx.x == 0) counters[bh] = 0;
+}
+
+// One query row's attention. SPLITS == 1: a block per (batch entry, query head) over every past
+// row and the new one. SPLITS > 1: SPLITS blocks per (entry, head), block `split` over past rows
+// [split * CHUNK, (split + 1) * CHUNK) (the last one also over the new row), each writing its
+// partial result into `parts` for merge_splits (a step launches B x H blocks, 32 at batch 1, too few
+// to keep an H100's memory busy).
+template <int D, int LCAP, int ROT, bool INTERLEAVED, int NT, int SPLITS, typename T>
 __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, const T* k_in, const T* v_in,
                                             const T* past_k, const T* past_v, const int* seqlens,
                                             const int* total_len, const T* cos_cache, const T* sin_cache,
-                                            const int64_t* pos_ids, T* out, T* k_row, T* v_row) {
+                                            const int64_t* pos_ids, T* out, T* k_row, T* v_row, int* counters,
+                                            float* parts) {
   // 16-byte loads of the past rows where D allows them and the buffers are 16-byte aligned (a
   // view into a larger allocation need not be), else one value at a time.
   constexpr int WIDE = D % (16 / sizeof(T)) == 0 ? 16 / sizeof(T) : 1;
@@ -248,7 +311,10 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
   __shared__ float red[32];
   __shared__ float partial[GROUPS * D];
   const int H = sh.heads, Hkv = sh.kv_heads, P = sh.past;
-  const int bh = blockIdx.x, b = bh / H, h = bh % H, group = H / Hkv, kvh = h / group;
+  const int split = blockIdx.x % SPLITS, bh = blockIdx.x / SPLITS, b = bh / H, h = bh % H;
+  const int group = H / Hkv, kvh = h / group;
+  const int chunk = (P + SPLITS - 1) / SPLITS, lo = lesser(split * chunk, P), hi = lesser(lo + chunk, P);
+  const bool has_new = split == SPLITS - 1;  // hi == P there
   const int tid = threadIdx.x, threads = blockDim.x;
   // The step's facts for entry b (attention_contrib_gqa.cc's StepOf and KeyMask, one query row).
   const int total = seqlens[b] + 1;
@@ -278,7 +344,7 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
     qs[d] = static_cast<float>(rotated<ROT, INTERLEAVED>(q_row, c, s, d));
     const T k = rotated<ROT, INTERLEAVED>(k_new, c, s, d);
     ks[d] = static_cast<float>(k);
-    if (h % group == 0) {
+    if (h % group == 0 && split == 0) {
       k_row[kv * D + d] = k;
       v_row[kv * D + d] = v_new[d];
     }
@@ -289,51 +355,66 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
   const unsigned long long bases =
       reinterpret_cast<unsigned long long>(past_k) | reinterpret_cast<unsigned long long>(past_v);
   const bool wide = WIDE > 1 && (bases & 15) == 0;
-  float local_max = wide ? past_scores<D, WIDE, NT>(qs, keys, P, sh.scale, attended, scores)
-                         : past_scores<D, 1, NT>(qs, keys, P, sh.scale, attended, scores);
-  if (tid < 32) {  // the new row's score, by the first warp
+  float local_max = wide ? past_scores<D, WIDE, NT>(qs, keys, lo, hi, sh.scale, attended, scores)
+                         : past_scores<D, 1, NT>(qs, keys, lo, hi, sh.scale, attended, scores);
+  const bool new_used = has_new && attended(P);
+  if (has_new && tid < 32) {  // the new row's score, by the first warp
     float dot = 0.f;
     for (int d = tid; d < D; d += 32) dot = fmaf(qs[d], ks[d], dot);
     for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-    const float score = attended(P) ? dot * sh.scale : 0.f;
-    if (tid == 0) scores[P] = score;
-    if (attended(P)) local_max = fmaxf(local_max, score);
+    const float score = new_used ? dot * sh.scale : 0.f;
+    if (tid == 0) scores[P - lo] = score;
+    if (new_used) local_max = fmaxf(local_max, score);
   }
   const float top = mlx_ep_cuda::block_reduce<true>(local_max, red);  // its barriers publish `scores` too
   float local_sum = 0.f;
-  for (int t = tid; t <= P; t += threads) {
-    const float p = attended(t) ? expf(scores[t] - top) : 0.f;
-    scores[t] = p;
+  for (int t = lo + tid; t < hi + (has_new ? 1 : 0); t += threads) {
+    const float p = attended(t) ? expf(scores[t - lo] - top) : 0.f;
+    scores[t - lo] = p;
     local_sum += p;
   }
   const float sum = mlx_ep_cuda::block_reduce<false>(local_sum, red);  // its barriers publish `scores` too
   if (wide)
-    past_values<D, WIDE, NT>(scores, values, P, attended, partial);
+    past_values<D, WIDE, NT>(scores, values, lo, hi, attended, partial);
   else
-    past_values<D, 1, NT>(scores, values, P, attended, partial);
+    past_values<D, 1, NT>(scores, values, lo, hi, attended, partial);
   __syncthreads();
   const int groups = wide ? Lanes<D, WIDE, NT>::KEYS : Lanes<D, 1, NT>::KEYS;
   const bool any = start < end;  // a row attending no key is zero, as in ORT
-  const float p_new = scores[P];
+  const float p_new = new_used ? scores[P - lo] : 0.f;
+  float* part = parts + (static_cast<int64_t>(bh) * SPLITS + split) * (D + 2);
   for (int d = tid; d < D; d += threads) {
-    float y = attended(P) ? p_new * static_cast<float>(v_new[d]) : 0.f;
+    float y = new_used ? p_new * static_cast<float>(v_new[d]) : 0.f;
     for (int g = 0; g < groups; ++g) y += partial[g * D + d];
-    out[static_cast<int64_t>(bh) * D + d] = any ? static_cast<T>(y / sum) : static_cast<T>(0.f);
+    if (SPLITS == 1)
+      out[static_cast<int64_t>(bh) * D + d] = any ? static_cast<T>(y / sum) : static_cast<T>(0.f);
+    else
+      part[2 + d] = y;
   }
+  if (SPLITS == 1) return;
+  if (tid == 0) {
+    part[0] = top;
+    part[1] = sum;
+  }
+  merge_splits<D, SPLITS>(bh, any, counters, parts, out);
 }
 
 }  // namespace mlx_ep_gqa
 )";
 
 // The body MLX's cuda_kernel wraps: its inputs, outputs and template constants by name. Absent
-// caches and position_ids are other inputs passed in their place (never read).
-constexpr const char* kSource = R"(
+// caches and position_ids are other inputs passed in their place (never read). The split kernel
+// has one more input (counters, which its blocks change: see merge_splits) and output (parts).
+std::string Body(bool split) {
+  return std::string(R"(
   const mlx_ep_gqa::StepShape shape{H, HKV, P, MAXPOS, WINDOW, POS_STRIDE, QS, QO, KS, KO, VS, VO,
                                     __int_as_float(SCALE_BITS)};
-  mlx_ep_gqa::decode_step<D, LCAP, ROT, INTERLEAVED, NT>(shape, q_in, k_in, v_in, past_k, past_v, seqlens,
+  mlx_ep_gqa::decode_step<D, LCAP, ROT, INTERLEAVED, NT, )") +
+         (split ? "SPLITS" : "1") + R"(>(shape, q_in, k_in, v_in, past_k, past_v, seqlens,
       total_len, reinterpret_cast<const T*>(cos_cache), reinterpret_cast<const T*>(sin_cache),
-      reinterpret_cast<const int64_t*>(pos_ids), out, k_row, v_row);
-)";
+      reinterpret_cast<const int64_t*>(pos_ids), out, k_row, v_row, )" +
+         (split ? "const_cast<int*>(counters), parts" : "nullptr, nullptr") + ");\n";
+}
 
 /** The kernel's header: the shared block reduction, then its own helpers. */
 const std::string& Header() {
@@ -341,13 +422,20 @@ const std::string& Header() {
   return text;
 }
 
-const mx::fast::CustomKernelFunction& StepKernel() {
-  static const mx::fast::CustomKernelFunction kernel =
-      mx::fast::cuda_kernel("mlx_ep_gqa_decode_step",
-                            {"q_in", "k_in", "v_in", "past_k", "past_v", "seqlens", "total_len", "cos_cache",
-                             "sin_cache", "pos_ids"},
-                            {"out", "k_row", "v_row"}, kSource, Header(), /*ensure_row_contiguous=*/true);
-  return kernel;
+const mx::fast::CustomKernelFunction& StepKernel(bool split) {
+  static const std::vector<std::string> inputs = {"q_in",      "k_in",      "v_in",    "past_k",
+                                                  "past_v",    "seqlens",   "total_len", "cos_cache",
+                                                  "sin_cache", "pos_ids"};
+  static const mx::fast::CustomKernelFunction whole = mx::fast::cuda_kernel(
+      "mlx_ep_gqa_decode_step", inputs, {"out", "k_row", "v_row"}, Body(false), Header(),
+      /*ensure_row_contiguous=*/true);
+  static const mx::fast::CustomKernelFunction in_splits = [] {
+    std::vector<std::string> with_counters = inputs;
+    with_counters.push_back("counters");
+    return mx::fast::cuda_kernel("mlx_ep_gqa_decode_split", with_counters, {"out", "k_row", "v_row", "parts"},
+                                 Body(true), Header(), /*ensure_row_contiguous=*/true);
+  }();
+  return split ? in_splits : whole;
 }
 
 /** Where each batch entry's query, key and value rows start (stride, offset), in elements; empty
@@ -387,12 +475,11 @@ std::optional<std::array<int, 3>> RotationConstants(const GqaDecodeStepInputs& i
 
 }  // namespace
 
-const char* GqaDecodeKernelSourceForTests() {
-  static const std::string text = Header() + "\n// kernel body:\n" + kSource;
-  return text.c_str();
+std::string GqaDecodeKernelSourceForTests(bool split) {
+  return Header() + "\n// kernel body:\n" + Body(split);
 }
 
-std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in) {
+std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int split_rows) {
   const mx::array &q = in.query, &past_k = in.past_key, &past_v = in.past_value;
   const int D = in.head_size, batch = q.ndim() == 3 ? q.shape(0) : 0;
   if (batch == 0 || D < 1 || D > kMaxHeadSize || in.kv_heads < 1 || in.heads % in.kv_heads != 0)
@@ -412,21 +499,28 @@ std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in) {
   int32_t scale_bits;
   std::memcpy(&scale_bits, &in.scale, sizeof scale_bits);
   if (!(in.scale > 0.f) || !std::isfinite(in.scale) || in.window < 0) return std::nullopt;
-  const int cap = std::max(256, static_cast<int>(std::bit_ceil(static_cast<unsigned>(keys))));
+  const int splits = SplitsOf(past, split_rows), chunk = (past + splits - 1) / splits;
+  const int cap = std::max(256, static_cast<int>(std::bit_ceil(static_cast<unsigned>(chunk + 1))));
   // The largest block up to DecodeThreads() whose static shared memory fits (128 always does:
-  // kMaxKeys; long caches of wide heads take 256 or 128).
+  // kMaxKeys; long caches of wide heads take 256 or 128); in splits, the smallest whose one pass
+  // of loads covers a split's rows.
   int nt = DecodeThreads();
   while (nt > 128 && SharedBytes(D, cap, nt, static_cast<int>(t.size())) > kMaxSharedBytes) nt /= 2;
+  if (splits > 1) {
+    const int wide = D % (16 / static_cast<int>(t.size())) == 0 ? 16 / static_cast<int>(t.size()) : 1;
+    const int most = nt;
+    for (nt = 128; nt < most && KeysPerPass(D, wide, nt) * kRowsInFlight < chunk;) nt *= 2;
+  }
   const mx::array& placeholder = in.seqlens_k;  // for absent inputs: never read
   const auto& [qs, qo, ks, ko, vs, vo] = *starts;
   const auto& [rot, max_pos, pos_stride] = *rotation;
-  return DecodeStepLaunch{
+  DecodeStepLaunch plan{
       {q, in.key ? *in.key : q, in.value ? *in.value : q, past_k, past_v, in.seqlens_k, in.total_length,
        in.cos_cache ? *in.cos_cache : placeholder, in.sin_cache ? *in.sin_cache : placeholder,
        in.position_ids ? *in.position_ids : placeholder},
       {{batch, 1, in.heads * D}, {batch, in.kv_heads, 1, D}, {batch, in.kv_heads, 1, D}},
-      t,
-      batch * in.heads * nt,
+      {t, t, t},
+      batch * in.heads * splits * nt,
       nt,
       {{"D", D},
        {"LCAP", cap},
@@ -447,15 +541,27 @@ std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in) {
        {"SCALE_BITS", scale_bits},
        {"NT", nt},
        {"T", t}}};
+  if (splits > 1) {
+    // Each query head's count of finished splits, zero between launches: the last block of a head
+    // sets it back (merge_splits). A constant of the traced graph, so one buffer per node and
+    // trace, which only this node's launches (in stream order) touch.
+    const int heads = batch * in.heads;
+    plan.inputs.push_back(mx::array(std::vector<int32_t>(heads, 0).data(), {heads}, mx::int32));
+    plan.output_shapes.push_back({heads * splits * (D + 2)});
+    plan.output_dtypes.push_back(mx::float32);
+    plan.constants.push_back({"SPLITS", splits});
+  }
+  return plan;
 }
 
 std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s) {
   if (!CudaKernelsAvailable(s)) return std::nullopt;
-  std::optional<DecodeStepLaunch> plan = PlanDecodeStep(in);
+  std::optional<DecodeStepLaunch> plan = PlanDecodeStep(in, DecodeSplitRows());
   if (!plan) return std::nullopt;
+  const bool split = plan->inputs.size() > 10;
   const std::vector<mx::array> outs =
-      StepKernel()(plan->inputs, plan->output_shapes, {plan->dtype, plan->dtype, plan->dtype},
-                   {plan->threads, 1, 1}, {plan->per_block, 1, 1}, plan->constants, std::nullopt, false, s);
+      StepKernel(split)(plan->inputs, plan->output_shapes, plan->output_dtypes, {plan->threads, 1, 1},
+                        {plan->per_block, 1, 1}, plan->constants, std::nullopt, false, s);
   return GqaDecodeStep{outs[0], outs[1], outs[2]};
 }
 

@@ -53,24 +53,27 @@ bool DecodeStepByKernelWanted();
 std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s);
 
 /** What DecodeStepByKernel hands MLX's cuda_kernel: the kernel's inputs (absent ones replaced by
- *  another), its three outputs' shapes (all of `dtype`), the threads of its grid and of a block
- *  (512, or ONNXRUNTIME_EP_MLX_DECODE_THREADS; fewer where its shared memory would not fit) and the constants
- *  its body names. */
+ *  another), its three outputs' shapes and dtypes (the query's), the threads of its grid and of a
+ *  block (512, or ONNXRUNTIME_EP_MLX_DECODE_THREADS; fewer where its shared memory would not fit)
+ *  and the constants its body names. Split into blocks of past rows
+ *  (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS), one more input (the heads' counters) and output (the
+ *  splits' partial results, float32) and the constant SPLITS. */
 struct DecodeStepLaunch {
   std::vector<mx::array> inputs;
   std::vector<mx::Shape> output_shapes;
-  mx::Dtype dtype;
+  std::vector<mx::Dtype> output_dtypes;
   int threads;
   int per_block;
   std::vector<std::pair<std::string, mx::fast::TemplateArg>> constants;
 };
 
 /** DecodeStepByKernel's launch on any device (a test's view of it): nullopt for what the kernel
- *  does not take. */
-std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in);
+ *  does not take. `split_rows` > 0: past rows per block (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS). */
+std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int split_rows = 0);
 
-/** That kernel's device code as NVRTC compiles it (header, then its body), for host tests. */
-const char* GqaDecodeKernelSourceForTests();
+/** That kernel's device code as NVRTC compiles it (header, then its body; `split`: the body of
+ *  the kernel in blocks of past rows), for host tests. */
+std::string GqaDecodeKernelSourceForTests(bool split = false);
 
 /** The step on MLX's CPU device (attention_gqa_step_cpu.cc), for what PlanDecodeStep takes;
  *  the attention loops are GroupQueryAttention's CPU kernel's (`portable`: their portable form). */

@@ -244,7 +244,7 @@ std::optional<GqaDecodeStep> DecodeStepOnCpu(const GqaDecodeStepInputs& in, bool
   std::optional<DecodeStepLaunch> plan = PlanDecodeStep(in);
   if (!plan) return std::nullopt;
   const std::vector<mx::array> outs =
-      mx::array::make_arrays(plan->output_shapes, {plan->dtype, plan->dtype, plan->dtype},
+      mx::array::make_arrays(plan->output_shapes, plan->output_dtypes,
                              std::make_shared<GqaDecodeStepCpu>(s, ParamsOf(*plan, portable)), plan->inputs);
   return GqaDecodeStep{outs[0], outs[1], outs[2]};
 }

@@ -48,6 +48,18 @@ inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 
+// Blocks run one after another: a block's atomics and fences need no more than this.
+inline void __threadfence() {}
+inline int atomicAdd(int* p, int v) {
+  const int old = *p;
+  *p += v;
+  return old;
+}
+template <class T>
+inline T __ldcg(const T* p) {
+  return *p;
+}
+
 inline float __shfl_xor_sync(unsigned, float value, int mask) {
   const unsigned lane = threadIdx.x & 31u;
   current_warp->slot[lane] = value;

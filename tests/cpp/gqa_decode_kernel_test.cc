@@ -17,22 +17,26 @@
 namespace mlx_ep {
 namespace {
 
-std::string Source() { return GqaDecodeKernelSourceForTests(); }
+std::string Source(bool split = false) { return GqaDecodeKernelSourceForTests(split); }
 std::string Header() { return Source().substr(0, Source().find("// kernel body:")); }
-std::string Body() { return Source().substr(Source().find("// kernel body:")); }
+std::string Body(bool split = false) { return Source(split).substr(Source(split).find("// kernel body:")); }
 
 // The parameters MLX's cuda_kernel generates for the body: the inputs (an absent cache or
 // position_ids is another input in its place: `placeholder` is its type), then the outputs.
-std::string Parameters(const std::string& t, const std::string& cache, const std::string& ids) {
+// The split kernel's (split): the heads' counters after the inputs, the splits' parts after the
+// outputs.
+std::string Parameters(const std::string& t, const std::string& cache, const std::string& ids,
+                       bool split = false) {
   return "const " + t + "* q_in, const " + t + "* k_in, const " + t + "* v_in, const " + t +
          "* past_k, const " + t + "* past_v, const int32_t* seqlens, const int32_t* total_len, const " +
-         cache + "* cos_cache, const " + cache + "* sin_cache, const " + ids + "* pos_ids, " + t + "* out, " +
-         t + "* k_row, " + t + "* v_row";
+         cache + "* cos_cache, const " + cache + "* sin_cache, const " + ids + "* pos_ids, " +
+         (split ? "const int32_t* counters, " : "") + t + "* out, " + t + "* k_row, " + t + "* v_row" +
+         (split ? ", float* parts" : "");
 }
 
 // The template constants MLX declares before the body, for one kernel of the compile test.
 std::string Constants(const std::string& t, int d, int rot, bool interleaved, int window, int pos_stride,
-                      int nt) {
+                      int nt, int splits = 1) {
   std::string text = "  using T = " + t + ";\n";
   auto constant = [&](const char* name, int value) {
     text += "  constexpr int " + std::string(name) + " = " + std::to_string(value) + ";\n";
@@ -55,6 +59,7 @@ std::string Constants(const std::string& t, int d, int rot, bool interleaved, in
   constant("VO", 36 * d);
   constant("SCALE_BITS", 1040187392);
   constant("NT", nt);
+  if (splits > 1) constant("SPLITS", splits);
   return text;
 }
 
@@ -73,13 +78,16 @@ TEST(GqaDecodeKernel, Compiles) {
         int window, pos_stride;
       } cases[] = {{0, false, 0, 0}, {d, false, 0, 0}, {d / 2, true, 16, 1}};
       for (const auto& k : cases)
-        for (int nt : {128, 512}) {  // the default block (512) and ONNXRUNTIME_EP_MLX_DECODE_THREADS=128
+        // The default block (512), ONNXRUNTIME_EP_MLX_DECODE_THREADS=128, and in blocks of past rows
+        // (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS: 8 splits, blocks of 128 and 256).
+        for (const auto [nt, splits] : {std::pair{128, 1}, {512, 1}, {128, 8}, {256, 8}}) {
           const std::string cache = k.rot ? t : "int32_t", ids = k.pos_stride ? "int64_t" : "int32_t";
           std::string name = "k";
           name += std::to_string(count++);
           threads[name] = nt;
-          text += "__global__ void " + name + "(" + Parameters(t, cache, ids) + ") {\n" +
-                  Constants(t, d, k.rot, k.interleaved, k.window, k.pos_stride, nt) + Body() + "\n}\n";
+          text += "__global__ void " + name + "(" + Parameters(t, cache, ids, splits > 1) + ") {\n" +
+                  Constants(t, d, k.rot, k.interleaved, k.window, k.pos_stride, nt, splits) + Body(splits > 1) +
+                  "\n}\n";
         }
     }
   text += kMlxKernelsEnd;
@@ -98,7 +106,13 @@ TEST(GqaDecodeKernel, ValuesOnTheHostEmulation) {
       "WINDOW,\n"
       "          int POS_STRIDE, int QS, int QO, int KS, int KO, int VS, int VO, int SCALE_BITS, int NT>\n"
       "void step_kernel(" +
-      Parameters("T", "T", "int64_t") + ") {\n" + Body() + "\n}\n#include \"" +
+      Parameters("T", "T", "int64_t") + ") {\n" + Body() + "\n}\n" +
+      "template <class T, int D, int LCAP, int ROT, bool INTERLEAVED, int H, int HKV, int P, int MAXPOS, int "
+      "WINDOW,\n"
+      "          int POS_STRIDE, int QS, int QO, int KS, int KO, int VS, int VO, int SCALE_BITS, int NT, int "
+      "SPLITS>\n"
+      "void split_kernel(" +
+      Parameters("T", "T", "int64_t", true) + ") {\n" + Body(true) + "\n}\n#include \"" +
       (tests / "gqa_decode_driver.inc").string() + "\"\n";
   EXPECT_EQ(BuildAndRun("mlx_ep_gqa_decode_emulation", program, "g++", EmulationFlags()), "");
 }
@@ -136,6 +150,32 @@ TEST(GqaDecodeKernel, PlanOfTheLaunch) {
   EXPECT_EQ(plan->output_shapes[1], (mx::Shape{B, Hkv, 1, D}));
   EXPECT_EQ(plan->inputs[1].id(), packed.id());  // key and value: the packed input again
   EXPECT_EQ(plan->inputs[9].id(), ids.id());
+
+  // In blocks of 100 past rows (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS=100): 3 splits of 100 rows,
+  // whose one pass of loads a block of 128 covers (16 rows of 8 lanes, 8 passes in flight), the
+  // heads' counters (zeros) as an 11th input and the splits' parts as a 4th output.
+  auto split = PlanDecodeStep({packed, std::nullopt, std::nullopt, past, past, seqlens, total, cache, cache,
+                               ids, H, Hkv, D, true, 4, 0.125f},
+                              100);
+  ASSERT_TRUE(split);
+  EXPECT_EQ(Ints(*split).at("SPLITS"), 3);
+  EXPECT_EQ(Ints(*split).at("LCAP"), 256);
+  EXPECT_EQ(split->per_block, 128);
+  EXPECT_EQ(split->threads, B * H * 3 * 128);
+  ASSERT_EQ(split->inputs.size(), 11u);
+  const mx::array counters = split->inputs[10];
+  EXPECT_EQ(counters.shape(), (mx::Shape{B * H}));
+  EXPECT_EQ(counters.dtype(), mx::int32);
+  EXPECT_EQ(mx::sum(mx::abs(counters)).item<int>(), 0);
+  ASSERT_EQ(split->output_shapes.size(), 4u);
+  EXPECT_EQ(split->output_shapes[3], (mx::Shape{B * H * 3 * (D + 2)}));
+  EXPECT_EQ(split->output_dtypes, (std::vector<mx::Dtype>{mx::float16, mx::float16, mx::float16, mx::float32}));
+  // Fewer rows than a split: one block a head, as without the variable.
+  EXPECT_EQ(PlanDecodeStep({packed, std::nullopt, std::nullopt, past, past, seqlens, total, cache, cache, ids, H,
+                            Hkv, D, true, 4, 0.125f},
+                           P)
+                ->inputs.size(),
+            10u);
 
   // Apart, no rotation: the caches' and position_ids' places hold seqlens_k (never read).
   const mx::array q = mx::zeros({B, 1, H * D}, mx::bfloat16), kv = mx::zeros({B, 1, Hkv * D}, mx::bfloat16);

@@ -283,6 +283,20 @@ def test_decode_step_kernel_blocks(threads):
     assert census and all("CustomKernel" in line for line in census), census
 
 
+@pytest.mark.parametrize("rows", ["1", "4"])
+def test_decode_step_kernel_splits(rows):
+    """ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS: the decode-step kernel's past rows in blocks of 1 or 4
+    rows a query head (the cases' 7-12 rows: up to 12 blocks a head, the last to finish merging
+    their partial softmax sums, src/ops/attention_gqa_cuda.cc) holds the decode cases' tolerances,
+    still one CustomKernel a step. MLX's CUDA backend only; tests/cpp/gqa_decode_kernel_test.cc
+    runs the split kernel's text on the host."""
+    if mlx_device() != "gpu":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    census, _ = census_of_tests(__file__, DECODE_CASES, env={"ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS": rows},
+                                timeout=600)
+    assert census and all("CustomKernel" in line for line in census), census
+
+
 def test_decode_core_by_gemv():
     """ONNXRUNTIME_EP_MLX_DECODE_ATTENTION=gemv: a decode step's core as two float32 one-row products
     and a softmax instead of cuDNN's masked attention (src/ops/attention_gqa_fused.cc): the decode
