@@ -99,12 +99,17 @@ struct MlxDataTransfer : OrtDataTransferImpl {
       if (bytes != dst_bytes)
         return MakeStatus("MLXExecutionProvider CopyTensors", "source and destination sizes differ",
                           ORT_INVALID_ARGUMENT);
-      if (bytes) std::memcpy(to, from, bytes);
       // A host input in the EP's device memory: its pages move to the GPU now, by DMA, rather than
-      // by page faults in the first kernel that reads it (opt-in; runtime/cuda_prefetch.h).
-      if (bytes && PrefetchInputsEnabled() && IsHost(ep.Value_GetMemoryDevice(src[i])) &&
-          IsDeviceMemory(ep.Value_GetMemoryDevice(dst[i])))
-        if (PrefetchToGpu(to, bytes)) CountPrefetch(bytes);
+      // by page faults in the first kernel that reads it (opt-in; runtime/cuda_prefetch.h): the
+      // host's copy prefetched, or (=copy) the copy made by the driver.
+      const bool to_gpu = bytes && PrefetchInputsEnabled() && IsHost(ep.Value_GetMemoryDevice(src[i])) &&
+                          IsDeviceMemory(ep.Value_GetMemoryDevice(dst[i]));
+      if (to_gpu && DriverCopiesInputs() && CopyToGpu(to, from, bytes)) {
+        CountPrefetch(bytes);
+      } else {
+        if (bytes) std::memcpy(to, from, bytes);
+        if (to_gpu && PrefetchToGpu(to, bytes)) CountPrefetch(bytes);
+      }
       CountTransfer(!IsHost(ep.Value_GetMemoryDevice(src[i])), !IsHost(ep.Value_GetMemoryDevice(dst[i])),
                     bytes);
     }

@@ -83,7 +83,8 @@ constexpr const char* kDecodeAttention =
                                             // CUDA kernel (attention_gqa_cuda.cc)
 constexpr const char* kPrefetchInputs =
     "ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS";  // "1": host inputs ORT copies into the EP's CUDA memory are
-                                           // moved to the GPU by DMA at once (runtime/cuda_prefetch.h)
+                                           // moved to the GPU by DMA at once; "copy": the copy made by
+                                           // the CUDA driver (runtime/cuda_prefetch.h)
 constexpr const char* kDecodeThreads =
     "ONNXRUNTIME_EP_MLX_DECODE_THREADS";  // "128" or "256": the decode-step kernel's block (default
                                           // 512 since the twenty-seventh session; attention_gqa_cuda.cc)

@@ -26,11 +26,13 @@ constexpr const char* kCtxPushCurrentSymbol = "cuCtxPushCurrent_v2";
 constexpr const char* kCtxPopCurrentSymbol = "cuCtxPopCurrent_v2";
 constexpr const char* kDevicePrimaryCtxRetainSymbol = "cuDevicePrimaryCtxRetain";
 constexpr const char* kStreamCreateSymbol = "cuStreamCreate";
+constexpr const char* kMemcpyHtoDSymbol = "cuMemcpyHtoD_v2";
 
 using MemPrefetchAsync = Result (*)(DevicePtr, size_t, MemLocation, unsigned, Stream);
 using DevicePrimaryCtxRetain = Result (*)(Context*, int);
 using CtxPushCurrent = Result (*)(Context);
 using CtxPopCurrent = Result (*)(Context*);
 using StreamCreate = Result (*)(Stream*, unsigned);
+using MemcpyHtoD = Result (*)(DevicePtr, const void*, size_t);
 
 }  // namespace mlx_ep::cuda_driver

@@ -22,6 +22,7 @@ namespace cu = cuda_driver;
  *  non-blocking stream of the EP's own: all set, or `prefetch` null. */
 struct Driver {
   cu::MemPrefetchAsync prefetch = nullptr;
+  cu::MemcpyHtoD copy = nullptr;
   cu::CtxPushCurrent push = nullptr;
   cu::CtxPopCurrent pop = nullptr;
   cu::Context context = nullptr;
@@ -40,14 +41,15 @@ Driver LoadDriver() {
   auto push = reinterpret_cast<cu::CtxPushCurrent>(dlsym(lib, cu::kCtxPushCurrentSymbol));
   auto pop = reinterpret_cast<cu::CtxPopCurrent>(dlsym(lib, cu::kCtxPopCurrentSymbol));
   auto create = reinterpret_cast<cu::StreamCreate>(dlsym(lib, cu::kStreamCreateSymbol));
-  if (!prefetch || !retain || !push || !pop || !create) return d;
+  auto copy = reinterpret_cast<cu::MemcpyHtoD>(dlsym(lib, cu::kMemcpyHtoDSymbol));
+  if (!prefetch || !retain || !push || !pop || !create || !copy) return d;
   cu::Context context = nullptr, popped = nullptr;
   if (retain(&context, 0) != 0 || !context || push(context) != 0) return d;
   cu::Stream stream = nullptr;
   const bool made = create(&stream, cu::kStreamNonBlocking) == 0 && stream;
   pop(&popped);
   if (!made) return d;
-  d = {prefetch, push, pop, context, stream};
+  d = {prefetch, copy, push, pop, context, stream};
 #endif
   return d;
 }
@@ -68,9 +70,29 @@ bool PrefetchInputsEnabled() {
   return on;
 }
 
+bool DriverCopiesInputs() {
+  static const bool on = PrefetchInputsEnabled() && EnvString(env::kPrefetchInputs) == "copy";
+  return on;
+}
+
+const Driver& TheDriver() {
+  static const Driver driver = LoadDriver();
+  return driver;
+}
+
+bool CopyToGpu(void* dst, const void* src, size_t bytes) {
+  if (!dst || !src || bytes == 0) return false;
+  const Driver& driver = TheDriver();
+  if (!driver.copy || driver.push(driver.context) != 0) return false;
+  const bool done = driver.copy(static_cast<cu::DevicePtr>(reinterpret_cast<std::uintptr_t>(dst)), src, bytes) == 0;
+  cu::Context popped = nullptr;
+  driver.pop(&popped);
+  return done;
+}
+
 bool PrefetchToGpu(const void* ptr, size_t bytes) {
   if (!ptr || bytes == 0) return false;
-  static const Driver driver = LoadDriver();
+  const Driver& driver = TheDriver();
   if (!driver.prefetch) return false;
   // The calling thread (ORT's) need not have a current context: GPU 0's primary one, pushed for
   // the call and popped after it.

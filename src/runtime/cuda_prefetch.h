@@ -14,8 +14,20 @@
 
 namespace mlx_ep {
 
-/** ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS=1 (opt-in until a GPU A/B shows a gain) and MLX on a CUDA GPU. */
+/** ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS=1 or =copy (opt-in until a GPU A/B shows a gain) and MLX on
+ *  a CUDA GPU. */
 bool PrefetchInputsEnabled();
+
+/** ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS=copy (with PrefetchInputsEnabled): the copy itself made by the
+ *  driver (CopyToGpu) instead of a host memcpy and a prefetch. The twenty-eighth session's H100
+ *  ran a decode step no faster with the prefetch (3.80 against 3.67 ms): whether pages the host
+ *  wrote still fault on the GPU after it, a copy engine's write to them is the other experiment. */
+bool DriverCopiesInputs();
+
+/** Copies `bytes` from host memory `src` to managed (or device) memory `dst` by the CUDA driver
+ *  (cuMemcpyHtoD, synchronous for pageable host memory): true when done, false where there is no
+ *  CUDA driver in the process or it declined (then nothing was written). Never throws. */
+bool CopyToGpu(void* dst, const void* src, size_t bytes);
 
 /** Asks the CUDA driver to move `bytes` of managed memory at `ptr` to GPU 0 without waiting:
  *  true when it was asked, false where there is no CUDA driver in the process or the driver

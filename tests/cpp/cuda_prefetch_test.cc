@@ -36,6 +36,7 @@ static_assert(std::is_same_v<decltype(&cuDevicePrimaryCtxRetain), CUresult (*)(C
 static_assert(std::is_same_v<decltype(&cuCtxPushCurrent), CUresult (*)(CUcontext)>);
 static_assert(std::is_same_v<decltype(&cuCtxPopCurrent), CUresult (*)(CUcontext*)>);
 static_assert(std::is_same_v<decltype(&cuStreamCreate), CUresult (*)(CUstream*, unsigned int)>);
+static_assert(std::is_same_v<decltype(&cuMemcpyHtoD), CUresult (*)(CUdeviceptr, const void*, size_t)>);
 static_assert(sizeof(CUresult) == sizeof(cu::Result) && CUDA_SUCCESS == 0);
 static_assert(sizeof(CUdevice) == sizeof(int) && std::is_same_v<CUdeviceptr, cu::DevicePtr>);
 static_assert(sizeof(CUcontext) == sizeof(cu::Context) && sizeof(CUstream) == sizeof(cu::Stream));
@@ -49,7 +50,8 @@ int main() {
                             {SYMBOL(cuDevicePrimaryCtxRetain), cu::kDevicePrimaryCtxRetainSymbol},
                             {SYMBOL(cuCtxPushCurrent), cu::kCtxPushCurrentSymbol},
                             {SYMBOL(cuCtxPopCurrent), cu::kCtxPopCurrentSymbol},
-                            {SYMBOL(cuStreamCreate), cu::kStreamCreateSymbol}};
+                            {SYMBOL(cuStreamCreate), cu::kStreamCreateSymbol},
+                            {SYMBOL(cuMemcpyHtoD), cu::kMemcpyHtoDSymbol}};
   int wrong = 0;
   for (auto& p : pairs)
     if (std::strcmp(p[0], p[1]) != 0) wrong += std::printf("cuda.h names %s, the EP looks up %s\n", p[0], p[1]) > 0;
@@ -68,6 +70,10 @@ TEST(CudaPrefetch, NothingWithoutADriver) {
   EXPECT_FALSE(PrefetchToGpu(nullptr, 16));
   EXPECT_FALSE(PrefetchToGpu(host.data(), 0));
   EXPECT_FALSE(PrefetchToGpu(host.data(), host.size() * sizeof(float)));
+  std::vector<float> other(1024, 2.f);
+  EXPECT_FALSE(CopyToGpu(other.data(), host.data(), host.size() * sizeof(float)));
+  EXPECT_FALSE(CopyToGpu(nullptr, host.data(), 16));
+  EXPECT_EQ(other[1023], 2.f);  // nothing written where no driver copied
   EXPECT_EQ(host[1023], 1.f);
 }
 

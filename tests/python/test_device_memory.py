@@ -127,9 +127,10 @@ def check_state_stays_on_device():
     assert runtime["transfer_bytes"] == {"host_to_device": (runs + 1) * nbytes, "device_to_host": nbytes,
                                          "device_to_device": 0}, runtime
     assert part["runs"] == runs, part
-    if os.environ.get("ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS") == "1":
+    if os.environ.get("ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS") in ("1", "copy"):
         # On a CUDA GPU (device writes) every byte copied in from the host was handed to the
-        # driver to move to the GPU; elsewhere no CUDA driver is loaded and none was.
+        # driver to move to the GPU (=copy: copied by it); elsewhere no CUDA driver is loaded and
+        # none was (the values above: the host's memcpy).
         moved_early = runtime["transfer_bytes"]["host_to_device"] if runtime["device_writes"] else 0
         assert runtime["prefetched_bytes"] == moved_early, runtime
     assert part["bytes_in_host_copied"] == 0 and part["bytes_out_host_copied"] == 0, part
@@ -204,13 +205,15 @@ def test_asynchronous_run_evaluation(function):
     check_in_child_process(function=function, **env)
 
 
+@pytest.mark.parametrize("mode", ["1", "copy"])
 @pytest.mark.parametrize("function", ["check_state_stays_on_device", "check_split_decoder_in_device_memory"])
-def test_host_inputs_prefetched(function):
+def test_host_inputs_prefetched(function, mode):
     """ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS=1 (runtime/cuda_prefetch.h): what ORT copies from the host
     into the EP's memory handed at once to the CUDA driver to move to the GPU: the same states and
     tokens, and on a CUDA GPU every such byte counted as prefetched (check_state_stays_on_device);
-    on MLX's CPU device (device memory forced) no driver is loaded and nothing is asked."""
-    env = {"ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS": "1", "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY": "1" if on_gpu() else "force"}
+    on MLX's CPU device (device memory forced) no driver is loaded and nothing is asked. =copy: the
+    copy itself made by the driver (cuMemcpyHtoD), the same values and counts."""
+    env = {"ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS": mode, "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY": "1" if on_gpu() else "force"}
     if function == "check_split_decoder_in_device_memory":
         env["ONNXRUNTIME_EP_MLX_DECLINE_OPS"] = "Sigmoid"
     check_in_child_process(function=function, **env)

@@ -58,6 +58,8 @@ def child(args):
     out = {"median_ms": statistics.median(times), "min_ms": min(times), "partitions": len(parts)}
     for key in ("steady_runs", "graph_ms", "eval_ms", "write_ms", "runs", "traces"):
         out[key] = sum(p.get(key, 0) for p in parts)
+    # ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS: the host inputs' bytes the CUDA driver moved (or copied)
+    out["prefetched_bytes"] = report["runtime"].get("prefetched_bytes", 0)
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -111,7 +113,9 @@ def measure(args, setting, index):
     print(f"{args.what} [{setting}]: median {row['median_ms']:.2f} ms (min {row['min_ms']:.2f}); per run "
           f"graph {row['graph_ms_per_run']:.2f} / eval {row['eval_ms_per_run']:.2f} / write "
           f"{row['write_ms_per_run']:.2f} ms over {result['steady_runs']} runs; {result['partitions']} "
-          f"partition(s), {result['traces']} traces", flush=True)
+          f"partition(s), {result['traces']} traces"
+          + (f"; {result['prefetched_bytes']} bytes moved by the driver" if result.get("prefetched_bytes") else ""),
+          flush=True)
     print(f"  primitives: {row['census'][:1500]}", flush=True)
     return row
 
