@@ -12,8 +12,9 @@
 # `kernels` timelines (b1, b8) with both.
 export ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS=16 \
   BG_STEPS="split" \
-  SPLIT_TESTS="tests/python/ops/test_fused_gpu_paths.py::test_decode_step_kernel_splits tests/python/ops/test_fused_gpu_paths.py::test_decode_step_by_kernel tests/python/test_llm.py tests/python/test_device_memory.py::test_host_inputs_prefetched tests/python/test_provider_options.py" \
-  SPLIT_JOBS=10 SPLIT_TIMEOUT=240
+  SPLIT_TESTS="tests/python/ops/test_fused_gpu_paths.py::test_decode_step_kernel_splits tests/python/test_device_memory.py::test_host_inputs_prefetched tests/python/test_provider_options.py" \
+  SPLIT_JOBS=10 SPLIT_TIMEOUT=150
+# (test_llm with the split, and the kernels timeline: cut when the second lease began with 508 s)
 # The `run` call after it: `. tools/gpu/lease_env.sh measure && CALL_BUDGET=540 bash
 # tools/gpu/device_session.sh run phases kernels`.
 export CONF_TIMEOUT=660
@@ -25,5 +26,5 @@ if [ "${1:-}" = measure ]; then
   export ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS=256 ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS=copy \
     PHASES_MODELS=fp16 PHASES_PROMPT= PHASES_ROUNDS=2 PHASES_TIMEOUT=300 PHASES_BERT= \
     PHASES_SETTINGS="$S=0 $P=0;$S=256 $P=0;$S=256 $P=copy" \
-    KERNELS_VIA=timeline KERNELS_MODELS=fp16 KERNELS_PROMPT= KERNELS_BATCH8=1 KERNELS_BERT=
+    KERNELS_VIA=timeline KERNELS_MODELS=fp16 KERNELS_PROMPT= KERNELS_BATCH8= KERNELS_BERT=
 fi
