@@ -82,6 +82,65 @@ def test_gqa_bfloat16_against_float32(forced):
     check_bf16(bf16_model, {k: (v.astype(BF16) if v.dtype == np.float32 else v) for k, v in feeds.items()}, ref)
 
 
+def with_known_total(model, feeds):
+    """The model with total_sequence_length a constant, as genai's layout has it where the trace
+    folds it from the attention mask's shape: the trace then knows a first prompt (total == the
+    sequence length) and the attention reads no past row (attention_contrib_gqa.cc,
+    KnownFirstPrompt)."""
+    from onnx import numpy_helper
+
+    total = feeds.pop("total_sequence_length")
+    graph = model.graph
+    graph.input.remove(next(i for i in graph.input if i.name == "total_sequence_length"))
+    graph.initializer.append(numpy_helper.from_array(total, "total_sequence_length"))
+    return model, feeds
+
+
+KNOWN_TOTAL_CASES = {
+    # first prompts into a shared buffer: padded entries, packed QKV, a window, rotary, a bias
+    "prefill_padded_shared": GQA_CASES["prefill_padded_shared"],
+    "prefill_window_shared": dict(batch=2, seq=6, heads=4, kv_heads=2, head_size=8, seqlens=[6, 4], total=6,
+                                  past_len=8, local_window_size=2),
+    "prefill_rotary_shared": dict(batch=2, seq=5, heads=4, kv_heads=2, head_size=16, seqlens=[5, 3], total=5,
+                                  past_len=9, rotary=(16, 1)),
+    "prefill_bias_shared": dict(batch=2, seq=5, heads=4, kv_heads=2, head_size=8, seqlens=[5, 3], total=5,
+                                past_len=9, bias=True),
+    # not a first prompt: a subsequent prompt and a decode step keep the past rows
+    "subsequent_prompt": GQA_CASES["subsequent_prompt"],
+    "decode_shared": GQA_CASES["decode_shared"],
+}
+
+
+@pytest.mark.parametrize("case", list(KNOWN_TOTAL_CASES))
+def test_gqa_known_total_float32(forced32, case):
+    check(*with_known_total(*gqa(**KNOWN_TOTAL_CASES[case])))
+
+
+@pytest.mark.parametrize("case", list(KNOWN_TOTAL_CASES))
+@pytest.mark.parametrize("cpu_kernel", ["1", "0"])
+def test_gqa_known_total_composed(monkeypatch, case, cpu_kernel):
+    """The same without the fused paths: on MLX's CPU device GroupQueryAttention's CPU kernel (which
+    keeps its own run-time test) and, with ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL=0, the composed core
+    (a GPU's float32 path), which reads no past rows on a known first prompt either."""
+    monkeypatch.setenv("ONNXRUNTIME_EP_MLX_GQA_CPU_KERNEL", cpu_kernel)
+    check(*with_known_total(*gqa(**KNOWN_TOTAL_CASES[case])))
+
+
+def test_gqa_known_first_prompt_reads_no_past():
+    """A first prompt the trace knows: the fused core's keys are the new rows alone, no Concatenate
+    of the past buffer (a TinyLlama prefill of 512 tokens with a 2,048-row buffer: 88 copy kernels
+    and four fifths of cuDNN's keys on an H100); the same prompt with total_sequence_length a graph
+    input (data) concatenates, as does a subsequent prompt whose total is known."""
+    cases = ["test_gqa_known_total_float32[prefill_padded_shared]", "test_gqa_masks_float32[prefill_padded_shared]",
+             "test_gqa_known_total_float32[subsequent_prompt]"]
+    census, _ = census_of_tests(__file__, cases, env={ENV: "force32"})
+    assert len(census) == 3, census
+    # (on the CPU MLX's SDPA is its fallback's Matmul / Softmax; on a GPU cuDNN's primitive)
+    assert "Concatenate" not in census[0], census[0]
+    assert "ScaledDotProductAttention" in census[0] or "Softmax" in census[0], census[0]
+    assert "Concatenate" in census[1] and "Concatenate" in census[2], census
+
+
 @pytest.mark.parametrize("extra", [{"softcap": 2.0}, {"sink": True}, {"bias": True}, {"smooth_softmax": 1}],
                          ids=lambda d: "_".join(d))
 def test_gqa_composed_options(forced32, extra):
