@@ -88,6 +88,9 @@ constexpr const char* kPrefetchInputs =
 constexpr const char* kDecodeThreads =
     "ONNXRUNTIME_EP_MLX_DECODE_THREADS";  // "128" or "256": the decode-step kernel's block (default
                                           // 512 since the twenty-seventh session; attention_gqa_cuda.cc)
+constexpr const char* kPrefillRotateKernel =
+    "ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL";  // "1": a prompt's rotary Q/K (and V's layout) in one
+                                                 // custom CUDA kernel (attention_gqa_prefill.h)
 constexpr const char* kDecodeSplitRows =
     "ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS";  // N > 0: the decode-step kernel's past rows split in
                                              // blocks of N rows per query head (attention_gqa_cuda.cc)

@@ -46,10 +46,12 @@
 
 #include "ops/attention_contrib_gqa_internal.h"
 #include "ops/attention_gqa_cpu.h"
+#include "ops/attention_gqa_prefill.h"
 #include "ops/attention_gqa_step.h"
 #include "ops/attention_internal.h"
 #include "ops/fused_gpu_internal.h"
 #include "ops/registry.h"
+#include "runtime/device.h"
 
 namespace mlx_ep {
 namespace {
@@ -96,37 +98,62 @@ Step StepOf(const OpContext& c, int batch, int seq) {
   return {total, offset, first};
 }
 
-/** Q or K [B, heads, S, D] rotated at the step's positions offset_b + s; with `copies` > 1 (S = 1
- *  only) the one row rotated `copies` times, [B, heads, copies, D], written by the same kernel
- *  (the fused decode's doubled query, attention_gqa_fused.cc, without a copy of its own). */
-mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st, int copies = 1) {
+/** The rotation's cos/sin cache rows of the step's tokens, [B, 1, S] int32: offset_b + s, or
+ *  position_ids (on the first prompt only position_ids[0, 0] + s, as ORT reads them), clamped to
+ *  the caches' rows. */
+mx::array Positions(const OpContext& c, const Step& st, int batch, int seq) {
   const mx::Stream s = c.stream;
   const mx::array &cos_cache = c.input(kCos), &sin_cache = c.input(kSin);
   if (cos_cache.ndim() != 2 || cos_cache.shape() != sin_cache.shape() || cos_cache.shape(0) == 0)
     c.Fail("cos_cache/sin_cache must be [max_position, rotary_dim / 2]");
-  const int rot = 2 * cos_cache.shape(1);
-  if (rot > x.shape(3)) c.Fail("rotary_dim exceeds head_size");
-  const int seq = x.shape(2);
   const mx::array i = mx::reshape(StepArange(seq, s), {1, 1, seq, 1}, s);
   mx::array pos = mx::add(st.offset, i, s);  // [B, 1, S, 1]
   if (c.has_input(kPositionIds)) {
     const mx::array& ids = c.input(kPositionIds);
-    if (ids.ndim() != 2 || ids.shape(0) != x.shape(0) || ids.shape(1) < seq)
+    if (ids.ndim() != 2 || ids.shape(0) != batch || ids.shape(1) < seq)
       c.Fail("position_ids must be [batch, sequence_length]");
     const mx::array given = mx::reshape(
-        mx::astype(mx::slice(ids, {0, 0}, {ids.shape(0), seq}, s), mx::int32, s), {x.shape(0), 1, seq, 1}, s);
+        mx::astype(mx::slice(ids, {0, 0}, {ids.shape(0), seq}, s), mx::int32, s), {batch, 1, seq, 1}, s);
     // On the first prompt ORT reads only position_ids[0, 0]: positions [0, 0] + s for every entry.
     const mx::array first_row = mx::add(mx::slice(given, {0, 0, 0, 0}, {1, 1, 1, 1}, s), i, s);
     pos = mx::where(st.first, first_row, given, s);
   }
   // MLX's gather does not check bounds (ORT errors on positions past the cache): clamp.
   pos = mx::clip(pos, mx::array(0, mx::int32), mx::array(cos_cache.shape(0) - 1, mx::int32), s);
-  pos = mx::reshape(pos, {x.shape(0), 1, seq}, s);
+  return mx::reshape(pos, {batch, 1, seq}, s);
+}
+
+/** Q or K [B, heads, S, D] rotated at the step's positions offset_b + s; with `copies` > 1 (S = 1
+ *  only) the one row rotated `copies` times, [B, heads, copies, D], written by the same kernel
+ *  (the fused decode's doubled query, attention_gqa_fused.cc, without a copy of its own). */
+mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st, int copies = 1) {
+  const mx::Stream s = c.stream;
+  const mx::array &cos_cache = c.input(kCos), &sin_cache = c.input(kSin);
+  const mx::array pos = Positions(c, st, x.shape(0), x.shape(2));
+  const int rot = 2 * cos_cache.shape(1);
+  if (rot > x.shape(3)) c.Fail("rotary_dim exceeds head_size");
   auto rows = [&](const mx::array& cache) { return mx::astype(mx::take(cache, pos, 0, s), mx::float32, s); };
   const mx::array rotated =
       copies == 1 ? x : mx::broadcast_to(x, {x.shape(0), x.shape(1), copies, x.shape(3)}, s);
   return ApplyRotary(rotated, rows(cos_cache), rows(sin_cache), rot,
                      c.node.AttrInt("rotary_interleaved", 0) == 1, s);
+}
+
+/** A prompt's Q, K (rotated) and V [B, heads, S, D] from one custom CUDA kernel over the node's
+ *  inputs (attention_gqa_prefill.h; ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=1), or nullopt. */
+std::optional<GqaRotatedQkv> RotateByKernel(const OpContext& c, const Step& st, int heads, int kv_heads,
+                                            int head_size) {
+  if (!PrefillRotateKernelWanted() || !CudaKernelsAvailable(c.stream)) return std::nullopt;
+  const mx::array& query = c.input(kQuery);
+  const int batch = query.shape(0), seq = query.shape(1);
+  if (2 * c.input(kCos).shape(1) > head_size) c.Fail("rotary_dim exceeds head_size");
+  const mx::array pos = mx::reshape(Positions(c, st, batch, seq), {batch, seq}, c.stream);
+  auto optional = [&](size_t i) {
+    return c.has_input(i) ? std::optional<mx::array>(c.input(i)) : std::nullopt;
+  };
+  return PrefillRotateByKernel({query, optional(kKey), optional(kValue), pos, c.input(kCos), c.input(kSin), heads,
+                                kv_heads, head_size, c.node.AttrInt("rotary_interleaved", 0) == 1},
+                               c.stream);
 }
 
 /** present's length L: ORT's max(total_sequence_length, P) when the trace knows the total (it is
@@ -407,10 +434,15 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
       // One rotation writes both rows; the other paths read row 0 of it.
       q_doubled = Rotate(c, q, st, 2);
       q = mx::slice(*q_doubled, {0, 0, 0, 0}, {batch, q.shape(1), 1, q.shape(3)}, s);
+      k = Rotate(c, k, st);
+    } else if (std::optional<GqaRotatedQkv> qkv = RotateByKernel(c, st, heads, kv_heads, q.shape(3))) {
+      q = qkv->q;
+      k = qkv->k;
+      v = qkv->v;
     } else {
       q = Rotate(c, q, st);
+      k = Rotate(c, k, st);
     }
-    k = Rotate(c, k, st);
   }
   AttendedKv kv{std::nullopt, std::nullopt, mx::astype(k, mx::float32, s), mx::astype(v, mx::float32, s)};
   mx::array present_k = k, present_v = v;

@@ -49,6 +49,7 @@
 #include "mlx/ops.h"
 #include "ops/attention_gqa_step.h"
 #include "ops/cuda_block_reduce.h"
+#include "ops/cuda_rotary.h"
 #include "runtime/device.h"
 
 namespace mlx_ep {
@@ -113,20 +114,6 @@ namespace mlx_ep_gqa {
 // Nothing from the C library's headers, which NVRTC need not have (integer min/max; -inf is
 // mlx_ep_cuda::negative_infinity, cuda_block_reduce.h).
 __device__ __forceinline__ int lesser(int a, int b) { return a < b ? a : b; }
-
-// Value d of row x after the rotation by cos/sin row (c, s) of ROT / 2 values (ROT = 0: none):
-// pairs (i, i + ROT / 2), or (2i, 2i + 1) when INTERLEAVED, in float32, rounded to T.
-template <int ROT, bool INTERLEAVED, typename T>
-__device__ __forceinline__ T rotated(const T* x, const T* c, const T* s, int d) {
-  if (d >= ROT) return x[d];
-  constexpr int HALF = ROT / 2;
-  const bool second = INTERLEAVED ? (d & 1) != 0 : d >= HALF;
-  const int i = INTERLEAVED ? d / 2 : (second ? d - HALF : d);
-  const float x1 = static_cast<float>(INTERLEAVED ? x[2 * i] : x[i]);
-  const float x2 = static_cast<float>(INTERLEAVED ? x[2 * i + 1] : x[i + HALF]);
-  const float co = static_cast<float>(c[i]), si = static_cast<float>(s[i]);
-  return static_cast<T>(second ? x1 * si + x2 * co : x1 * co - x2 * si);
-}
 
 // The step's shapes (compile-time constants at the call site): heads H and Hkv, past rows P, the
 // caches' rows, the window (0: none), position_ids' row length (0: no position_ids), and where
@@ -341,8 +328,8 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
   }
   const int64_t kv = static_cast<int64_t>(b) * Hkv + kvh;
   for (int d = tid; d < D; d += threads) {
-    qs[d] = static_cast<float>(rotated<ROT, INTERLEAVED>(q_row, c, s, d));
-    const T k = rotated<ROT, INTERLEAVED>(k_new, c, s, d);
+    qs[d] = static_cast<float>(mlx_ep_cuda::rotated<ROT, INTERLEAVED>(q_row, c, s, d));
+    const T k = mlx_ep_cuda::rotated<ROT, INTERLEAVED>(k_new, c, s, d);
     ks[d] = static_cast<float>(k);
     if (h % group == 0 && split == 0) {
       k_row[kv * D + d] = k;
@@ -418,7 +405,7 @@ std::string Body(bool split) {
 
 /** The kernel's header: the shared block reduction, then its own helpers. */
 const std::string& Header() {
-  static const std::string text = std::string(kBlockReduceSource) + kHeader;
+  static const std::string text = std::string(kBlockReduceSource) + kRotarySource + kHeader;
   return text;
 }
 

@@ -80,7 +80,7 @@ TEST(GqaDecodeKernel, Compiles) {
       for (const auto& k : cases)
         // The default block (512), ONNXRUNTIME_EP_MLX_DECODE_THREADS=128, and in blocks of past rows
         // (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS: 8 splits, blocks of 128 and 256).
-        for (const auto [nt, splits] : {std::pair{128, 1}, {512, 1}, {128, 8}, {256, 8}}) {
+        for (const auto& [nt, splits] : {std::pair{128, 1}, {512, 1}, {128, 8}, {256, 8}}) {
           const std::string cache = k.rot ? t : "int32_t", ids = k.pos_stride ? "int64_t" : "int32_t";
           std::string name = "k";
           name += std::to_string(count++);

@@ -66,10 +66,13 @@ def test_gqa_masks_float32(forced32, case):
     check(*gqa(**GQA_CASES[case]))
 
 
-@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize("phase", ["prefill", "prefill_rotary", "decode"])
 def test_gqa_float16(forced, phase):
     if phase == "prefill":
         check(*gqa(2, 5, 4, 2, 16, seqlens=[5, 2], total=5, past_len=8, dtype=np.float16))
+    elif phase == "prefill_rotary":
+        check(*gqa(2, 5, 4, 2, 16, seqlens=[5, 2], total=5, past_len=8, dtype=np.float16, rotary=(16, 1),
+                   packed=True))
     else:
         check(*gqa(2, 1, 4, 2, 16, seqlens=[3, 8], total=8, past_len=8, dtype=np.float16))
 
@@ -354,6 +357,20 @@ def test_decode_step_kernel_splits(rows):
     census, _ = census_of_tests(__file__, DECODE_CASES, env={"ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS": rows},
                                 timeout=600)
     assert census and all("CustomKernel" in line for line in census), census
+
+
+def test_prefill_rotate_kernel():
+    """ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=1: a prompt's rotated Q and K and V's layout from one
+    custom CUDA kernel over the node's inputs (src/ops/attention_gqa_prefill_cuda.cc): the rotary
+    prompt cases (float32 subsequent prompt, a known first prompt into a shared buffer, packed
+    float16 interleaved) hold their tolerances with a CustomKernel in each graph. MLX's CUDA backend
+    only; tests/cpp/gqa_prefill_kernel_test.cc runs the kernel's text on the host."""
+    if mlx_device() != "gpu":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    cases = ["test_gqa_masks_float32[subsequent_prompt]", "test_gqa_known_total_float32[prefill_rotary_shared]",
+             "test_gqa_float16[prefill_rotary]"]
+    census, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL": "1"}, timeout=600)
+    assert len(census) == 3 and all("CustomKernel" in line for line in census), census
 
 
 def test_decode_core_by_gemv():

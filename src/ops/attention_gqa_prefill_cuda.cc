@@ -1,0 +1,129 @@
+// GroupQueryAttention's rotary embedding for a prompt as one custom CUDA kernel
+// (attention_gqa_prefill.h). A thread per output value: value d of row (b, s) of head `head` of
+// the three outputs side by side (H query heads, then Hkv key heads, then Hkv value heads), read
+// from its input row where it lies, rotated (Q and K) at positions[b, s], written at
+// [b, head, s, d]. Numerics as the composed rotation (ApplyRotary): float32 products rounded to T.
+#include "ops/attention_gqa_prefill.h"
+
+#include <array>
+
+#include "common/env.h"
+#include "ops/cuda_rotary.h"
+#include "ops/fused_gpu_internal.h"
+#include "runtime/device.h"
+
+namespace mlx_ep {
+namespace {
+
+constexpr int kThreadsPerBlock = 256;
+
+// The body MLX's cuda_kernel wraps. B and S come from positions' shape (one kernel for every
+// prompt length); the rows' strides and offsets (QS/QO, KS/KO, VS/VO: packed QKV is one input read
+// three times) and the heads are constants.
+constexpr const char* kBody = R"(
+  constexpr int HEADS = H + 2 * HKV;
+  const int64_t rows = static_cast<int64_t>(pos_shape[0]) * pos_shape[1];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * HEADS * D) return;
+  const int d = static_cast<int>(i % D);
+  const int head = static_cast<int>((i / D) % HEADS);
+  const int64_t row = i / (static_cast<int64_t>(D) * HEADS);  // b * S + s
+  const int S = pos_shape[1];
+  const int64_t b = row / S, s = row % S;
+  const T* c = reinterpret_cast<const T*>(cos_cache) + static_cast<int64_t>(pos[row]) * (ROT / 2);
+  const T* sn = reinterpret_cast<const T*>(sin_cache) + static_cast<int64_t>(pos[row]) * (ROT / 2);
+  if (head < H) {
+    q_out[((b * H + head) * S + s) * D + d] =
+        mlx_ep_cuda::rotated<ROT, INTERLEAVED>(q_in + row * QS + QO + head * D, c, sn, d);
+  } else if (head < H + HKV) {
+    const int h = head - H;
+    k_out[((b * HKV + h) * S + s) * D + d] =
+        mlx_ep_cuda::rotated<ROT, INTERLEAVED>(k_in + row * KS + KO + h * D, c, sn, d);
+  } else {
+    const int h = head - H - HKV;
+    v_out[((b * HKV + h) * S + s) * D + d] = v_in[row * VS + VO + h * D + d];
+  }
+)";
+
+const mx::fast::CustomKernelFunction& RotateKernel() {
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "mlx_ep_gqa_prefill_rotate", {"q_in", "k_in", "v_in", "pos", "cos_cache", "sin_cache"},
+      {"q_out", "k_out", "v_out"}, kBody, kRotarySource, /*ensure_row_contiguous=*/true);
+  return kernel;
+}
+
+/** Each (b, s) row's start in the query, key and value inputs (stride, offset), in elements. */
+std::optional<std::array<int, 6>> RowStrides(const GqaPrefillRotateInputs& in) {
+  const int batch = in.query.shape(0), seq = in.query.shape(1), D = in.head_size;
+  const int q_width = in.heads * D, kv_width = in.kv_heads * D;
+  auto is_rows = [&](const mx::array& a, int width) {
+    return a.ndim() == 3 && a.shape(0) == batch && a.shape(1) == seq && a.shape(2) == width;
+  };
+  if (!in.key) {
+    const int all = q_width + 2 * kv_width;
+    if (!is_rows(in.query, all)) return std::nullopt;
+    return std::array<int, 6>{all, 0, all, q_width, all, q_width + kv_width};
+  }
+  if (!is_rows(in.query, q_width) || !in.value || !is_rows(*in.key, kv_width) || !is_rows(*in.value, kv_width))
+    return std::nullopt;
+  return std::array<int, 6>{q_width, 0, kv_width, 0, kv_width, 0};
+}
+
+}  // namespace
+
+bool PrefillRotateKernelWanted() {
+  static const bool on = EnvFlag(env::kPrefillRotateKernel);
+  return on && UseFusedGpuPaths();
+}
+
+std::optional<RowKernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& in) {
+  const mx::array& q = in.query;
+  const int D = in.head_size;
+  if (q.ndim() != 3 || q.size() == 0 || D < 1 || in.kv_heads < 1 || in.heads % in.kv_heads != 0) return std::nullopt;
+  const mx::Dtype t = q.dtype();
+  const bool same_type = (!in.key || (in.key->dtype() == t && in.value && in.value->dtype() == t)) &&
+                         in.cos_cache.dtype() == t && in.sin_cache.dtype() == t;
+  if (!IsCudaKernelFloat(t) || !same_type) return std::nullopt;
+  const int batch = q.shape(0), seq = q.shape(1);
+  const mx::array& c = in.cos_cache;
+  if (c.ndim() != 2 || in.sin_cache.shape() != c.shape() || c.shape(0) == 0 || c.shape(1) == 0 ||
+      2 * c.shape(1) > D)
+    return std::nullopt;
+  if (in.positions.dtype() != mx::int32 || in.positions.shape() != mx::Shape{batch, seq}) return std::nullopt;
+  const std::optional<std::array<int, 6>> strides = RowStrides(in);
+  if (!strides) return std::nullopt;
+  const int64_t values = static_cast<int64_t>(batch) * seq * (in.heads + 2 * in.kv_heads) * D;
+  const int64_t blocks = (values + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  if (blocks > (int64_t{1} << 30) / kThreadsPerBlock) return std::nullopt;  // MLX's grid: int threads
+  const auto& [qs, qo, ks, ko, vs, vo] = *strides;
+  return RowKernelLaunch{
+      {q, in.key ? *in.key : q, in.value ? *in.value : q, in.positions, c, in.sin_cache},
+      {{batch, in.heads, seq, D}, {batch, in.kv_heads, seq, D}, {batch, in.kv_heads, seq, D}},
+      {t, t, t},
+      static_cast<int>(blocks * kThreadsPerBlock),
+      kThreadsPerBlock,
+      {{"D", D},
+       {"ROT", 2 * c.shape(1)},
+       {"INTERLEAVED", in.interleaved},
+       {"H", in.heads},
+       {"HKV", in.kv_heads},
+       {"QS", qs},
+       {"QO", qo},
+       {"KS", ks},
+       {"KO", ko},
+       {"VS", vs},
+       {"VO", vo},
+       {"T", t}}};
+}
+
+std::optional<GqaRotatedQkv> PrefillRotateByKernel(const GqaPrefillRotateInputs& in, mx::Stream s) {
+  if (!CudaKernelsAvailable(s)) return std::nullopt;
+  const std::optional<RowKernelLaunch> plan = PlanPrefillRotate(in);
+  if (!plan) return std::nullopt;
+  const std::vector<mx::array> outs = LaunchRowKernel(RotateKernel(), *plan, s);
+  return GqaRotatedQkv{outs[0], outs[1], outs[2]};
+}
+
+std::string GqaPrefillRotateSourceForTests() { return std::string(kRotarySource) + "\n// kernel body:\n" + kBody; }
+
+}  // namespace mlx_ep
