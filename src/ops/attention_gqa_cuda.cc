@@ -466,7 +466,7 @@ std::string GqaDecodeKernelSourceForTests(bool split) {
   return Header() + "\n// kernel body:\n" + Body(split);
 }
 
-std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int split_rows) {
+std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int split_rows) {
   const mx::array &q = in.query, &past_k = in.past_key, &past_v = in.past_value;
   const int D = in.head_size, batch = q.ndim() == 3 ? q.shape(0) : 0;
   if (batch == 0 || D < 1 || D > kMaxHeadSize || in.kv_heads < 1 || in.heads % in.kv_heads != 0)
@@ -501,7 +501,7 @@ std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, in
   const mx::array& placeholder = in.seqlens_k;  // for absent inputs: never read
   const auto& [qs, qo, ks, ko, vs, vo] = *starts;
   const auto& [rot, max_pos, pos_stride] = *rotation;
-  DecodeStepLaunch plan{
+  KernelLaunch plan{
       {q, in.key ? *in.key : q, in.value ? *in.value : q, past_k, past_v, in.seqlens_k, in.total_length,
        in.cos_cache ? *in.cos_cache : placeholder, in.sin_cache ? *in.sin_cache : placeholder,
        in.position_ids ? *in.position_ids : placeholder},
@@ -543,12 +543,10 @@ std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, in
 
 std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s) {
   if (!CudaKernelsAvailable(s)) return std::nullopt;
-  std::optional<DecodeStepLaunch> plan = PlanDecodeStep(in, DecodeSplitRows());
+  std::optional<KernelLaunch> plan = PlanDecodeStep(in, DecodeSplitRows());
   if (!plan) return std::nullopt;
   const bool split = plan->inputs.size() > 10;
-  const std::vector<mx::array> outs =
-      StepKernel(split)(plan->inputs, plan->output_shapes, plan->output_dtypes, {plan->threads, 1, 1},
-                        {plan->per_block, 1, 1}, plan->constants, std::nullopt, false, s);
+  const std::vector<mx::array> outs = LaunchKernel(StepKernel(split), *plan, s);
   return GqaDecodeStep{outs[0], outs[1], outs[2]};
 }
 

@@ -39,7 +39,7 @@ struct GqaRotatedQkv {
 bool PrefillRotateKernelWanted();
 
 /** The kernel's launch on any device (a test's view of it): nullopt for what it does not take. */
-std::optional<RowKernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& in);
+std::optional<KernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& in);
 
 /** The rotated Q, K and V from one kernel; nullopt off MLX's CUDA backend or where
  *  PlanPrefillRotate declines. */

@@ -76,7 +76,7 @@ bool PrefillRotateKernelWanted() {
   return on && UseFusedGpuPaths();
 }
 
-std::optional<RowKernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& in) {
+std::optional<KernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& in) {
   const mx::array& q = in.query;
   const int D = in.head_size;
   if (q.ndim() != 3 || q.size() == 0 || D < 1 || in.kv_heads < 1 || in.heads % in.kv_heads != 0) return std::nullopt;
@@ -96,7 +96,7 @@ std::optional<RowKernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& i
   const int64_t blocks = (values + kThreadsPerBlock - 1) / kThreadsPerBlock;
   if (blocks > (int64_t{1} << 30) / kThreadsPerBlock) return std::nullopt;  // MLX's grid: int threads
   const auto& [qs, qo, ks, ko, vs, vo] = *strides;
-  return RowKernelLaunch{
+  return KernelLaunch{
       {q, in.key ? *in.key : q, in.value ? *in.value : q, in.positions, c, in.sin_cache},
       {{batch, in.heads, seq, D}, {batch, in.kv_heads, seq, D}, {batch, in.kv_heads, seq, D}},
       {t, t, t},
@@ -118,9 +118,9 @@ std::optional<RowKernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& i
 
 std::optional<GqaRotatedQkv> PrefillRotateByKernel(const GqaPrefillRotateInputs& in, mx::Stream s) {
   if (!CudaKernelsAvailable(s)) return std::nullopt;
-  const std::optional<RowKernelLaunch> plan = PlanPrefillRotate(in);
+  const std::optional<KernelLaunch> plan = PlanPrefillRotate(in);
   if (!plan) return std::nullopt;
-  const std::vector<mx::array> outs = LaunchRowKernel(RotateKernel(), *plan, s);
+  const std::vector<mx::array> outs = LaunchKernel(RotateKernel(), *plan, s);
   return GqaRotatedQkv{outs[0], outs[1], outs[2]};
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "mlx/fast.h"
+#include "ops/cuda_rows.h"
 #include "ops/op.h"
 
 namespace mlx_ep {
@@ -52,24 +53,14 @@ bool DecodeStepByKernelWanted();
  *  attention_bias or head_sink: the caller declines those. */
 std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s);
 
-/** What DecodeStepByKernel hands MLX's cuda_kernel: the kernel's inputs (absent ones replaced by
- *  another), its three outputs' shapes and dtypes (the query's), the threads of its grid and of a
- *  block (512, or ONNXRUNTIME_EP_MLX_DECODE_THREADS; fewer where its shared memory would not fit)
- *  and the constants its body names. Split into blocks of past rows
- *  (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS), one more input (the heads' counters) and output (the
- *  splits' partial results, float32) and the constant SPLITS. */
-struct DecodeStepLaunch {
-  std::vector<mx::array> inputs;
-  std::vector<mx::Shape> output_shapes;
-  std::vector<mx::Dtype> output_dtypes;
-  int threads;
-  int per_block;
-  std::vector<std::pair<std::string, mx::fast::TemplateArg>> constants;
-};
 
-/** DecodeStepByKernel's launch on any device (a test's view of it): nullopt for what the kernel
- *  does not take. `split_rows` > 0: past rows per block (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS). */
-std::optional<DecodeStepLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int split_rows = 0);
+/** DecodeStepByKernel's launch on any device (a test's view of it): the kernel's inputs (absent
+ *  ones replaced by another), its three outputs (the query's dtype), the threads of its grid and of
+ *  a block (512, or ONNXRUNTIME_EP_MLX_DECODE_THREADS; fewer where its shared memory would not fit)
+ *  and the constants its body names; split into blocks of past rows, one more input (the heads'
+ *  counters) and output (the splits' partial results, float32) and the constant SPLITS. nullopt
+ *  for what the kernel does not take. `split_rows` > 0: past rows per block (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS). */
+std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int split_rows = 0);
 
 /** That kernel's device code as NVRTC compiles it (header, then its body; `split`: the body of
  *  the kernel in blocks of past rows), for host tests. */

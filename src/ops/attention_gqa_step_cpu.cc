@@ -44,7 +44,7 @@ struct StepParams {
   bool operator==(const StepParams&) const = default;
 };
 
-StepParams ParamsOf(const DecodeStepLaunch& plan, bool portable) {
+StepParams ParamsOf(const KernelLaunch& plan, bool portable) {
   std::map<std::string, int> ints;
   StepParams p;
   for (const auto& [name, value] : plan.constants) {
@@ -241,7 +241,7 @@ class GqaDecodeStepCpu : public mx::Primitive {
 
 std::optional<GqaDecodeStep> DecodeStepOnCpu(const GqaDecodeStepInputs& in, bool portable, mx::Stream s) {
   if (s.device != mx::Device(mx::Device::cpu)) return std::nullopt;
-  std::optional<DecodeStepLaunch> plan = PlanDecodeStep(in);
+  std::optional<KernelLaunch> plan = PlanDecodeStep(in);
   if (!plan) return std::nullopt;
   const std::vector<mx::array> outs =
       mx::array::make_arrays(plan->output_shapes, plan->output_dtypes,

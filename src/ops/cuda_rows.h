@@ -1,5 +1,5 @@
-// What the EP's one-block-a-row CUDA kernels (normalization_cuda.cc, softmax_cuda.cc) share: the
-// launch they plan for MLX's cuda_kernel and a row's block size.
+// What the EP's custom CUDA kernels share: the launch they plan for MLX's cuda_kernel; and, for the
+// one-block-a-row kernels (normalization_cuda.cc, softmax_cuda.cc), a row's block size.
 #pragma once
 
 #include <string>
@@ -12,9 +12,9 @@ namespace mlx_ep {
 
 namespace mx = mlx::core;
 
-/** What a row kernel hands MLX's cuda_kernel: its inputs, its outputs' shapes and dtypes, the
- *  threads of its grid, a block's threads (one block a row) and the constants its body names. */
-struct RowKernelLaunch {
+/** What a kernel hands MLX's cuda_kernel: its inputs, its outputs' shapes and dtypes, the threads
+ *  of its grid, a block's threads and the constants its body names. */
+struct KernelLaunch {
   std::vector<mx::array> inputs;
   std::vector<mx::Shape> output_shapes;
   std::vector<mx::Dtype> output_dtypes;
@@ -38,8 +38,8 @@ inline int RowKernelThreads(int n) {
 }
 
 /** `kernel` launched as `launch` plans it, on `s`. */
-inline std::vector<mx::array> LaunchRowKernel(const mx::fast::CustomKernelFunction& kernel,
-                                              const RowKernelLaunch& launch, mx::Stream s) {
+inline std::vector<mx::array> LaunchKernel(const mx::fast::CustomKernelFunction& kernel,
+                                              const KernelLaunch& launch, mx::Stream s) {
   return kernel(launch.inputs, launch.output_shapes, launch.output_dtypes, {launch.threads, 1, 1},
                 {launch.per_block, 1, 1}, launch.constants, std::nullopt, false, s);
 }

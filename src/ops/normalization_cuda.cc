@@ -118,7 +118,7 @@ const mx::fast::CustomKernelFunction& NormKernel(bool with_sum) {
 
 }  // namespace
 
-std::optional<RowKernelLaunch> PlanRowNorm(const RowNormInputs& in) {
+std::optional<KernelLaunch> PlanRowNorm(const RowNormInputs& in) {
   const mx::array& x = in.x;
   if (x.ndim() == 0 || x.size() == 0 || !IsCudaKernelFloat(x.dtype()) || !IsCudaKernelFloat(in.y_dtype))
     return std::nullopt;
@@ -134,7 +134,7 @@ std::optional<RowKernelLaunch> PlanRowNorm(const RowNormInputs& in) {
   const int64_t rows = static_cast<int64_t>(x.size()) / n;
   if (rows * tpb > INT_MAX) return std::nullopt;
 
-  RowKernelLaunch launch;
+  KernelLaunch launch;
   // Absent inputs: x or scale in their place (never read: SKIP, BIAS, BETA say so).
   launch.inputs = {x, in.skip.value_or(x), in.bias.value_or(in.scale), in.scale, in.beta.value_or(in.scale)};
   launch.output_shapes = {x.shape()};
@@ -166,9 +166,9 @@ bool RowNormKernelWanted(mx::Stream s) {
 
 std::optional<std::vector<mx::array>> RowNormByKernel(const RowNormInputs& in, mx::Stream s) {
   if (!RowNormKernelWanted(s)) return std::nullopt;
-  std::optional<RowKernelLaunch> plan = PlanRowNorm(in);
+  std::optional<KernelLaunch> plan = PlanRowNorm(in);
   if (!plan) return std::nullopt;
-  return LaunchRowKernel(NormKernel(in.want_sum), *plan, s);
+  return LaunchKernel(NormKernel(in.want_sum), *plan, s);
 }
 
 const char* RowNormKernelSourceForTests() {

@@ -36,7 +36,7 @@ struct RowNormInputs {
 
 /** The launch on any device (a test's view of it): nullopt for what the kernel does not take
  *  (other dtypes, rows over 16384 values, a skip of another shape, empty x). */
-std::optional<RowKernelLaunch> PlanRowNorm(const RowNormInputs& in);
+std::optional<KernelLaunch> PlanRowNorm(const RowNormInputs& in);
 
 /** True where RowNormByKernel runs: MLX's CUDA backend on `s` with the fused GPU paths on
  *  (fused_gpu_internal.h) and ONNXRUNTIME_EP_MLX_NORM_KERNEL=1. Opt-in for now: no GPU has run

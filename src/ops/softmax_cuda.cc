@@ -136,7 +136,7 @@ const mx::fast::CustomKernelFunction& SoftmaxKernel() {
 
 }  // namespace
 
-std::optional<RowKernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::StreamOrDevice s) {
+std::optional<KernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::StreamOrDevice s) {
   const mx::array& x = in.x;
   if (x.ndim() == 0 || x.size() == 0 || !IsCudaKernelFloat(x.dtype())) return std::nullopt;
   if (in.float16_body && (in.log || x.dtype() != mx::float16)) return std::nullopt;
@@ -149,7 +149,7 @@ std::optional<RowKernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::St
   // evaluated (a broadcast mask made MLX's compiled kernel of them a strided one).
   ScoreTerms terms;
   std::vector<mx::array> scores = ScoreInputs(x, terms);
-  RowKernelLaunch launch;
+  KernelLaunch launch;
   size_t next = 1;
   const mx::array factor = terms.scale != ScoreTerms::Scale::kNone ? scores[next++] : scores[0];
   mx::array mask = terms.mask ? scores[next] : scores[0];
@@ -179,9 +179,9 @@ bool RowSoftmaxKernelWanted(mx::Stream s) {
 
 std::optional<mx::array> RowSoftmaxByKernel(const RowSoftmaxInputs& in, mx::Stream s) {
   if (!RowSoftmaxKernelWanted(s)) return std::nullopt;
-  std::optional<RowKernelLaunch> plan = PlanRowSoftmax(in, s);
+  std::optional<KernelLaunch> plan = PlanRowSoftmax(in, s);
   if (!plan) return std::nullopt;
-  return LaunchRowKernel(SoftmaxKernel(), *plan, s)[0];
+  return LaunchKernel(SoftmaxKernel(), *plan, s)[0];
 }
 
 const char* RowSoftmaxKernelSourceForTests() {

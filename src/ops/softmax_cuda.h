@@ -31,7 +31,7 @@ struct RowSoftmaxInputs {
  *  [1]): nullopt for what the kernel does not take (float64 and integer rows, rows over
  *  kMaxKernelRow values or of more than 10 dims, empty x, a float16 body of another type or of a
  *  LogSoftmax). */
-std::optional<RowKernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::StreamOrDevice s = {});
+std::optional<KernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::StreamOrDevice s = {});
 
 /** True where RowSoftmaxByKernel runs: MLX's CUDA backend on `s` with the fused GPU paths on
  *  (fused_gpu_internal.h) and ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=1 (opt-in: no GPU has run it yet). */

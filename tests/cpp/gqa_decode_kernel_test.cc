@@ -120,7 +120,7 @@ TEST(GqaDecodeKernel, ValuesOnTheHostEmulation) {
 // The launch DecodeStepByKernel makes, on the host: where each row starts in packed and separate
 // QKV (the driver's QS/QO/KS/KO/VS/VO), the rotation's constants, which inputs stand in for
 // absent ones, and the shapes it leaves to the composed paths.
-std::map<std::string, int> Ints(const DecodeStepLaunch& plan) {
+std::map<std::string, int> Ints(const KernelLaunch& plan) {
   std::map<std::string, int> ints;
   for (const auto& [name, value] : plan.constants)
     if (const int* i = std::get_if<int>(&value)) ints[name] = *i;

@@ -63,7 +63,7 @@ TEST(GqaPrefillRotateKernel, ValuesOnTheHostEmulation) {
   EXPECT_EQ(BuildAndRun("mlx_ep_gqa_prefill_emulation", program, "g++", EmulationFlags()), "");
 }
 
-std::map<std::string, int> Ints(const RowKernelLaunch& plan) {
+std::map<std::string, int> Ints(const KernelLaunch& plan) {
   std::map<std::string, int> ints;
   for (const auto& [name, value] : plan.constants)
     if (const int* i = std::get_if<int>(&value)) ints[name] = *i;

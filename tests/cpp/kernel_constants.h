@@ -10,7 +10,7 @@
 
 namespace mlx_ep {
 
-inline std::map<std::string, int> Ints(const RowKernelLaunch& plan) {
+inline std::map<std::string, int> Ints(const KernelLaunch& plan) {
   std::map<std::string, int> ints;
   for (const auto& [name, value] : plan.constants) {
     if (const int* i = std::get_if<int>(&value)) ints[name] = *i;
