@@ -283,6 +283,35 @@ def decode_in_child(name, steps):
     print(json.dumps(tokens))
 
 
+def growing_decode_in_child(name, steps):
+    """decode_in_child with genai's mask ([1, total], growing by a token a step)."""
+    import json
+
+    dirs, cfg = llm.build(OUT, "tiny")
+    dtype = llm.NP_DTYPES[VARIANTS[name][1]]
+    rs = ReportedSession(os.path.join(dirs[name], "model.onnx"))
+    tokens = Decoder(rs.sess, cfg, dtype, True, growing_mask=True).greedy(PROMPT, steps)[1]
+    rs.close()
+    print(json.dumps(tokens))
+
+
+def test_gpu_graphs_forced_greedy_tokens(models):
+    """ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS=force32: a GPU's graphs on MLX's CPU device (float32 into
+    the fused attention, MLX's fallbacks of its fused kernels), with genai's growing mask: the
+    prompt, a first prompt the trace knows (total_sequence_length folds from the mask's shape and
+    equals the prompt's length), attends its new rows alone (no Concatenate with the 64-row buffer:
+    the first census line, the prompt's trace), the decode steps the buffer and the new row (they
+    concatenate); the greedy tokens are ORT CPU EP's."""
+    name, steps = "genai_fp32_shared", 6
+    tokens, stderr = in_child("growing_decode_in_child", name, steps,
+                              env={"ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS": "force32",
+                                   "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1"})
+    cpu = Decoder(cpu_session(path(models, name)), models[1], llm.NP_DTYPES["fp32"], True, growing_mask=True)
+    assert tokens == cpu.greedy(PROMPT, steps)[1]
+    census = [line for line in stderr.splitlines() if "MLX primitives per run" in line]
+    assert len(census) >= 2 and "Concatenate" not in census[0] and "Concatenate" in census[1], census
+
+
 def test_decode_step_hands_rows_as_they_are_and_one_offsets(models):
     """A decode step's graph (ONNXRUNTIME_EP_MLX_GRAPH_CENSUS=graph) ends in the logits' Contiguous
     only: the in-place K/V rows are outputs as the trace made them (no Contiguous each; the writes
