@@ -74,7 +74,16 @@ __device__ __forceinline__ BlockWeights<BITS, ZP> block_weights(const T* scales,
   return {s, z, -__fmul_rn(s, z)};
 }
 
-template <int BITS, int BLOCK, int ROWS, int ZP, bool HAS_BIAS, typename T, typename Z>
+// Four 32-bit words of B, one 16-byte load.
+struct alignas(16) Words4 {
+  uint32_t w[4];
+};
+
+// WIDE (ONNXRUNTIME_EP_MLX_NBITS_WIDE=1): each lane reads 16 bytes of B's row at a time (four
+// words, lane l the l-th 16 bytes of each 512 a warp reads) where the row is a whole number of
+// them and B 16-byte aligned, else the words one at a time. The sums' order differs, not their
+// terms.
+template <int BITS, int BLOCK, int ROWS, int ZP, bool HAS_BIAS, bool WIDE, typename T, typename Z>
 __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const T* scales,
                                              const Z* zp, const T* bias, T* y, int K, int N, int kb) {
   constexpr int kWarp = 32;
@@ -87,9 +96,8 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
   float acc[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
-#pragma unroll 4
-  for (int i = lane; i < words; i += kWarp) {
-    const uint32_t word = row[i];
+  // Word i of the row: its VALS values times x's columns i * VALS + v.
+  auto take = [&](uint32_t word, int i) {
     const int k0 = i * VALS;
     const BlockWeights<BITS, ZP> weight = block_weights<BITS, ZP>(scales, zp, col, kb, k0 / BLOCK);
 #pragma unroll
@@ -101,6 +109,19 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
         for (int r = 0; r < ROWS; ++r) acc[r] = fmaf(static_cast<float>(x[r * K + k]), w, acc[r]);
       }
     }
+  };
+  const bool wide = WIDE && words % 4 == 0 && (reinterpret_cast<unsigned long long>(b) & 15) == 0;
+  if (wide) {
+    const Words4* row4 = reinterpret_cast<const Words4*>(row);
+#pragma unroll 2
+    for (int i = lane; i < words / 4; i += kWarp) {
+      const Words4 four = row4[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) take(four.w[j], 4 * i + j);
+    }
+  } else {
+#pragma unroll 4
+    for (int i = lane; i < words; i += kWarp) take(row[i], i);
   }
 #pragma unroll
   for (int r = 0; r < ROWS; ++r)
@@ -150,7 +171,7 @@ __device__ __forceinline__ void dequantize(const uint8_t* b, const T* scales, co
 )";
 
 constexpr const char* kSource = R"(
-  mlx_ep_nbits::rows_product<BITS, BLOCK, ROWS, ZP, HAS_BIAS>(
+  mlx_ep_nbits::rows_product<BITS, BLOCK, ROWS, ZP, HAS_BIAS, WIDE>(
       x, b, scales, zp, bias, y, x_shape[x_ndim - 1], b_shape[0], b_shape[1]);
 )";
 
@@ -183,6 +204,14 @@ const char* NBitsKernelSourceForTests() {
 }
 
 const char* NBitsDequantizeSourceForTests() { return kDequantizeSource; }
+
+bool NBitsWideLoads() {
+  // Opt-in until a GPU has run it: the twenty-second session's H100 timeline had the one-word
+  // loads read an int4 TinyLlama's 0.71 GB of weights at 0.6 TB/s (1,210 us a decode step), where
+  // MLX's fp16 gemv read its weights at 3.1 TB/s.
+  static const bool on = EnvFlag(env::kNbitsWide);
+  return on;
+}
 
 bool NBitsKernelWanted(int64_t rows, mx::Stream s) {
   static const bool enabled =
@@ -232,7 +261,8 @@ mx::array NBitsRowsKernel(const mx::array& x, const mx::array& b, const mx::arra
                        {"BLOCK", block_size},
                        {"ROWS", rows},
                        {"ZP", zp_kind},
-                       {"HAS_BIAS", bias.has_value()}},
+                       {"HAS_BIAS", bias.has_value()},
+                       {"WIDE", NBitsWideLoads()}},
                       std::nullopt, false, s)[0];
 }
 

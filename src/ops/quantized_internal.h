@@ -18,6 +18,9 @@ constexpr int64_t kNBitsKernelMaxRows = 8;
  *  backend, rows <= kNBitsKernelMaxRows, and ONNXRUNTIME_EP_MLX_NBITS_KERNEL not "0". */
 bool NBitsKernelWanted(int64_t rows, mx::Stream s);
 
+/** ONNXRUNTIME_EP_MLX_NBITS_WIDE=1: NBitsRowsKernel reads B 16 bytes a lane (its WIDE constant). */
+bool NBitsWideLoads();
+
 /** x [..., K] (float32/float16/bfloat16, rows = size / K <= kNBitsKernelMaxRows) times
  *  dequantize(b)^T (+ bias) in one custom CUDA kernel (quantized_cuda.cc), ORT's CPU EP's float32
  *  arithmetic: b [N, k_blocks, blob] uint8 as ORT packs it, scales [N, k_blocks] in x's type,

@@ -22,7 +22,7 @@ std::string RowsBody() {
 
 // What MLX's generated kernel puts around the body (mlx/backend/cuda/custom_kernel.cpp).
 std::string Wrapper(const std::string& name, const std::string& t, const std::string& z, int bits, int block,
-                    int rows, int zp, bool bias) {
+                    int rows, int zp, bool bias, bool wide) {
   return "__global__ void " + name + "(const " + t + "* x, const __grid_constant__ Shape x_shape, " +
          "const __grid_constant__ int x_ndim, const uint8_t* b, const __grid_constant__ Shape b_shape, "
          "const " +
@@ -31,7 +31,8 @@ std::string Wrapper(const std::string& name, const std::string& t, const std::st
          ";\n  constexpr int BLOCK = " + std::to_string(block) +
          ";\n  constexpr int ROWS = " + std::to_string(rows) +
          ";\n  constexpr int ZP = " + std::to_string(zp) +
-         ";\n  constexpr bool HAS_BIAS = " + (bias ? "true" : "false") + ";\n" + RowsBody() + "\n}\n";
+         ";\n  constexpr bool HAS_BIAS = " + (bias ? "true" : "false") +
+         ";\n  constexpr bool WIDE = " + (wide ? "true" : "false") + ";\n" + RowsBody() + "\n}\n";
 }
 
 // The dequantizing kernel's wrapper: inputs b, scales, zp; output w.
@@ -58,12 +59,14 @@ TEST(NBitsKernel, CompilesForEveryCase) {
         if (zp == 2 && bits != 4) continue;  // the claim's rule
         const std::string z = zp == 2 ? t : "uint8_t";
         for (int rows : {1, 8})
-          for (bool bias : {false, true}) {
-            std::string name = "k";  // not "k" + ...: GCC 12's -Wrestrict false positive
-            name += std::to_string(count++);
-            threads[name] = 128;  // quantized_cuda.cc: four columns a block
-            text += Wrapper(name, t, z, bits, bits == 2 ? 16 : 32, rows, zp, bias);
-          }
+          for (bool bias : {false, true})
+            for (bool wide : {false, true}) {  // ONNXRUNTIME_EP_MLX_NBITS_WIDE
+              if (wide && bias != (rows == 8)) continue;  // wide: the least and the most registers
+              std::string name = "k";  // not "k" + ...: GCC 12's -Wrestrict false positive
+              name += std::to_string(count++);
+              threads[name] = 128;  // quantized_cuda.cc: four columns a block
+              text += Wrapper(name, t, z, bits, bits == 2 ? 16 : 32, rows, zp, bias, wide);
+            }
       }
   for (const char* t : {"__half", "__nv_bfloat16", "float"})
     for (int bits : {2, 4, 8})
@@ -93,7 +96,7 @@ TEST(NBitsKernel, ValuesOnTheHostEmulation) {
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
   const std::string program =
       "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + source.substr(0, body) +
-      "template <int BITS, int BLOCK, int ROWS, int ZP, bool HAS_BIAS, class T, class Z>\n"
+      "template <int BITS, int BLOCK, int ROWS, int ZP, bool HAS_BIAS, bool WIDE, class T, class Z>\n"
       "void rows_kernel(const T* x, Shape x_shape, int x_ndim, const uint8_t* b, Shape b_shape, const T* "
       "scales,\n"
       "                 const Z* zp, const T* bias, T* y) {\n" +

@@ -1,26 +1,31 @@
 # The next lease's settings (tools/gpu/README.md, "The next lease"): source this first in every
 # park call (each device call is a fresh shell; the background job takes its variables from the
-# call that starts it). The twenty-eighth session's first H100 lease measured MLX's CUDA graph
-# size (100 -> 25 ops: fp16 decode 4.00 -> 3.67 ms; now the EP's default) and showed the GQA
-# decode kernel at ~20 us a layer (32 blocks at batch 1). Since then, not yet run on a GPU: the
-# decode kernel's past rows split among blocks (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS, opt-in), a
-# known first prompt's attention without the past buffer (the default), host inputs copied by the
-# driver (ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS=copy, opt-in), a prompt's rotation as one kernel
-# (ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=1, opt-in). The second lease was refused (no machine
-# came, twice; then too little budget to start one), so all of it is for the next. A short lease (the session's second,
-# ~330 s): their GPU tests first (test_llm with 16 rows a block, so its 64-row caches take 4 blocks
-# a head), then a fp16 decode A/B of the split (off, 256 rows, 256 rows with the driver's copy),
-# one round.
-S=ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS P=ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS
-F=tests/python/ops/test_fused_gpu_paths.py
-export ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS=16 \
-  BG_STEPS="split phases" \
-  SPLIT_TESTS="$F::test_decode_step_kernel_splits $F::test_gqa_known_first_prompt_reads_no_past $F::test_gqa_known_total_float32 $F::test_gqa_float16 $F::test_prefill_rotate_kernel tests/python/test_llm.py tests/python/test_device_memory.py::test_host_inputs_prefetched tests/python/test_provider_options.py" \
-  SPLIT_JOBS=10 SPLIT_TIMEOUT=110 \
-  PHASES_MODELS=fp16 PHASES_PROMPT= PHASES_ROUNDS=1 PHASES_TIMEOUT=150 PHASES_BERT= \
-  PHASES_SETTINGS="$S=0 $P=0;$S=256 $P=0;$S=256 $P=copy"
+# call that starts it).
+#
+# Where it stands (twenty-eighth session): its first H100 lease made CUDA graphs of 25 operations
+# the default (fp16 decode 4.00 -> 3.67 ms) and showed the GQA decode kernel at ~20 us a layer
+# (32 blocks at batch 1), a prefill's 44 rotations at ~24 us each and int4's MatMulNBits kernel
+# at 0.6 TB/s. A second lease never came (no machine twice, then too little budget). Not yet run
+# on a GPU, so first their GPU tests, then one A/B of all of them against the default:
+#   - a known first prompt's attention without the past buffer (the default now; test_llm's
+#     growing-mask tokens with the GPU's graphs forced onto the CPU pass);
+#   - ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS=N: the decode kernel's past rows split among blocks;
+#   - ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS=copy: host inputs copied into the EP's memory by the driver;
+#   - ONNXRUNTIME_EP_MLX_NBITS_WIDE=1: MatMulNBits' decode kernel reading 16 bytes a lane;
+#   - ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=1: a prompt's rotation and V's layout in one kernel.
+# After the background run, one `run pytest` call with ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS=16
+# exported and PYTEST_FILES=tests/python/test_llm.py: test_llm's 64-row caches in 4 blocks a head.
+S=ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS P=ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS W=ONNXRUNTIME_EP_MLX_NBITS_WIDE
+R=ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL F=tests/python/ops/test_fused_gpu_paths.py
+export BG_STEPS="split phases kernels llm" \
+  SPLIT_TESTS="$F::test_decode_step_kernel_splits $F::test_prefill_rotate_kernel $F::test_gqa_known_first_prompt_reads_no_past $F::test_gqa_known_total_float32 $F::test_gqa_float16 $F::test_decode_step_by_kernel tests/python/ops/test_quantized.py::test_gpu_decode_kernel_wide_loads tests/python/test_device_memory.py::test_host_inputs_prefetched tests/python/test_provider_options.py tests/python/test_llm.py" \
+  SPLIT_JOBS=10 SPLIT_TIMEOUT=300 \
+  PHASES_MODELS="fp16 int4" PHASES_PROMPT=512 PHASES_ROUNDS=2 PHASES_TIMEOUT=600 PHASES_BERT= \
+  PHASES_SETTINGS="default;$S=256 $P=copy $W=1 $R=1" \
+  KERNELS_VIA=timeline KERNELS_MODELS="fp16 int4" KERNELS_PROMPT=512 KERNELS_BATCH8= KERNELS_BERT=
 export CONF_TIMEOUT=660
-# A longer lease: PHASES_ROUNDS=2, and a prefill A/B (PHASES_PROMPT=512 with PHASES_SETTINGS
-# "ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=0;ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=1": the known
-# first prompt is in both), the kernels timeline (KERNELS_VIA=timeline KERNELS_MODELS=fp16
-# KERNELS_PROMPT=512 KERNELS_BERT=), the LLM peers.
+# A lease that starts with less than ~1,300 s of device budget left: the tests and the fp16 A/B
+# only (`. tools/gpu/lease_env.sh short`).
+if [ "${1:-}" = short ]; then
+  export BG_STEPS="split phases" SPLIT_TIMEOUT=150 PHASES_MODELS=fp16 PHASES_ROUNDS=1 PHASES_PROMPT=
+fi

@@ -463,6 +463,22 @@ def test_gpu_decode_kernel_and_quantized_matmul():
     assert not any("CustomKernel" in line for line in census["0"]), census["0"][:3]
 
 
+def test_gpu_decode_kernel_wide_loads():
+    """ONNXRUNTIME_EP_MLX_NBITS_WIDE=1: the decode kernel reads B 16 bytes a lane (where a row is
+    whole 16-byte pieces): every parity test of this file that runs it (up to 8 rows) holds, and the
+    kernel is still one CustomKernel. MLX's CUDA backend only; tests/cpp/nbits_kernel_test.cc runs
+    the wide loop's text on the host."""
+    import subprocess
+    import sys
+    if mlx_device() != "gpu" or os.environ.get("ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS") == "force":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", ONNXRUNTIME_EP_MLX_NBITS_WIDE="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", __file__, "-k",
+                        "not test_gpu_"], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
+    assert any("CustomKernel" in line for line in r.stderr.splitlines() if "MLX primitives per run" in line)
+
+
 def test_gpu_prefill_dequantize_kernel():
     """ONNXRUNTIME_EP_MLX_NBITS_KERNEL=all (src/ops/quantized_cuda.cc, the default): a GPU
     prefill's B dequantized by one custom kernel (float32 weight, or hi and lo of A's half type
