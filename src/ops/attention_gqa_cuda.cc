@@ -48,6 +48,7 @@
 #include "mlx/fast.h"
 #include "mlx/ops.h"
 #include "ops/attention_gqa_step.h"
+#include "ops/attention_internal.h"
 #include "ops/cuda_block_reduce.h"
 #include "ops/cuda_rotary.h"
 #include "runtime/device.h"
@@ -425,24 +426,6 @@ const mx::fast::CustomKernelFunction& StepKernel(bool split) {
   return split ? in_splits : whole;
 }
 
-/** Where each batch entry's query, key and value rows start (stride, offset), in elements; empty
- *  when the inputs' shapes are not [B, 1, ...] with the heads' widths. */
-std::optional<std::array<int, 6>> RowStarts(const GqaDecodeStepInputs& in) {
-  const int batch = in.query.shape(0), D = in.head_size;
-  const int q_width = in.heads * D, kv_width = in.kv_heads * D;
-  auto is_rows = [&](const mx::array& a, int width) {
-    return a.ndim() == 3 && a.shape(0) == batch && a.shape(1) == 1 && a.shape(2) == width;
-  };
-  if (!in.key) {
-    const int all = q_width + 2 * kv_width;
-    if (!is_rows(in.query, all)) return std::nullopt;
-    return std::array<int, 6>{all, 0, all, q_width, all, q_width + kv_width};
-  }
-  if (!is_rows(in.query, q_width) || !is_rows(*in.key, kv_width) || !is_rows(*in.value, kv_width))
-    return std::nullopt;
-  return std::array<int, 6>{q_width, 0, kv_width, 0, kv_width, 0};
-}
-
 /** The rotation's constants (ROT, MAXPOS, POS_STRIDE), or nullopt for caches or position_ids
  *  of other shapes than the kernel reads. */
 std::optional<std::array<int, 3>> RotationConstants(const GqaDecodeStepInputs& in) {
@@ -477,7 +460,8 @@ std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int sp
   if (past_k.shape() != past_shape || past_v.shape() != past_shape) return std::nullopt;
   const int past = past_shape[2], keys = past + 1;
   if (past == 0 || keys > kMaxKeys) return std::nullopt;
-  const std::optional<std::array<int, 6>> starts = RowStarts(in);
+  const std::optional<std::array<int, 6>> starts =
+      q.shape(1) == 1 ? QkvRowStarts(q, in.key, in.value, in.heads, in.kv_heads, D) : std::nullopt;
   const std::optional<std::array<int, 3>> rotation = RotationConstants(in);
   if (!starts || !rotation || in.seqlens_k.size() != static_cast<size_t>(batch) ||
       in.total_length.size() != 1)
@@ -499,7 +483,6 @@ std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int sp
     for (nt = 128; nt < most && KeysPerPass(D, wide, nt) * kRowsInFlight < chunk;) nt *= 2;
   }
   const mx::array& placeholder = in.seqlens_k;  // for absent inputs: never read
-  const auto& [qs, qo, ks, ko, vs, vo] = *starts;
   const auto& [rot, max_pos, pos_stride] = *rotation;
   KernelLaunch plan{
       {q, in.key ? *in.key : q, in.value ? *in.value : q, past_k, past_v, in.seqlens_k, in.total_length,
@@ -519,15 +502,10 @@ std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int sp
        {"MAXPOS", max_pos},
        {"WINDOW", in.window},
        {"POS_STRIDE", pos_stride},
-       {"QS", qs},
-       {"QO", qo},
-       {"KS", ks},
-       {"KO", ko},
-       {"VS", vs},
-       {"VO", vo},
        {"SCALE_BITS", scale_bits},
        {"NT", nt},
        {"T", t}}};
+  for (auto& constant : QkvRowConstants(*starts)) plan.constants.push_back(std::move(constant));
   if (splits > 1) {
     // Each query head's count of finished splits, zero between launches: the last block of a head
     // sets it back (merge_splits). A constant of the traced graph, so one buffer per node and

@@ -8,6 +8,7 @@
 #include <array>
 
 #include "common/env.h"
+#include "ops/attention_internal.h"
 #include "ops/cuda_rotary.h"
 #include "ops/fused_gpu_internal.h"
 #include "runtime/device.h"
@@ -52,23 +53,6 @@ const mx::fast::CustomKernelFunction& RotateKernel() {
   return kernel;
 }
 
-/** Each (b, s) row's start in the query, key and value inputs (stride, offset), in elements. */
-std::optional<std::array<int, 6>> RowStrides(const GqaPrefillRotateInputs& in) {
-  const int batch = in.query.shape(0), seq = in.query.shape(1), D = in.head_size;
-  const int q_width = in.heads * D, kv_width = in.kv_heads * D;
-  auto is_rows = [&](const mx::array& a, int width) {
-    return a.ndim() == 3 && a.shape(0) == batch && a.shape(1) == seq && a.shape(2) == width;
-  };
-  if (!in.key) {
-    const int all = q_width + 2 * kv_width;
-    if (!is_rows(in.query, all)) return std::nullopt;
-    return std::array<int, 6>{all, 0, all, q_width, all, q_width + kv_width};
-  }
-  if (!is_rows(in.query, q_width) || !in.value || !is_rows(*in.key, kv_width) || !is_rows(*in.value, kv_width))
-    return std::nullopt;
-  return std::array<int, 6>{q_width, 0, kv_width, 0, kv_width, 0};
-}
-
 }  // namespace
 
 bool PrefillRotateKernelWanted() {
@@ -90,13 +74,13 @@ std::optional<KernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& in) 
       2 * c.shape(1) > D)
     return std::nullopt;
   if (in.positions.dtype() != mx::int32 || in.positions.shape() != mx::Shape{batch, seq}) return std::nullopt;
-  const std::optional<std::array<int, 6>> strides = RowStrides(in);
+  const std::optional<std::array<int, 6>> strides =
+      QkvRowStarts(q, in.key, in.value, in.heads, in.kv_heads, D);
   if (!strides) return std::nullopt;
   const int64_t values = static_cast<int64_t>(batch) * seq * (in.heads + 2 * in.kv_heads) * D;
   const int64_t blocks = (values + kThreadsPerBlock - 1) / kThreadsPerBlock;
   if (blocks > (int64_t{1} << 30) / kThreadsPerBlock) return std::nullopt;  // MLX's grid: int threads
-  const auto& [qs, qo, ks, ko, vs, vo] = *strides;
-  return KernelLaunch{
+  KernelLaunch plan{
       {q, in.key ? *in.key : q, in.value ? *in.value : q, in.positions, c, in.sin_cache},
       {{batch, in.heads, seq, D}, {batch, in.kv_heads, seq, D}, {batch, in.kv_heads, seq, D}},
       {t, t, t},
@@ -107,13 +91,9 @@ std::optional<KernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& in) 
        {"INTERLEAVED", in.interleaved},
        {"H", in.heads},
        {"HKV", in.kv_heads},
-       {"QS", qs},
-       {"QO", qo},
-       {"KS", ks},
-       {"KO", ko},
-       {"VS", vs},
-       {"VO", vo},
        {"T", t}}};
+  for (auto& constant : QkvRowConstants(*strides)) plan.constants.push_back(std::move(constant));
+  return plan;
 }
 
 std::optional<GqaRotatedQkv> PrefillRotateByKernel(const GqaPrefillRotateInputs& in, mx::Stream s) {

@@ -72,4 +72,28 @@ mx::array ApplyRotary(const mx::array& x, const mx::array& cos, const mx::array&
   return y;
 }
 
+std::optional<std::array<int, 6>> QkvRowStarts(const mx::array& query, const std::optional<mx::array>& key,
+                                               const std::optional<mx::array>& value, int heads, int kv_heads,
+                                               int head_size) {
+  if (query.ndim() != 3) return std::nullopt;
+  const int batch = query.shape(0), seq = query.shape(1);
+  const int q_width = heads * head_size, kv_width = kv_heads * head_size;
+  auto is_rows = [&](const mx::array& a, int width) {
+    return a.ndim() == 3 && a.shape(0) == batch && a.shape(1) == seq && a.shape(2) == width;
+  };
+  if (!key) {
+    const int all = q_width + 2 * kv_width;
+    if (value || !is_rows(query, all)) return std::nullopt;
+    return std::array<int, 6>{all, 0, all, q_width, all, q_width + kv_width};
+  }
+  if (!value || !is_rows(query, q_width) || !is_rows(*key, kv_width) || !is_rows(*value, kv_width))
+    return std::nullopt;
+  return std::array<int, 6>{q_width, 0, kv_width, 0, kv_width, 0};
+}
+
+std::vector<std::pair<std::string, mx::fast::TemplateArg>> QkvRowConstants(const std::array<int, 6>& starts) {
+  const auto& [qs, qo, ks, ko, vs, vo] = starts;
+  return {{"QS", qs}, {"QO", qo}, {"KS", ks}, {"KO", ko}, {"VS", vs}, {"VO", vo}};
+}
+
 }  // namespace mlx_ep

@@ -2,6 +2,13 @@
 // attention ops): head splitting, grouped-query matmuls and the rotary rotation.
 #pragma once
 
+#include <array>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mlx/fast.h"
 #include "ops/op.h"
 
 namespace mlx_ep {
@@ -22,5 +29,16 @@ mx::array GroupedMatmul(const mx::array& a, const mx::array& b, int groups, mx::
  *  `rot` pass unchanged. x must be 4-D. */
 mx::array ApplyRotary(const mx::array& x, const mx::array& cos, const mx::array& sin, int rot,
                       bool interleaved, mx::Stream s);
+
+/** Where each (batch, token) row of GroupQueryAttention's query, key and value starts, as the EP's
+ *  CUDA kernels read them in place: {QS, QO, KS, KO, VS, VO} (stride and offset, in elements; packed
+ *  QKV [B, S, (H + 2 Hkv) * D] is one input read three times), or nullopt when the inputs are not
+ *  [B, S, width] rows of the heads' widths. */
+std::optional<std::array<int, 6>> QkvRowStarts(const mx::array& query, const std::optional<mx::array>& key,
+                                               const std::optional<mx::array>& value, int heads, int kv_heads,
+                                               int head_size);
+
+/** QkvRowStarts' six numbers as a kernel's template constants QS, QO, KS, KO, VS, VO. */
+std::vector<std::pair<std::string, mx::fast::TemplateArg>> QkvRowConstants(const std::array<int, 6>& starts);
 
 }  // namespace mlx_ep

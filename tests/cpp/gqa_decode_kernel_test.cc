@@ -12,6 +12,7 @@
 #include "mlx/ops.h"
 
 #include "host_program.h"
+#include "kernel_constants.h"
 #include "ops/attention_gqa_step.h"
 
 namespace mlx_ep {
@@ -120,13 +121,6 @@ TEST(GqaDecodeKernel, ValuesOnTheHostEmulation) {
 // The launch DecodeStepByKernel makes, on the host: where each row starts in packed and separate
 // QKV (the driver's QS/QO/KS/KO/VS/VO), the rotation's constants, which inputs stand in for
 // absent ones, and the shapes it leaves to the composed paths.
-std::map<std::string, int> Ints(const KernelLaunch& plan) {
-  std::map<std::string, int> ints;
-  for (const auto& [name, value] : plan.constants)
-    if (const int* i = std::get_if<int>(&value)) ints[name] = *i;
-  return ints;
-}
-
 TEST(GqaDecodeKernel, PlanOfTheLaunch) {
   const int B = 2, H = 8, Hkv = 2, D = 64, P = 300;
   const mx::array packed = mx::zeros({B, 1, (H + 2 * Hkv) * D}, mx::float16);
@@ -141,7 +135,7 @@ TEST(GqaDecodeKernel, PlanOfTheLaunch) {
       {"HKV", Hkv}, {"P", P},      {"MAXPOS", 512},   {"WINDOW", 4},
       {"QS", 768},  {"QO", 0},     {"KS", 768},       {"KO", 512},
       {"VS", 768},  {"VO", 640},   {"POS_STRIDE", 1}, {"SCALE_BITS", 1040187392},
-      {"NT", 512}};
+      {"NT", 512},  {"INTERLEAVED", 1}};
   EXPECT_EQ(Ints(*plan), want);
   EXPECT_EQ(plan->threads, B * H * 512);  // ONNXRUNTIME_EP_MLX_DECODE_THREADS unset: the default
   EXPECT_EQ(plan->per_block, 512);

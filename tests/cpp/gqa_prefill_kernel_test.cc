@@ -12,6 +12,7 @@
 #include "mlx/ops.h"
 
 #include "host_program.h"
+#include "kernel_constants.h"
 #include "ops/attention_gqa_prefill.h"
 
 namespace mlx_ep {
@@ -63,13 +64,6 @@ TEST(GqaPrefillRotateKernel, ValuesOnTheHostEmulation) {
   EXPECT_EQ(BuildAndRun("mlx_ep_gqa_prefill_emulation", program, "g++", EmulationFlags()), "");
 }
 
-std::map<std::string, int> Ints(const KernelLaunch& plan) {
-  std::map<std::string, int> ints;
-  for (const auto& [name, value] : plan.constants)
-    if (const int* i = std::get_if<int>(&value)) ints[name] = *i;
-  return ints;
-}
-
 TEST(GqaPrefillRotateKernel, PlanOfTheLaunch) {
   const int B = 2, S = 5, H = 8, Hkv = 2, D = 64;
   const mx::array packed = mx::zeros({B, S, (H + 2 * Hkv) * D}, mx::float16);
@@ -78,7 +72,7 @@ TEST(GqaPrefillRotateKernel, PlanOfTheLaunch) {
   ASSERT_TRUE(plan);
   const std::map<std::string, int> want = {{"D", D},     {"ROT", 32},  {"H", H},        {"HKV", Hkv},
                                            {"QS", 768},  {"QO", 0},    {"KS", 768},     {"KO", 512},
-                                           {"VS", 768},  {"VO", 640}};
+                                           {"VS", 768},  {"VO", 640},  {"INTERLEAVED", 1}};
   EXPECT_EQ(Ints(*plan), want);
   EXPECT_EQ(plan->per_block, 256);
   EXPECT_EQ(plan->threads, (B * S * (H + 2 * Hkv) * D + 255) / 256 * 256);
