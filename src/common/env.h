@@ -96,9 +96,8 @@ constexpr const char* kDecodeSplitRows =
                                              // blocks of N rows per query head (attention_gqa_cuda.cc)
 constexpr const char* kNbitsPrefill =
     "ONNXRUNTIME_EP_MLX_NBITS_PREFILL";  // "split" (default), "half" or "float32": ops/quantized.cc
-constexpr const char* kNbitsWide =
-    "ONNXRUNTIME_EP_MLX_NBITS_WIDE";  // "1": MatMulNBits' decode kernel reads B 16 bytes a lane
-                                      // (quantized_cuda.cc)
+constexpr const char* kNbitsWide = "ONNXRUNTIME_EP_MLX_NBITS_WIDE";  // "1": MatMulNBits' decode kernel reads
+                                                                     // B 16 bytes a lane (quantized_cuda.cc)
 constexpr const char* kNbitsKernel =
     "ONNXRUNTIME_EP_MLX_NBITS_KERNEL";  // "0": GPU MatMulNBits decode through mx::quantized_matmul;
                                         // "1": the decode kernel only; "all" (default): the

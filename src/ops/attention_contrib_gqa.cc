@@ -151,8 +151,8 @@ std::optional<GqaRotatedQkv> RotateByKernel(const OpContext& c, const Step& st, 
   auto optional = [&](size_t i) {
     return c.has_input(i) ? std::optional<mx::array>(c.input(i)) : std::nullopt;
   };
-  return PrefillRotateByKernel({query, optional(kKey), optional(kValue), pos, c.input(kCos), c.input(kSin), heads,
-                                kv_heads, head_size, c.node.AttrInt("rotary_interleaved", 0) == 1},
+  return PrefillRotateByKernel({query, optional(kKey), optional(kValue), pos, c.input(kCos), c.input(kSin),
+                                heads, kv_heads, head_size, c.node.AttrInt("rotary_interleaved", 0) == 1},
                                c.stream);
 }
 

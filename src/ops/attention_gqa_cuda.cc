@@ -84,7 +84,7 @@ int DecodeSplitRows() {
   static const int rows = [] {
     const std::string v = EnvString(env::kDecodeSplitRows);
     return !v.empty() && v.size() < 6 && v.find_first_not_of("0123456789") == std::string::npos ? std::stoi(v)
-                                                                                                 : 0;
+                                                                                                : 0;
   }();
   return rows;
 }
@@ -411,8 +411,8 @@ const std::string& Header() {
 }
 
 const mx::fast::CustomKernelFunction& StepKernel(bool split) {
-  static const std::vector<std::string> inputs = {"q_in",      "k_in",      "v_in",    "past_k",
-                                                  "past_v",    "seqlens",   "total_len", "cos_cache",
+  static const std::vector<std::string> inputs = {"q_in",      "k_in",    "v_in",      "past_k",
+                                                  "past_v",    "seqlens", "total_len", "cos_cache",
                                                   "sin_cache", "pos_ids"};
   static const mx::fast::CustomKernelFunction whole = mx::fast::cuda_kernel(
       "mlx_ep_gqa_decode_step", inputs, {"out", "k_row", "v_row"}, Body(false), Header(),

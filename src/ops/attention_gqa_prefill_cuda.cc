@@ -63,7 +63,8 @@ bool PrefillRotateKernelWanted() {
 std::optional<KernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& in) {
   const mx::array& q = in.query;
   const int D = in.head_size;
-  if (q.ndim() != 3 || q.size() == 0 || D < 1 || in.kv_heads < 1 || in.heads % in.kv_heads != 0) return std::nullopt;
+  if (q.ndim() != 3 || q.size() == 0 || D < 1 || in.kv_heads < 1 || in.heads % in.kv_heads != 0)
+    return std::nullopt;
   const mx::Dtype t = q.dtype();
   const bool same_type = (!in.key || (in.key->dtype() == t && in.value && in.value->dtype() == t)) &&
                          in.cos_cache.dtype() == t && in.sin_cache.dtype() == t;
@@ -80,18 +81,17 @@ std::optional<KernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& in) 
   const int64_t values = static_cast<int64_t>(batch) * seq * (in.heads + 2 * in.kv_heads) * D;
   const int64_t blocks = (values + kThreadsPerBlock - 1) / kThreadsPerBlock;
   if (blocks > (int64_t{1} << 30) / kThreadsPerBlock) return std::nullopt;  // MLX's grid: int threads
-  KernelLaunch plan{
-      {q, in.key ? *in.key : q, in.value ? *in.value : q, in.positions, c, in.sin_cache},
-      {{batch, in.heads, seq, D}, {batch, in.kv_heads, seq, D}, {batch, in.kv_heads, seq, D}},
-      {t, t, t},
-      static_cast<int>(blocks * kThreadsPerBlock),
-      kThreadsPerBlock,
-      {{"D", D},
-       {"ROT", 2 * c.shape(1)},
-       {"INTERLEAVED", in.interleaved},
-       {"H", in.heads},
-       {"HKV", in.kv_heads},
-       {"T", t}}};
+  KernelLaunch plan{{q, in.key ? *in.key : q, in.value ? *in.value : q, in.positions, c, in.sin_cache},
+                    {{batch, in.heads, seq, D}, {batch, in.kv_heads, seq, D}, {batch, in.kv_heads, seq, D}},
+                    {t, t, t},
+                    static_cast<int>(blocks * kThreadsPerBlock),
+                    kThreadsPerBlock,
+                    {{"D", D},
+                     {"ROT", 2 * c.shape(1)},
+                     {"INTERLEAVED", in.interleaved},
+                     {"H", in.heads},
+                     {"HKV", in.kv_heads},
+                     {"T", t}}};
   for (auto& constant : QkvRowConstants(*strides)) plan.constants.push_back(std::move(constant));
   return plan;
 }
@@ -104,6 +104,8 @@ std::optional<GqaRotatedQkv> PrefillRotateByKernel(const GqaPrefillRotateInputs&
   return GqaRotatedQkv{outs[0], outs[1], outs[2]};
 }
 
-std::string GqaPrefillRotateSourceForTests() { return std::string(kRotarySource) + "\n// kernel body:\n" + kBody; }
+std::string GqaPrefillRotateSourceForTests() {
+  return std::string(kRotarySource) + "\n// kernel body:\n" + kBody;
+}
 
 }  // namespace mlx_ep

@@ -53,13 +53,13 @@ bool DecodeStepByKernelWanted();
  *  attention_bias or head_sink: the caller declines those. */
 std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s);
 
-
 /** DecodeStepByKernel's launch on any device (a test's view of it): the kernel's inputs (absent
  *  ones replaced by another), its three outputs (the query's dtype), the threads of its grid and of
  *  a block (512, or ONNXRUNTIME_EP_MLX_DECODE_THREADS; fewer where its shared memory would not fit)
  *  and the constants its body names; split into blocks of past rows, one more input (the heads'
  *  counters) and output (the splits' partial results, float32) and the constant SPLITS. nullopt
- *  for what the kernel does not take. `split_rows` > 0: past rows per block (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS). */
+ *  for what the kernel does not take. `split_rows` > 0: past rows per block
+ * (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS). */
 std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int split_rows = 0);
 
 /** That kernel's device code as NVRTC compiles it (header, then its body; `split`: the body of

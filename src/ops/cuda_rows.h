@@ -39,7 +39,7 @@ inline int RowKernelThreads(int n) {
 
 /** `kernel` launched as `launch` plans it, on `s`. */
 inline std::vector<mx::array> LaunchKernel(const mx::fast::CustomKernelFunction& kernel,
-                                              const KernelLaunch& launch, mx::Stream s) {
+                                           const KernelLaunch& launch, mx::Stream s) {
   return kernel(launch.inputs, launch.output_shapes, launch.output_dtypes, {launch.threads, 1, 1},
                 {launch.per_block, 1, 1}, launch.constants, std::nullopt, false, s);
 }

@@ -84,7 +84,8 @@ bool CopyToGpu(void* dst, const void* src, size_t bytes) {
   if (!dst || !src || bytes == 0) return false;
   const Driver& driver = TheDriver();
   if (!driver.copy || driver.push(driver.context) != 0) return false;
-  const bool done = driver.copy(static_cast<cu::DevicePtr>(reinterpret_cast<std::uintptr_t>(dst)), src, bytes) == 0;
+  const bool done =
+      driver.copy(static_cast<cu::DevicePtr>(reinterpret_cast<std::uintptr_t>(dst)), src, bytes) == 0;
   cu::Context popped = nullptr;
   driver.pop(&popped);
   return done;

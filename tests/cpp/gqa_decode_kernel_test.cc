@@ -87,8 +87,8 @@ TEST(GqaDecodeKernel, Compiles) {
           name += std::to_string(count++);
           threads[name] = nt;
           text += "__global__ void " + name + "(" + Parameters(t, cache, ids, splits > 1) + ") {\n" +
-                  Constants(t, d, k.rot, k.interleaved, k.window, k.pos_stride, nt, splits) + Body(splits > 1) +
-                  "\n}\n";
+                  Constants(t, d, k.rot, k.interleaved, k.window, k.pos_stride, nt, splits) +
+                  Body(splits > 1) + "\n}\n";
         }
     }
   text += kMlxKernelsEnd;
@@ -131,10 +131,10 @@ TEST(GqaDecodeKernel, PlanOfTheLaunch) {
                               ids, H, Hkv, D, true, 4, 0.125f});
   ASSERT_TRUE(plan);
   const std::map<std::string, int> want = {
-      {"D", D},     {"LCAP", 512}, {"ROT", 32},       {"H", H},
-      {"HKV", Hkv}, {"P", P},      {"MAXPOS", 512},   {"WINDOW", 4},
-      {"QS", 768},  {"QO", 0},     {"KS", 768},       {"KO", 512},
-      {"VS", 768},  {"VO", 640},   {"POS_STRIDE", 1}, {"SCALE_BITS", 1040187392},
+      {"D", D},     {"LCAP", 512},     {"ROT", 32},       {"H", H},
+      {"HKV", Hkv}, {"P", P},          {"MAXPOS", 512},   {"WINDOW", 4},
+      {"QS", 768},  {"QO", 0},         {"KS", 768},       {"KO", 512},
+      {"VS", 768},  {"VO", 640},       {"POS_STRIDE", 1}, {"SCALE_BITS", 1040187392},
       {"NT", 512},  {"INTERLEAVED", 1}};
   EXPECT_EQ(Ints(*plan), want);
   EXPECT_EQ(plan->threads, B * H * 512);  // ONNXRUNTIME_EP_MLX_DECODE_THREADS unset: the default
@@ -163,10 +163,11 @@ TEST(GqaDecodeKernel, PlanOfTheLaunch) {
   EXPECT_EQ(mx::sum(mx::abs(counters)).item<int>(), 0);
   ASSERT_EQ(split->output_shapes.size(), 4u);
   EXPECT_EQ(split->output_shapes[3], (mx::Shape{B * H * 3 * (D + 2)}));
-  EXPECT_EQ(split->output_dtypes, (std::vector<mx::Dtype>{mx::float16, mx::float16, mx::float16, mx::float32}));
+  EXPECT_EQ(split->output_dtypes,
+            (std::vector<mx::Dtype>{mx::float16, mx::float16, mx::float16, mx::float32}));
   // Fewer rows than a split: one block a head, as without the variable.
-  EXPECT_EQ(PlanDecodeStep({packed, std::nullopt, std::nullopt, past, past, seqlens, total, cache, cache, ids, H,
-                            Hkv, D, true, 4, 0.125f},
+  EXPECT_EQ(PlanDecodeStep({packed, std::nullopt, std::nullopt, past, past, seqlens, total, cache, cache, ids,
+                            H, Hkv, D, true, 4, 0.125f},
                            P)
                 ->inputs.size(),
             10u);

@@ -25,8 +25,8 @@ std::string Body() { return Source().substr(Source().find("// kernel body:")); }
 // MLX's parameters: the inputs (positions with the shape the body names), then the outputs.
 std::string Parameters(const std::string& t) {
   return "const " + t + "* q_in, const " + t + "* k_in, const " + t + "* v_in, const int32_t* pos, " +
-         "const __grid_constant__ Shape pos_shape, const " + t + "* cos_cache, const " + t + "* sin_cache, " + t +
-         "* q_out, " + t + "* k_out, " + t + "* v_out";
+         "const __grid_constant__ Shape pos_shape, const " + t + "* cos_cache, const " + t + "* sin_cache, " +
+         t + "* q_out, " + t + "* k_out, " + t + "* v_out";
 }
 
 TEST(GqaPrefillRotateKernel, CompilesLikeMlx) {
@@ -44,10 +44,11 @@ TEST(GqaPrefillRotateKernel, CompilesLikeMlx) {
           return "  constexpr int " + std::string(c) + " = " + std::to_string(v) + ";\n";
         };
         text += "__global__ void " + name + "(" + Parameters(t) + ") {\n  using T = " + t + ";\n" +
-                constant("D", d) + constant("ROT", rot) + "  constexpr bool INTERLEAVED = " +
-                (interleaved ? "true" : "false") + ";\n" + constant("H", 32) + constant("HKV", 4) +
-                constant("QS", 40 * d) + constant("QO", 0) + constant("KS", 40 * d) + constant("KO", 32 * d) +
-                constant("VS", 40 * d) + constant("VO", 36 * d) + Body() + "\n}\n";
+                constant("D", d) + constant("ROT", rot) +
+                "  constexpr bool INTERLEAVED = " + (interleaved ? "true" : "false") + ";\n" +
+                constant("H", 32) + constant("HKV", 4) + constant("QS", 40 * d) + constant("QO", 0) +
+                constant("KS", 40 * d) + constant("KO", 32 * d) + constant("VS", 40 * d) +
+                constant("VO", 36 * d) + Body() + "\n}\n";
       }
   text += kMlxKernelsEnd;
   EXPECT_EQ(CompileLikeMlx("mlx_ep_gqa_prefill_compile", text, threads), "");
@@ -56,11 +57,12 @@ TEST(GqaPrefillRotateKernel, CompilesLikeMlx) {
 TEST(GqaPrefillRotateKernel, ValuesOnTheHostEmulation) {
   if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
-  const std::string program =
-      "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
-      "template <class T, int D, int ROT, bool INTERLEAVED, int H, int HKV, int QS, int QO, int KS, int KO, int VS, "
-      "int VO>\nvoid rotate_kernel(" +
-      Parameters("T") + ") {\n" + Body() + "\n}\n#include \"" + (tests / "gqa_prefill_driver.inc").string() + "\"\n";
+  const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
+                              "template <class T, int D, int ROT, bool INTERLEAVED, int H, int HKV, int QS, "
+                              "int QO, int KS, int KO, int VS, "
+                              "int VO>\nvoid rotate_kernel(" +
+                              Parameters("T") + ") {\n" + Body() + "\n}\n#include \"" +
+                              (tests / "gqa_prefill_driver.inc").string() + "\"\n";
   EXPECT_EQ(BuildAndRun("mlx_ep_gqa_prefill_emulation", program, "g++", EmulationFlags()), "");
 }
 
@@ -70,9 +72,9 @@ TEST(GqaPrefillRotateKernel, PlanOfTheLaunch) {
   const mx::array pos = mx::zeros({B, S}, mx::int32), cache = mx::zeros({512, 16}, mx::float16);
   auto plan = PlanPrefillRotate({packed, std::nullopt, std::nullopt, pos, cache, cache, H, Hkv, D, true});
   ASSERT_TRUE(plan);
-  const std::map<std::string, int> want = {{"D", D},     {"ROT", 32},  {"H", H},        {"HKV", Hkv},
-                                           {"QS", 768},  {"QO", 0},    {"KS", 768},     {"KO", 512},
-                                           {"VS", 768},  {"VO", 640},  {"INTERLEAVED", 1}};
+  const std::map<std::string, int> want = {{"D", D},    {"ROT", 32}, {"H", H},          {"HKV", Hkv},
+                                           {"QS", 768}, {"QO", 0},   {"KS", 768},       {"KO", 512},
+                                           {"VS", 768}, {"VO", 640}, {"INTERLEAVED", 1}};
   EXPECT_EQ(Ints(*plan), want);
   EXPECT_EQ(plan->per_block, 256);
   EXPECT_EQ(plan->threads, (B * S * (H + 2 * Hkv) * D + 255) / 256 * 256);
@@ -95,8 +97,10 @@ TEST(GqaPrefillRotateKernel, PlanOfTheLaunch) {
   EXPECT_FALSE(PlanPrefillRotate({q, kv, kv, pos, cache, cache, H, Hkv, D, false}));
   const mx::array wide = mx::zeros({512, 40}, mx::bfloat16);
   EXPECT_FALSE(PlanPrefillRotate({q, kv, kv, pos, wide, wide, H, Hkv, D, false}));
-  EXPECT_FALSE(PlanPrefillRotate({q, kv, kv, mx::zeros({B * S}, mx::int32), cache_bf, cache_bf, H, Hkv, D, false}));
-  EXPECT_FALSE(PlanPrefillRotate({q, kv, kv, mx::zeros({B, S}, mx::int64), cache_bf, cache_bf, H, Hkv, D, false}));
+  EXPECT_FALSE(
+      PlanPrefillRotate({q, kv, kv, mx::zeros({B * S}, mx::int32), cache_bf, cache_bf, H, Hkv, D, false}));
+  EXPECT_FALSE(
+      PlanPrefillRotate({q, kv, kv, mx::zeros({B, S}, mx::int64), cache_bf, cache_bf, H, Hkv, D, false}));
   EXPECT_FALSE(PlanPrefillRotate({q, std::nullopt, std::nullopt, pos, cache_bf, cache_bf, H, Hkv, D, false}));
 }
 

@@ -60,9 +60,9 @@ TEST(NBitsKernel, CompilesForEveryCase) {
         const std::string z = zp == 2 ? t : "uint8_t";
         for (int rows : {1, 8})
           for (bool bias : {false, true})
-            for (bool wide : {false, true}) {  // ONNXRUNTIME_EP_MLX_NBITS_WIDE
+            for (bool wide : {false, true}) {             // ONNXRUNTIME_EP_MLX_NBITS_WIDE
               if (wide && bias != (rows == 8)) continue;  // wide: the least and the most registers
-              std::string name = "k";  // not "k" + ...: GCC 12's -Wrestrict false positive
+              std::string name = "k";                     // not "k" + ...: GCC 12's -Wrestrict false positive
               name += std::to_string(count++);
               threads[name] = 128;  // quantized_cuda.cc: four columns a block
               text += Wrapper(name, t, z, bits, bits == 2 ? 16 : 32, rows, zp, bias, wide);
