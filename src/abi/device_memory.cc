@@ -102,16 +102,17 @@ struct MlxDataTransfer : OrtDataTransferImpl {
       // A host input in the EP's device memory: its pages move to the GPU now, by DMA, rather than
       // by page faults in the first kernel that reads it (opt-in; runtime/cuda_prefetch.h): the
       // host's copy prefetched, or (=copy) the copy made by the driver.
-      const bool to_gpu = bytes && PrefetchInputsEnabled() && IsHost(ep.Value_GetMemoryDevice(src[i])) &&
-                          IsDeviceMemory(ep.Value_GetMemoryDevice(dst[i]));
+      const OrtMemoryDevice* from_device = ep.Value_GetMemoryDevice(src[i]);
+      const OrtMemoryDevice* to_device = ep.Value_GetMemoryDevice(dst[i]);
+      const bool to_gpu =
+          bytes && PrefetchInputsEnabled() && IsHost(from_device) && IsDeviceMemory(to_device);
       if (to_gpu && DriverCopiesInputs() && CopyToGpu(to, from, bytes)) {
         CountPrefetch(bytes);
       } else {
         if (bytes) std::memcpy(to, from, bytes);
         if (to_gpu && PrefetchToGpu(to, bytes)) CountPrefetch(bytes);
       }
-      CountTransfer(!IsHost(ep.Value_GetMemoryDevice(src[i])), !IsHost(ep.Value_GetMemoryDevice(dst[i])),
-                    bytes);
+      CountTransfer(!IsHost(from_device), !IsHost(to_device), bytes);
     }
     return nullptr;
     MLX_EP_API_END("MLXExecutionProvider CopyTensors")

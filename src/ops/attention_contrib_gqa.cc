@@ -146,7 +146,6 @@ std::optional<GqaRotatedQkv> RotateByKernel(const OpContext& c, const Step& st, 
   if (!PrefillRotateKernelWanted() || !CudaKernelsAvailable(c.stream)) return std::nullopt;
   const mx::array& query = c.input(kQuery);
   const int batch = query.shape(0), seq = query.shape(1);
-  if (2 * c.input(kCos).shape(1) > head_size) c.Fail("rotary_dim exceeds head_size");
   const mx::array pos = mx::reshape(Positions(c, st, batch, seq), {batch, seq}, c.stream);
   auto optional = [&](size_t i) {
     return c.has_input(i) ? std::optional<mx::array>(c.input(i)) : std::nullopt;

@@ -4,7 +4,6 @@
 #include <cstdint>
 
 #include "common/env.h"
-#include "mlx/backend/cuda/cuda.h"
 #include "runtime/cuda_driver_abi.h"
 #include "runtime/device.h"
 
@@ -59,14 +58,8 @@ Driver LoadDriver() {
 bool PrefetchInputsEnabled() {
   // Only where MLX runs on a CUDA GPU: elsewhere another library's CUDA driver (PyTorch's, say)
   // may be loaded, and retaining its primary context would cost GPU memory for nothing.
-  static const bool on = [] {
-    if (!EnvFlag(env::kPrefetchInputs) || RuntimeDevice() != mx::Device(mx::Device::gpu)) return false;
-    try {
-      return mx::cu::is_available();
-    } catch (...) {
-      return false;  // Metal
-    }
-  }();
+  static const bool on =
+      EnvFlag(env::kPrefetchInputs) && RuntimeDevice() == mx::Device(mx::Device::gpu) && MlxBuiltWithCuda();
   return on;
 }
 

@@ -55,28 +55,32 @@ mx::Device RuntimeDevice() {
   return device;
 }
 
+namespace {
+
+/** `is_available` of one of MLX's backends: constants of the build (each backend's stubs say
+ *  false, or throw), no GPU touched. */
+bool BuiltWith(bool (*is_available)()) {
+  try {
+    return is_available();
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+bool MlxBuiltWithCuda() {
+  static const bool cuda = BuiltWith(mx::cu::is_available);
+  return cuda;
+}
+
 const char* MlxBackendName() {
-  // Constants of the build (each backend's stubs say false): no GPU is touched.
-  auto built_with = [](bool (*is_available)()) {
-    try {
-      return is_available();
-    } catch (...) {
-      return false;
-    }
-  };
-  if (built_with(mx::cu::is_available)) return "cuda";
-  if (built_with(mx::metal::is_available)) return "metal";
+  if (MlxBuiltWithCuda()) return "cuda";
+  if (BuiltWith(mx::metal::is_available)) return "metal";
   return "cpu";
 }
 
-bool CudaKernelsAvailable(mx::Stream s) {
-  if (s.device != mx::Device::gpu) return false;
-  try {
-    return mx::cu::is_available();
-  } catch (...) {
-    return false;  // an MLX without its CUDA backend
-  }
-}
+bool CudaKernelsAvailable(mx::Stream s) { return s.device == mx::Device::gpu && MlxBuiltWithCuda(); }
 
 bool IsCudaKernelFloat(mx::Dtype t) { return t == mx::float16 || t == mx::bfloat16 || t == mx::float32; }
 

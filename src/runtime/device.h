@@ -16,6 +16,9 @@ namespace mx = mlx::core;
  *  ONNXRUNTIME_EP_MLX_DEVICE=cpu. */
 mx::Device RuntimeDevice();
 
+/** True when this MLX was built with its CUDA backend (a constant of the build: touches no GPU). */
+bool MlxBuiltWithCuda();
+
 /** Which backend this MLX was built with: "cuda", "metal" or "cpu" (a GPU may still be absent). */
 const char* MlxBackendName();
 

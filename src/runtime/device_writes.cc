@@ -9,7 +9,6 @@
 #include <string>
 
 #include "common/env.h"
-#include "mlx/backend/cuda/cuda.h"
 #include "mlx/fast.h"
 #include "mlx/ops.h"
 #include "mlx/primitives.h"
@@ -149,11 +148,7 @@ bool DeviceWritesEnabled() {
     if (!DeviceMemoryEnabled() || RuntimeDevice() != mx::Device(mx::Device::gpu)) return false;
     // On by default; =0 restores the host's copies (docs/gpu_memory.md, "Device writes").
     if (EnvOff(env::kDeviceWrites)) return false;
-    try {
-      return mx::cu::is_available();
-    } catch (...) {
-      return false;  // Metal: its buffers are the host's, the host's writes cost nothing extra
-    }
+    return MlxBuiltWithCuda();  // not Metal: its buffers are the host's, the host's writes cost nothing extra
   }();
   return enabled;
 }

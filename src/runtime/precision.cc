@@ -31,7 +31,7 @@ void SetMlxDefaults() {
   SetEnvDefault(kMlxTf32Env, "0");
   // Only for CUDA: Metal reads the same variable for its command buffers, with defaults per chip
   // that nothing here was measured against.
-  if (std::string(MlxBackendName()) == "cuda") SetEnvDefault("MLX_MAX_OPS_PER_BUFFER", kCudaOpsPerGraph);
+  if (MlxBuiltWithCuda()) SetEnvDefault("MLX_MAX_OPS_PER_BUFFER", kCudaOpsPerGraph);
 }
 
 std::string RequestTf32(const std::string& value) {
