@@ -76,7 +76,7 @@ def parent(args):
                 rows.append(dict(row, round=round_))
     if args.rounds > 1:
         print(f"{args.what}: medians by setting over {args.rounds} rounds", flush=True)
-        for setting in dict.fromkeys(args.settings.split(";")):
+        for setting in dict.fromkeys(settings):
             medians = [r["median_ms"] for r in rows if r["setting"] == setting]
             if medians:
                 print(f"  [{setting}]: {' / '.join(f'{m:.2f}' for m in medians)} ms; median "
