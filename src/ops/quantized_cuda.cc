@@ -51,16 +51,25 @@ __device__ __forceinline__ float zero_point(const Z* zp, int64_t col, int kb, in
   }
 }
 
+// 2^23 as a float's bits: OR-ing an integer q < 2^23 into its mantissa gives the float 2^23 + q
+// exactly, so (2^23 + q) - (2^23 + z) is q - z exactly (both operands exact, Sterbenz) without
+// the integer-to-float conversion, which runs at a sixteenth of an SM's FP32 rate on sm_80/sm_90
+// (16 a clock): at 8 values a word that conversion alone bounded int4's decode kernel near
+// 0.4 ms a TinyLlama step.
+constexpr uint32_t kMagicBits = 0x4B000000u;
+constexpr float kMagic = 8388608.f;
+
 // One block of B's row `col` dequantized as ORT's CPU EP computes it: w = (q - zero_point) *
 // scale in float32, for float zero points q * scale + (-(scale * zero_point)); each operation
 // rounded on its own (no fused multiply-add in the weight).
 template <int BITS, int ZP>
 struct BlockWeights {
-  float s, z, neg_sz;
+  float s, magic_z, neg_sz;  // magic_z: 2^23 + zero point (exact: integer zero points < 2^8)
   // Value v of a 32-bit word of the block (bits [BITS * v, BITS * (v + 1))).
   __device__ __forceinline__ float operator()(uint32_t word, int v) const {
-    const float q = static_cast<float>((word >> (BITS * v)) & ((1u << BITS) - 1));
-    return ZP == 2 ? __fadd_rn(__fmul_rn(q, s), neg_sz) : __fmul_rn(q - z, s);
+    const float magic_q = __int_as_float(static_cast<int>(kMagicBits | ((word >> (BITS * v)) & ((1u << BITS) - 1))));
+    if constexpr (ZP == 2) return __fadd_rn(__fmul_rn(__fsub_rn(magic_q, kMagic), s), neg_sz);
+    return __fmul_rn(__fsub_rn(magic_q, magic_z), s);
   }
 };
 
@@ -71,7 +80,7 @@ __device__ __forceinline__ BlockWeights<BITS, ZP> block_weights(const T* scales,
                                                                 int blk) {
   const float s = static_cast<float>(scales[col * kb + blk]);
   const float z = zero_point<BITS, ZP>(zp, col, kb, blk);
-  return {s, z, -__fmul_rn(s, z)};
+  return {s, ZP == 2 ? 0.f : __fadd_rn(kMagic, z), -__fmul_rn(s, z)};
 }
 
 // Four 32-bit words of B, one 16-byte load.
@@ -79,9 +88,17 @@ struct alignas(16) Words4 {
   uint32_t w[4];
 };
 
+// The N values of x one word of B multiplies, in loads of up to 16 bytes.
+template <typename T, int N>
+struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) XValues {
+  T v[N];
+};
+
 // WIDE (ONNXRUNTIME_EP_MLX_NBITS_WIDE=1): each lane reads 16 bytes of B's row at a time (four
 // words, lane l the l-th 16 bytes of each 512 a warp reads) where the row is a whole number of
-// them and B 16-byte aligned, else the words one at a time. The sums' order differs, not their
+// them and B 16-byte aligned, else the words one at a time; and, where K is a whole number of
+// words and x aligned for it, a word's VALS values of x in loads of 16 bytes (one load where
+// there were 8 for int4 and float16). The sums' order differs from the one-word loop's, not their
 // terms.
 template <int BITS, int BLOCK, int ROWS, int ZP, bool HAS_BIAS, bool WIDE, typename T, typename Z>
 __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const T* scales,
@@ -110,8 +127,33 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
       }
     }
   };
+  // A word inside K (K a whole number of words): its weights first, then each row's x values in
+  // one vector, each acc[r] summed in k's order as `take` sums it.
+  auto take_vector = [&](uint32_t word, int i) {
+    const int k0 = i * VALS;
+    if (k0 >= K) return;  // the padding of the last block: whole words when K % VALS == 0
+    const BlockWeights<BITS, ZP> weight = block_weights<BITS, ZP>(scales, zp, col, kb, k0 / BLOCK);
+    float w[VALS];
+#pragma unroll
+    for (int v = 0; v < VALS; ++v) w[v] = weight(word, v);
+#pragma unroll
+    for (int r = 0; r < ROWS; ++r) {
+      const XValues<T, VALS> xv = *reinterpret_cast<const XValues<T, VALS>*>(x + r * K + k0);
+#pragma unroll
+      for (int v = 0; v < VALS; ++v) acc[r] = fmaf(static_cast<float>(xv.v[v]), w[v], acc[r]);
+    }
+  };
   const bool wide = WIDE && words % 4 == 0 && (reinterpret_cast<unsigned long long>(b) & 15) == 0;
-  if (wide) {
+  const bool vector_x = K % VALS == 0 && reinterpret_cast<unsigned long long>(x) % alignof(XValues<T, VALS>) == 0;
+  if (wide && vector_x) {
+    const Words4* row4 = reinterpret_cast<const Words4*>(row);
+#pragma unroll 2
+    for (int i = lane; i < words / 4; i += kWarp) {
+      const Words4 four = row4[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) take_vector(four.w[j], 4 * i + j);
+    }
+  } else if (wide) {
     const Words4* row4 = reinterpret_cast<const Words4*>(row);
 #pragma unroll 2
     for (int i = lane; i < words / 4; i += kWarp) {
