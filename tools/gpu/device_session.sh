@@ -307,27 +307,29 @@ run_step() {
       # time against the run's span), "ncu" (each kernel's own time, serialized), both by default
       wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; tail -40 "$W/make.log"; return 1; }
       local k v
+      # KERNELS_ENV: variables for these runs alone ("A=1 B=2"), e.g. the opt-ins an A/B weighs
+      local -a kenv=(env ${KERNELS_ENV:-})
       for v in ${KERNELS_VIA:-timeline ncu}; do
         for k in ${KERNELS_MODELS:-fp16 int4}; do
-          timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" \
+          "${kenv[@]}" timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" \
             --json "$R/kernel_times_${v}_$k.json" 2>&1 | tee -a "$R/kernel_times.log"
           # KERNELS_BATCH8=1: the step again with eight rows (where batch 8's 2.9 ms over batch 1 go)
-          [ -n "${KERNELS_BATCH8:-}" ] && BENCH_BATCH=8 timeout "${KERNELS_TIMEOUT:-300}" $PY \
+          [ -n "${KERNELS_BATCH8:-}" ] && BENCH_BATCH=8 "${kenv[@]}" timeout "${KERNELS_TIMEOUT:-300}" $PY \
             "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" \
             --json "$R/kernel_times_${v}_${k}_b8.json" 2>&1 | tee -a "$R/kernel_times.log"
           # KERNELS_INPUTS_AB=1: again with ids, mask and positions made once in the EP's memory
           # (kernel_census.llm_run): is the step's 170 us Sum of the mask the pages' migration?
-          [ -n "${KERNELS_INPUTS_AB:-}" ] && BENCH_INPUTS_ON_DEVICE=1 timeout "${KERNELS_TIMEOUT:-300}" $PY \
+          [ -n "${KERNELS_INPUTS_AB:-}" ] && BENCH_INPUTS_ON_DEVICE=1 "${kenv[@]}" timeout "${KERNELS_TIMEOUT:-300}" $PY \
             "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" \
             --json "$R/kernel_times_${v}_${k}_inputs_on_device.json" 2>&1 | tee -a "$R/kernel_times.log"
           # KERNELS_PROMPT=512: a prefill of that many tokens (no past): where its time goes, with
           # its MLX graph in the log (which copies are the 92 copy_gg_nd kernels of the
           # twenty-seventh session's prefill?)
-          [ -n "${KERNELS_PROMPT:-}" ] && ONNXRUNTIME_EP_MLX_GRAPH_CENSUS=graph timeout "${KERNELS_TIMEOUT:-300}" $PY \
+          [ -n "${KERNELS_PROMPT:-}" ] && ONNXRUNTIME_EP_MLX_GRAPH_CENSUS=graph "${kenv[@]}" timeout "${KERNELS_TIMEOUT:-300}" $PY \
             "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" --past 0 --new "$KERNELS_PROMPT" \
             --json "$R/kernel_times_${v}_${k}_prompt$KERNELS_PROMPT.json" 2>&1 | tee -a "$R/kernel_times.log"
         done
-        [ -n "${KERNELS_BERT-1}" ] && timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" bert \
+        [ -n "${KERNELS_BERT-1}" ] && "${kenv[@]}" timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" bert \
           --via "$v" --json "$R/kernel_times_${v}_bert.json" 2>&1 | tee -a "$R/kernel_times.log"
       done;;
     events)  # MLX alone: does a GPU stream waiting for the CPU stream's async evaluation go on?
