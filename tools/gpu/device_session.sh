@@ -269,11 +269,11 @@ run_step() {
       # session's split found none of them from the background job's directory).
       ( ort_gpu_env && cd "$ROOT" && SPLIT_TIMEOUT="${SPLIT_TIMEOUT:-$(( ${CALL_BUDGET:-560} - SECONDS - 30 ))}" \
           bash "$ROOT/tools/gpu/pytest_split.sh" "${SPLIT_JOBS:-$(nproc)}" ${SPLIT_TESTS:?} );;
-    llm)
+    llm)  # LLM_ENV: variables for the bench alone ("A=1 B=2"), as KERNELS_ENV
       wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; tail -40 "$W/make.log"; return 1; }
       tail -5 "$W/make.log"
       ( ort_gpu_env && $PY -c "import onnxruntime as o; print(o.__file__, o.get_available_providers())" \
-        && timeout "${LLM_TIMEOUT:-500}" $PY "$ROOT/bench/bench_llm_gpu.py" bench --work "$W/llm" --json "$R/bench_llm_gpu.json" \
+        && env ${LLM_ENV:-} timeout "${LLM_TIMEOUT:-500}" $PY "$ROOT/bench/bench_llm_gpu.py" bench --work "$W/llm" --json "$R/bench_llm_gpu.json" \
         ${LLM_ARGS:-} 2>&1 | tee "$R/bench_llm_gpu.log" );;
     paged)  # PagedAttention against ORT's CUDA EP too (onnxruntime-gpu's schema; skipped on 1.30)
       ( ort_gpu_env && timeout 200 $PY -m pytest -q -p no:cacheprovider -rfEs "$ROOT/tests/python/ops/test_paged_attention.py" \
