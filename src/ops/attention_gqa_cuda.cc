@@ -523,7 +523,10 @@ std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, m
   if (!CudaKernelsAvailable(s)) return std::nullopt;
   std::optional<KernelLaunch> plan = PlanDecodeStep(in, DecodeSplitRows());
   if (!plan) return std::nullopt;
-  const bool split = plan->inputs.size() > 10;
+  // PlanDecodeStep names SPLITS (and adds the counters and the partial results) only for a launch
+  // in blocks of past rows.
+  const bool split = std::any_of(plan->constants.begin(), plan->constants.end(),
+                                 [](const auto& constant) { return constant.first == "SPLITS"; });
   const std::vector<mx::array> outs = LaunchKernel(StepKernel(split), *plan, s);
   return GqaDecodeStep{outs[0], outs[1], outs[2]};
 }
