@@ -15,19 +15,22 @@
 #     x a word's values at a time (twenty-ninth session; and, by default now, B's integers to
 #     float without I2F, in both MatMulNBits kernels);
 #   - ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=1: a prompt's rotation and V's layout in one kernel.
-# The A/B: the default against all of them. The LLM peers and the kernel timelines run with all
+# The A/B: the default against all of them and the norm kernel (NORM_KERNEL=1, opt-in since the
+# twenty-second session: 90 fewer primitives a decode step; its one A/B, in the twenty-seventh
+# session, ran it only beside other changes). The LLM peers and the kernel timelines run with all
 # of them (LLM_ENV, KERNELS_ENV): the twenty-eighth session's ran the default.
 # After the background run, one `run pytest` call with ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS=16
 # exported and PYTEST_FILES=tests/python/test_llm.py: test_llm's 64-row caches in 4 blocks a head.
 S=ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS P=ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS W=ONNXRUNTIME_EP_MLX_NBITS_WIDE
-R=ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL F=tests/python/ops/test_fused_gpu_paths.py
-export BG_STEPS="split phases llm kernels" LLM_ENV="$S=256 $P=copy $W=1 $R=1" \
+R=ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL N=ONNXRUNTIME_EP_MLX_NORM_KERNEL F=tests/python/ops/test_fused_gpu_paths.py
+ALL="$S=256 $P=copy $W=1 $R=1 $N=1"
+export BG_STEPS="split phases llm kernels" LLM_ENV="$ALL" \
   SPLIT_TESTS="$F::test_decode_step_kernel_splits $F::test_prefill_rotate_kernel $F::test_gqa_known_first_prompt_reads_no_past $F::test_gqa_known_total_float32 $F::test_gqa_float16 $F::test_decode_step_by_kernel tests/python/ops/test_quantized.py::test_gpu_decode_kernel_wide_loads tests/python/test_device_memory.py::test_host_inputs_prefetched tests/python/test_provider_options.py tests/python/test_llm.py" \
   SPLIT_JOBS=10 SPLIT_TIMEOUT=300 \
   PHASES_MODELS="fp16 int4" PHASES_PROMPT=512 PHASES_ROUNDS=2 PHASES_TIMEOUT=600 PHASES_BERT= \
-  PHASES_SETTINGS="default;$S=256 $P=copy $W=1 $R=1" \
+  PHASES_SETTINGS="default;$ALL" \
   KERNELS_VIA=timeline KERNELS_MODELS="fp16 int4" KERNELS_PROMPT=512 KERNELS_BATCH8= KERNELS_BERT= \
-  KERNELS_ENV="$S=256 $P=copy $W=1 $R=1"
+  KERNELS_ENV="$ALL"
 export CONF_TIMEOUT=660
 # A lease that starts with less than ~1,300 s of device budget left: the tests and the fp16 A/B
 # only (`. tools/gpu/lease_env.sh short`).
