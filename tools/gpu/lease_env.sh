@@ -32,8 +32,8 @@ export BG_STEPS="split phases llm kernels" LLM_ENV="$ALL" \
   KERNELS_VIA=timeline KERNELS_MODELS="fp16 int4" KERNELS_PROMPT=512 KERNELS_BATCH8= KERNELS_BERT= \
   KERNELS_ENV="$ALL"
 export CONF_TIMEOUT=660
-# A lease that starts with less than ~1,300 s of device budget left: the tests and the fp16 A/B
-# only (`. tools/gpu/lease_env.sh short`).
+# A lease that starts with less than ~1,300 s of device budget left: the tests and one round
+# of the decode A/B only (`. tools/gpu/lease_env.sh short`).
 if [ "${1:-}" = short ]; then
-  export BG_STEPS="split phases" SPLIT_TIMEOUT=150 PHASES_MODELS=fp16 PHASES_ROUNDS=1 PHASES_PROMPT=
+  export BG_STEPS="split phases" SPLIT_TIMEOUT=150 PHASES_MODELS="fp16 int4" PHASES_ROUNDS=1 PHASES_PROMPT=
 fi
