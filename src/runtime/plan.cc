@@ -204,14 +204,30 @@ mx::array PlanTrace::MergedColumnsOf(const PlanNode& pn, const OpContext& c) {
       merged_biased_.insert(m.weight);
     auto product_of = [&](const mx::array& a, const mx::array& b) { return FlatFreeMatmul(a, b, stream_); };
     if (!product) product = NumpyMatmul(c, c.input(0), weights, product_of);
-    it = merged_products_.emplace(m.weight, *product).first;
+    it = merged_products_.emplace(m.weight, MemberColumns(m.weight, *product)).first;
   }
   if (merged_biased_.count(m.weight)) biased_.insert(pn.node.outputs[0]);
-  const mx::array& product = it->second;
-  mx::Shape start(product.ndim(), 0), stop = product.shape();
-  start.back() = static_cast<int>(m.column);
-  stop.back() = static_cast<int>(m.column + m.width);
-  return mx::slice(product, start, stop, stream_);
+  const auto part = it->second.find(m.column);
+  if (part == it->second.end() || part->second.shape(-1) != m.width)
+    throw std::logic_error("[MlxEp] merged MatMul " + pn.node.name + ": no columns at " + std::to_string(m.column));
+  return part->second;
+}
+
+std::map<int64_t, mx::array> PlanTrace::MemberColumns(const std::string& weight, const mx::array& product) {
+  // The members' columns tile the product (MergeColumns puts their weights side by side): one
+  // Split primitive for all of them, where a Slice each cost a primitive each on every run
+  // (44 a TinyLlama decode step, gate and up; each primitive is host time on a GPU).
+  std::set<int64_t> starts = {0};
+  for (const PlanNode& member : plan_.nodes)
+    if (member.merged && member.merged->weight == weight) starts.insert(member.merged->column);
+  mx::Shape indices;
+  for (int64_t start : starts)
+    if (start > 0) indices.push_back(static_cast<int>(start));
+  const std::vector<mx::array> parts = mx::split(product, indices, -1, stream_);
+  std::map<int64_t, mx::array> columns;
+  auto start = starts.begin();
+  for (const mx::array& part : parts) columns.emplace(*start++, part);
+  return columns;
 }
 
 void PlanTrace::ObserveRows(const PlanNode& pn, const std::vector<mx::array>& outs) {

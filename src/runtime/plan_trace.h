@@ -6,6 +6,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -66,6 +67,7 @@ class PlanTrace {
   // A merged MatMul's output (PlanNode::merged): its columns of the group's product, which the
   // group's first MatMul computes (with the group's biases where it can: runtime/matmul_bias.h).
   mx::array MergedColumnsOf(const PlanNode& pn, const OpContext& c);
+  std::map<int64_t, mx::array> MemberColumns(const std::string& weight, const mx::array& product);
   // Hands the node with its inputs' arrays and host values and its outputs to info_->rows.
   void ObserveRows(const PlanNode& pn, const std::vector<mx::array>& outs);
   // Trace with dynamic dims: the dynamic inputs (placeholders), their shapes as data, and the
@@ -169,7 +171,8 @@ class PlanTrace {
   std::vector<std::pair<InPlaceOutput, InPlaceUpdate>> in_place_;  // accepted ones, for Outputs()
   std::unordered_map<std::string, size_t> readers_;  // value -> node inputs that read it, + 1 a partition output
   std::unordered_map<std::string, mx::array> values_;
-  std::unordered_map<std::string, mx::array> merged_products_;  ///< by merged weight
+  /** By merged weight: its product's columns of each member, by first column (one Split). */
+  std::unordered_map<std::string, std::map<int64_t, mx::array>> merged_products_;
   std::set<std::string> merged_biased_;  ///< merged weights whose product has the group's biases
   std::set<std::string> biased_;         ///< MatMul outputs with their Add's bias added
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_;

@@ -323,7 +323,8 @@ def test_matmul_weights_held_in_the_gemv_layout(dtype):
 def test_matmuls_on_one_input_are_one_product(dtype):
     """MatMuls of one input by constant weights with the same K (BERT's Q, K and V projections)
     run as one product over the weights side by side, each output its columns
-    (runtime/matmul_siblings.h): one Matmul a run where three were, the same values as ORT's;
+    (runtime/matmul_siblings.h): one Matmul and one Split a run where three Matmuls were, the
+    same values as ORT's;
     ONNXRUNTIME_EP_MLX_MERGE_MATMULS=0 keeps three. A weight another node reads stays apart."""
     import textwrap
     code = textwrap.dedent(f"""
@@ -351,10 +352,17 @@ def test_matmuls_on_one_input_are_one_product(dtype):
             for got, want in zip(outs, run_cpu(m, feeds)):
                 assert_close(got, want, rtol=tol, atol=tol)
     """)
-    matmuls = {merge: census_counts(code, {"ONNXRUNTIME_EP_MLX_MERGE_MATMULS": merge}, "Matmul")
-               for merge in ("1", "0")}
+    matmuls, splits, slices = {}, {}, {}
+    for merge in ("1", "0"):
+        env = {"ONNXRUNTIME_EP_MLX_MERGE_MATMULS": merge}
+        matmuls[merge] = census_counts(code, env, "Matmul")
+        splits[merge] = census_counts(code, env, "Split")
+        slices[merge] = census_counts(code, env, "Slice")
     # W0, W1, W2 merged (W3 is gathered too): 2 products a run, 4 without merging; both shapes.
     assert set(matmuls["1"]) == {2} and set(matmuls["0"]) == {4}, matmuls
+    # The members' columns: one Split primitive a run (where a Slice each were), none unmerged.
+    assert set(splits["1"]) == {1} and set(slices["1"]) == {0}, (splits, slices)
+    assert set(splits["0"]) == {0}, splits
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
