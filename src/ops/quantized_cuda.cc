@@ -67,7 +67,8 @@ struct BlockWeights {
   float s, magic_z, neg_sz;  // magic_z: 2^23 + zero point (exact: integer zero points < 2^8)
   // Value v of a 32-bit word of the block (bits [BITS * v, BITS * (v + 1))).
   __device__ __forceinline__ float operator()(uint32_t word, int v) const {
-    const float magic_q = __int_as_float(static_cast<int>(kMagicBits | ((word >> (BITS * v)) & ((1u << BITS) - 1))));
+    const uint32_t q = (word >> (BITS * v)) & ((1u << BITS) - 1);
+    const float magic_q = __int_as_float(static_cast<int>(kMagicBits | q));
     if constexpr (ZP == 2) return __fadd_rn(__fmul_rn(__fsub_rn(magic_q, kMagic), s), neg_sz);
     return __fmul_rn(__fsub_rn(magic_q, magic_z), s);
   }
@@ -144,7 +145,8 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
     }
   };
   const bool wide = WIDE && words % 4 == 0 && (reinterpret_cast<unsigned long long>(b) & 15) == 0;
-  const bool vector_x = K % VALS == 0 && reinterpret_cast<unsigned long long>(x) % alignof(XValues<T, VALS>) == 0;
+  const bool vector_x =
+      K % VALS == 0 && reinterpret_cast<unsigned long long>(x) % alignof(XValues<T, VALS>) == 0;
   if (wide && vector_x) {
     const Words4* row4 = reinterpret_cast<const Words4*>(row);
 #pragma unroll 2

@@ -209,14 +209,15 @@ mx::array PlanTrace::MergedColumnsOf(const PlanNode& pn, const OpContext& c) {
   if (merged_biased_.count(m.weight)) biased_.insert(pn.node.outputs[0]);
   const auto part = it->second.find(m.column);
   if (part == it->second.end() || part->second.shape(-1) != m.width)
-    throw std::logic_error("[MlxEp] merged MatMul " + pn.node.name + ": no columns at " + std::to_string(m.column));
+    throw std::logic_error("[MlxEp] " + pn.node.Label() + ": no merged columns at " +
+                           std::to_string(m.column));
   return part->second;
 }
 
 std::map<int64_t, mx::array> PlanTrace::MemberColumns(const std::string& weight, const mx::array& product) {
   // The members' columns tile the product (MergeColumns puts their weights side by side): one
-  // Split primitive for all of them, where a Slice each cost a primitive each on every run
-  // (44 a TinyLlama decode step, gate and up; each primitive is host time on a GPU).
+  // Split primitive makes all their views, where a Slice each took a primitive each a run (44 a
+  // TinyLlama decode step, gate and up; on a GPU every primitive costs host time).
   std::set<int64_t> starts = {0};
   for (const PlanNode& member : plan_.nodes)
     if (member.merged && member.merged->weight == weight) starts.insert(member.merged->column);
