@@ -147,22 +147,20 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
   const bool wide = WIDE && words % 4 == 0 && (reinterpret_cast<unsigned long long>(b) & 15) == 0;
   const bool vector_x =
       K % VALS == 0 && reinterpret_cast<unsigned long long>(x) % alignof(XValues<T, VALS>) == 0;
+  // The row 16 bytes a lane, each of their four words to `take_word`.
+  auto wide_loop = [&](auto take_word) {
+    const Words4* row4 = reinterpret_cast<const Words4*>(row);
+#pragma unroll 2
+    for (int i = lane; i < words / 4; i += kWarp) {
+      const Words4 four = row4[i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) take_word(four.w[j], 4 * i + j);
+    }
+  };
   if (wide && vector_x) {
-    const Words4* row4 = reinterpret_cast<const Words4*>(row);
-#pragma unroll 2
-    for (int i = lane; i < words / 4; i += kWarp) {
-      const Words4 four = row4[i];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) take_vector(four.w[j], 4 * i + j);
-    }
+    wide_loop(take_vector);
   } else if (wide) {
-    const Words4* row4 = reinterpret_cast<const Words4*>(row);
-#pragma unroll 2
-    for (int i = lane; i < words / 4; i += kWarp) {
-      const Words4 four = row4[i];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) take(four.w[j], 4 * i + j);
-    }
+    wide_loop(take);
   } else {
 #pragma unroll 4
     for (int i = lane; i < words; i += kWarp) take(row[i], i);
