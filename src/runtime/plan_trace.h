@@ -169,8 +169,8 @@ class PlanTrace {
   std::vector<RuntimeCheck>* check_sink_;    // &checks_, or the enclosing trace's (a body's)
   std::vector<InPlaceUpdate> node_updates_;  // the running node's declarations
   std::vector<std::pair<InPlaceOutput, InPlaceUpdate>> in_place_;  // accepted ones, for Outputs()
-  std::unordered_map<std::string, size_t>
-      readers_;  // value -> node inputs that read it, + 1 a partition output
+  // value -> node inputs that read it, + 1 a partition output
+  std::unordered_map<std::string, size_t> readers_;
   std::unordered_map<std::string, mx::array> values_;
   /** By merged weight: its product's columns of each member, by first column (one Split). */
   std::unordered_map<std::string, std::map<int64_t, mx::array>> merged_products_;

@@ -14,8 +14,8 @@
 #     test_llm, test_matmul (merged MatMuls' columns as one Split primitive, the default since
 #     this session, not yet run on a GPU: 44 fewer primitives a decode step), in 400 s;
 #   - the decode A/B per opt-in, two rounds (the second reversed): the default, SPLIT_ROWS=256
-#     alone, NORM_KERNEL=1 alone (90 fewer primitives a step, its GPU time ~4 us a norm more),
-#     every opt-in (NBITS_WIDE=1 for int4, PREFETCH_INPUTS=copy, PREFILL_ROTATE_KERNEL=1 too);
+#     alone, NORM_KERNEL=1 alone (90 fewer primitives a step, about the GPU time of the three
+#     kernels it replaces), every opt-in (NBITS_WIDE=1 for int4, PREFETCH_INPUTS=copy, PREFILL_ROTATE_KERNEL=1 too);
 #   - the LLM peers and the kernel timelines with every opt-in (LLM_ENV, KERNELS_ENV): a prefill's
 #     timeline shows the rotation kernel and the first prompt without the past buffer.
 # Do not read results between the calls of a lease for more than ~20 s: the machine goes back

@@ -465,9 +465,9 @@ def test_gpu_decode_kernel_and_quantized_matmul():
 
 def test_gpu_decode_kernel_wide_loads():
     """ONNXRUNTIME_EP_MLX_NBITS_WIDE=1: the decode kernel reads B 16 bytes a lane (where a row is
-    whole 16-byte pieces) and x a word's values at a time (where K is whole words): every parity test of this file that runs it (up to 8 rows) holds, and the
-    kernel is still one CustomKernel. MLX's CUDA backend only; tests/cpp/nbits_kernel_test.cc runs
-    the wide loop's text on the host."""
+    whole 16-byte pieces) and x a word's values at a time (where K is whole words): every parity
+    test of this file that runs it (up to 8 rows) holds, and the kernel is still one CustomKernel.
+    MLX's CUDA backend only; tests/cpp/nbits_kernel_test.cc runs the wide loops' text on the host."""
     import subprocess
     import sys
     if mlx_device() != "gpu" or os.environ.get("ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS") == "force":
