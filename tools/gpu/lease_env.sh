@@ -12,7 +12,7 @@
 # opt-in at once: fp16 decode 4.09 / 4.22 ms, int4 4.67 / 4.35, no verdict. So, next:
 #   - the split: the rest of test_quantized (the conversion is the default), the wide loads,
 #     test_llm, test_matmul (merged MatMuls' columns as one Split primitive, the default since
-#     this session, not yet run on a GPU: 44 fewer primitives a decode step), in 400 s;
+#     this session, not yet run on a GPU: 44 Slices a decode step become 22 Splits), in 400 s;
 #   - the decode A/B per opt-in, two rounds (the second reversed): the default, SPLIT_ROWS=256
 #     alone, NORM_KERNEL=1 alone (90 fewer primitives a step, about the GPU time of the three
 #     kernels it replaces), every opt-in (NBITS_WIDE=1 for int4, PREFETCH_INPUTS=copy, PREFILL_ROTATE_KERNEL=1 too);
