@@ -123,13 +123,12 @@ mx::array Positions(const OpContext& c, const Step& st, int batch, int seq) {
   return mx::reshape(pos, {batch, 1, seq}, s);
 }
 
-/** Q or K [B, heads, S, D] rotated at the step's positions offset_b + s; with `copies` > 1 (S = 1
- *  only) the one row rotated `copies` times, [B, heads, copies, D], written by the same kernel
- *  (the fused decode's doubled query, attention_gqa_fused.cc, without a copy of its own). */
-mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st, int copies = 1) {
+/** Q or K [B, heads, S, D] rotated at `pos` (Positions); with `copies` > 1 (S = 1 only) the one
+ *  row rotated `copies` times, [B, heads, copies, D], written by the same kernel (the fused
+ *  decode's doubled query, attention_gqa_fused.cc, without a copy of its own). */
+mx::array Rotate(const OpContext& c, const mx::array& x, const mx::array& pos, int copies = 1) {
   const mx::Stream s = c.stream;
   const mx::array &cos_cache = c.input(kCos), &sin_cache = c.input(kSin);
-  const mx::array pos = Positions(c, st, x.shape(0), x.shape(2));
   const int rot = 2 * cos_cache.shape(1);
   if (rot > x.shape(3)) c.Fail("rotary_dim exceeds head_size");
   auto rows = [&](const mx::array& cache) { return mx::astype(mx::take(cache, pos, 0, s), mx::float32, s); };
@@ -141,12 +140,12 @@ mx::array Rotate(const OpContext& c, const mx::array& x, const Step& st, int cop
 
 /** A prompt's Q, K (rotated) and V [B, heads, S, D] from one custom CUDA kernel over the node's
  *  inputs (attention_gqa_prefill.h; ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=1), or nullopt. */
-std::optional<GqaRotatedQkv> RotateByKernel(const OpContext& c, const Step& st, int heads, int kv_heads,
-                                            int head_size) {
+std::optional<GqaRotatedQkv> RotateByKernel(const OpContext& c, const mx::array& positions, int heads,
+                                            int kv_heads, int head_size) {
   if (!PrefillRotateKernelWanted() || !CudaKernelsAvailable(c.stream)) return std::nullopt;
   const mx::array& query = c.input(kQuery);
   const int batch = query.shape(0), seq = query.shape(1);
-  const mx::array pos = mx::reshape(Positions(c, st, batch, seq), {batch, seq}, c.stream);
+  const mx::array pos = mx::reshape(positions, {batch, seq}, c.stream);
   auto optional = [&](size_t i) {
     return c.has_input(i) ? std::optional<mx::array>(c.input(i)) : std::nullopt;
   };
@@ -429,18 +428,19 @@ std::vector<mx::array> TranslateGroupQueryAttention(const OpContext& c) {
   const Step st = StepOf(c, batch, seq);
   std::optional<mx::array> q_doubled;  // the fused decode core's query rows (attention_gqa_fused.cc)
   if (n.AttrInt("do_rotary", 0) == 1) {
+    const mx::array pos = Positions(c, st, batch, seq);  // Q's and K's, built once
     if (seq == 1 && UseFusedGpuPaths()) {
       // One rotation writes both rows; the other paths read row 0 of it.
-      q_doubled = Rotate(c, q, st, 2);
+      q_doubled = Rotate(c, q, pos, 2);
       q = mx::slice(*q_doubled, {0, 0, 0, 0}, {batch, q.shape(1), 1, q.shape(3)}, s);
-      k = Rotate(c, k, st);
-    } else if (std::optional<GqaRotatedQkv> qkv = RotateByKernel(c, st, heads, kv_heads, q.shape(3))) {
+      k = Rotate(c, k, pos);
+    } else if (std::optional<GqaRotatedQkv> qkv = RotateByKernel(c, pos, heads, kv_heads, q.shape(3))) {
       q = qkv->q;
       k = qkv->k;
       v = qkv->v;
     } else {
-      q = Rotate(c, q, st);
-      k = Rotate(c, k, st);
+      q = Rotate(c, q, pos);
+      k = Rotate(c, k, pos);
     }
   }
   AttendedKv kv{std::nullopt, std::nullopt, mx::astype(k, mx::float32, s), mx::astype(v, mx::float32, s)};
