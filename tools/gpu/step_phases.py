@@ -114,7 +114,7 @@ def measure(args, setting, index):
           f"graph {row['graph_ms_per_run']:.2f} / eval {row['eval_ms_per_run']:.2f} / write "
           f"{row['write_ms_per_run']:.2f} ms over {result['steady_runs']} runs; {result['partitions']} "
           f"partition(s), {result['traces']} traces"
-          + (f"; {result['prefetched_bytes']} bytes moved by the driver" if result.get("prefetched_bytes") else ""),
+          + (f"; {result['prefetched_bytes']} bytes moved by the driver in the process" if result.get("prefetched_bytes") else ""),
           flush=True)
     print(f"  primitives: {row['census'][:1500]}", flush=True)
     return row
