@@ -9,18 +9,36 @@
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <string>
 
 #include <unistd.h>
 
 namespace mlx_ep {
 
+/** The scratch folders this process made, removed when it exits (a test run left ~25 behind in
+ *  the temporary directory per kernel test before). */
+class ScratchDirs {
+ public:
+  ~ScratchDirs() {
+    std::error_code ignored;
+    for (const auto& dir : dirs_) std::filesystem::remove_all(dir, ignored);
+  }
+  void Add(const std::filesystem::path& dir) { dirs_.insert(dir); }
+
+ private:
+  std::set<std::filesystem::path> dirs_;
+};
+
 /** A folder of the temporary directory for `name`'s files, one per process: two builds' tests
- *  running at once (a clean clone's beside the checkout's) must not overwrite each other's. */
+ *  running at once (a clean clone's beside the checkout's) must not overwrite each other's. It
+ *  stays until the process exits (PtxasReport reads a compile's log after BuildAndRun). */
 inline std::filesystem::path ScratchDir(const std::string& name) {
+  static ScratchDirs made;
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / (name + "." + std::to_string(static_cast<long>(getpid())));
   std::filesystem::create_directories(dir);
+  made.Add(dir);
   return dir;
 }
 
