@@ -43,12 +43,22 @@ __device__ void row_norm(const T* x, const S* skip, const B* bias, const W* scal
   __shared__ float partial[TPB / 32];
   const int64_t row = blockIdx.x;
   const int tid = threadIdx.x;
-  float v[PER];
+  // Up to 8 values a thread the weights are loaded with the row, before the reductions: loads do
+  // not move across a __syncthreads, so read after them they add a memory latency to the launch.
+  // Past 8 (rows over 2,048 values at 256 threads a block), 1,024-thread blocks would hold more
+  // registers than a block may.
+  constexpr bool EARLY = PER <= 8;
+  constexpr int WPER = EARLY ? PER : 1;
+  float v[PER], w[WPER], b[WPER];
   float first = 0.f;
   for (int k = 0; k < PER; ++k) {
     const int i = tid + k * TPB;
     v[k] = 0.f;
     if (i >= N) continue;
+    if constexpr (EARLY) {
+      w[k] = static_cast<float>(scale[i]);
+      if constexpr (BETA) b[k] = static_cast<float>(beta[i]);
+    }
     float a = static_cast<float>(x[row * N + i]);
     if constexpr (SKIP) a = __fadd_rn(a, static_cast<float>(skip[row * N + i]));
     if constexpr (BIAS) a = __fadd_rn(a, static_cast<float>(bias[i]));
@@ -81,8 +91,8 @@ __device__ void row_norm(const T* x, const S* skip, const B* bias, const W* scal
     const int i = tid + k * TPB;
     if (i >= N) continue;
     const float centered = SIMPLIFIED ? v[k] : __fsub_rn(__fsub_rn(v[k], mean), refinement);
-    float out = __fmul_rn(centered / denom, static_cast<float>(scale[i]));
-    if constexpr (BETA) out = __fadd_rn(out, static_cast<float>(beta[i]));
+    float out = __fmul_rn(centered / denom, EARLY ? w[k % WPER] : static_cast<float>(scale[i]));
+    if constexpr (BETA) out = __fadd_rn(out, EARLY ? b[k % WPER] : static_cast<float>(beta[i]));
     y[row * N + i] = static_cast<O>(out);
   }
 }

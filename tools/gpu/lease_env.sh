@@ -34,6 +34,11 @@ export BG_STEPS="split phases llm kernels" LLM_ENV="$ALL" \
 export CONF_TIMEOUT=660
 # A lease that starts with less than ~1,300 s of device budget left: the tests and one round of
 # the decode A/B only (`. tools/gpu/lease_env.sh short`).
+# A lease with ~1,100-1,400 s: the timelines first (GPU time a kernel, whatever the host), the
+# tests, then the A/B of the default, the norm kernel and every opt-in (`. tools/gpu/lease_env.sh mid`).
+if [ "${1:-}" = mid ]; then
+  export BG_STEPS="kernels split phases" SPLIT_TIMEOUT=300 PHASES_SETTINGS="default;$N=1;$ALL"
+fi
 if [ "${1:-}" = short ]; then
   export BG_STEPS="split phases" SPLIT_TIMEOUT=250 PHASES_ROUNDS=1
 fi
