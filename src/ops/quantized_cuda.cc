@@ -114,10 +114,10 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
   float acc[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
-  // Word i of the row: its VALS values times x's columns i * VALS + v.
-  auto take = [&](uint32_t word, int i) {
+  using Weights = BlockWeights<BITS, ZP>;
+  // Word i of the row: its VALS values times x's columns i * VALS + v, with its block's weights.
+  auto take = [&](uint32_t word, int i, const Weights& weight) {
     const int k0 = i * VALS;
-    const BlockWeights<BITS, ZP> weight = block_weights<BITS, ZP>(scales, zp, col, kb, k0 / BLOCK);
 #pragma unroll
     for (int v = 0; v < VALS; ++v) {
       const int k = k0 + v;
@@ -130,10 +130,9 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
   };
   // A word inside K (K a whole number of words): its weights first, then each row's x values in
   // one vector, each acc[r] summed in k's order as `take` sums it.
-  auto take_vector = [&](uint32_t word, int i) {
+  auto take_vector = [&](uint32_t word, int i, const Weights& weight) {
     const int k0 = i * VALS;
     if (k0 >= K) return;  // the padding of the last block: whole words when K % VALS == 0
-    const BlockWeights<BITS, ZP> weight = block_weights<BITS, ZP>(scales, zp, col, kb, k0 / BLOCK);
     float w[VALS];
 #pragma unroll
     for (int v = 0; v < VALS; ++v) w[v] = weight(word, v);
@@ -147,14 +146,26 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
   const bool wide = WIDE && words % 4 == 0 && (reinterpret_cast<unsigned long long>(b) & 15) == 0;
   const bool vector_x =
       K % VALS == 0 && reinterpret_cast<unsigned long long>(x) % alignof(XValues<T, VALS>) == 0;
-  // The row 16 bytes a lane, each of their four words to `take_word`.
+  auto weights_of = [&](int word) {
+    return block_weights<BITS, ZP>(scales, zp, col, kb, word * VALS / BLOCK);
+  };
+  // The row 16 bytes a lane, each of their four words to `take_word`. Where a block is a whole
+  // number of 16 bytes (int4 blocks of 32 values and more) the four words share one block: its
+  // weights are read and prepared once, not once a word (the same values either way).
   auto wide_loop = [&](auto take_word) {
+    constexpr bool kShared = (BLOCK / VALS) % 4 == 0;
     const Words4* row4 = reinterpret_cast<const Words4*>(row);
 #pragma unroll 2
     for (int i = lane; i < words / 4; i += kWarp) {
       const Words4 four = row4[i];
+      if constexpr (kShared) {
+        const Weights shared = weights_of(4 * i);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) take_word(four.w[j], 4 * i + j);
+        for (int j = 0; j < 4; ++j) take_word(four.w[j], 4 * i + j, shared);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) take_word(four.w[j], 4 * i + j, weights_of(4 * i + j));
+      }
     }
   };
   if (wide && vector_x) {
@@ -163,7 +174,7 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
     wide_loop(take);
   } else {
 #pragma unroll 4
-    for (int i = lane; i < words; i += kWarp) take(row[i], i);
+    for (int i = lane; i < words; i += kWarp) take(row[i], i, weights_of(i));
   }
 #pragma unroll
   for (int r = 0; r < ROWS; ++r)
