@@ -100,8 +100,8 @@ struct MlxDataTransfer : OrtDataTransferImpl {
         return MakeStatus("MLXExecutionProvider CopyTensors", "source and destination sizes differ",
                           ORT_INVALID_ARGUMENT);
       // A host input in the EP's device memory: its pages move to the GPU now, by DMA, rather than
-      // by page faults in the first kernel that reads it (opt-in; runtime/cuda_prefetch.h): the
-      // host's copy prefetched, or (=copy) the copy made by the driver.
+      // by page faults in the first kernel that reads it (runtime/cuda_prefetch.h): the copy made
+      // by the driver (the default), or (=1) the host's copy prefetched.
       const OrtMemoryDevice* from_device = ep.Value_GetMemoryDevice(src[i]);
       const OrtMemoryDevice* to_device = ep.Value_GetMemoryDevice(dst[i]);
       const bool to_gpu =

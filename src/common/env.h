@@ -82,15 +82,17 @@ constexpr const char* kDecodeAttention =
                                             // (default): the whole decode step as one custom
                                             // CUDA kernel (attention_gqa_cuda.cc)
 constexpr const char* kPrefetchInputs =
-    "ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS";  // "1": host inputs ORT copies into the EP's CUDA memory are
-                                           // moved to the GPU by DMA at once; "copy": the copy made by
-                                           // the CUDA driver (runtime/cuda_prefetch.h)
+    "ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS";  // host inputs ORT copies into the EP's CUDA memory:
+                                           // copied by the CUDA driver (default, "copy"); "1": a host
+                                           // memcpy, then moved by DMA; "0": a host memcpy alone
+                                           // (runtime/cuda_prefetch.h)
 constexpr const char* kDecodeThreads =
     "ONNXRUNTIME_EP_MLX_DECODE_THREADS";  // "128" or "256": the decode-step kernel's block (default
                                           // 512 since the twenty-seventh session; attention_gqa_cuda.cc)
 constexpr const char* kPrefillRotateKernel =
-    "ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL";  // "1": a prompt's rotary Q/K (and V's layout) in one
-                                                 // custom CUDA kernel (attention_gqa_prefill.h)
+    "ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL";  // "0": a prompt's rotary Q/K (and V's layout) as
+                                                 // MLX operations, not the one custom CUDA kernel
+                                                 // of the default (attention_gqa_prefill.h)
 constexpr const char* kDecodeSplitRows =
     "ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS";  // N > 0: the decode-step kernel's past rows split in
                                              // blocks of N rows per query head (attention_gqa_cuda.cc)
@@ -103,9 +105,9 @@ constexpr const char* kNbitsKernel =
                                         // "1": the decode kernel only; "all" (default): the
                                         // prefill's dequantization a kernel too
 constexpr const char* kNormKernel =
-    "ONNXRUNTIME_EP_MLX_NORM_KERNEL";  // "1": GPU row normalizations as the EP's one-launch CUDA
-                                       // kernel (normalization_cuda.h; opt-in until a GPU has run
-                                       // it), not MLX's fused kernels on float32 values
+    "ONNXRUNTIME_EP_MLX_NORM_KERNEL";  // "0": GPU row normalizations as MLX's fused kernels on
+                                       // float32 values, not the EP's one-launch CUDA kernel of the
+                                       // default (normalization_cuda.h)
 constexpr const char* kSoftmaxKernel =
     "ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL";  // "1": GPU (Log)Softmax over the last axis as the EP's
                                           // one-launch CUDA kernel (softmax_cuda.h; opt-in until a

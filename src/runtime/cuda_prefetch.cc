@@ -59,12 +59,16 @@ bool PrefetchInputsEnabled() {
   // Only where MLX runs on a CUDA GPU: elsewhere another library's CUDA driver (PyTorch's, say)
   // may be loaded, and retaining its primary context would cost GPU memory for nothing.
   static const bool on =
-      EnvFlag(env::kPrefetchInputs) && RuntimeDevice() == mx::Device(mx::Device::gpu) && MlxBuiltWithCuda();
+      !EnvOff(env::kPrefetchInputs) && RuntimeDevice() == mx::Device(mx::Device::gpu) && MlxBuiltWithCuda();
   return on;
 }
 
 bool DriverCopiesInputs() {
-  static const bool on = PrefetchInputsEnabled() && EnvString(env::kPrefetchInputs) == "copy";
+  // The default (unset or "copy") since the thirtieth session's H200: the one Sum over a TinyLlama
+  // decode step's attention mask, its first reader, took 1.7 us where it took 183-295 us reading
+  // pages the host had written (the twenty-seventh and twenty-eighth sessions' H100s).
+  static const bool on = PrefetchInputsEnabled() && (!std::getenv(env::kPrefetchInputs) ||
+                                                     EnvString(env::kPrefetchInputs) == "copy");
   return on;
 }
 

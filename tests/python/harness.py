@@ -379,7 +379,9 @@ def census_of_tests(test_file, cases, env=None, timeout=300):
     and the process's other stderr lines (the EP's warnings: why a kernel turned itself off)."""
     import subprocess
     import sys
+    # A value of None in `env` unsets the variable (a default under test).
     run_env = {**os.environ, "ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1", **(env or {})}
+    run_env = {k: v for k, v in run_env.items() if v is not None}
     # -s: the EP's census lines reach this process's stderr
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider"] +
                        [f"{test_file}::{case}" for case in cases], env=run_env, capture_output=True, text=True,

@@ -127,10 +127,10 @@ def check_state_stays_on_device():
     assert runtime["transfer_bytes"] == {"host_to_device": (runs + 1) * nbytes, "device_to_host": nbytes,
                                          "device_to_device": 0}, runtime
     assert part["runs"] == runs, part
-    if os.environ.get("ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS") in ("1", "copy"):
-        # On a CUDA GPU (device writes) every byte copied in from the host was handed to the
-        # driver to move to the GPU (=copy: copied by it); elsewhere no CUDA driver is loaded and
-        # none was (the values above: the host's memcpy).
+    if os.environ.get("ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS", "copy") in ("1", "copy"):
+        # On a CUDA GPU (device writes) every byte copied in from the host was copied by the
+        # driver (the default, =copy) or handed to it to move (=1); elsewhere no CUDA driver is
+        # loaded and none was (the values above: the host's memcpy).
         moved_early = runtime["transfer_bytes"]["host_to_device"] if runtime["device_writes"] else 0
         assert runtime["prefetched_bytes"] == moved_early, runtime
     assert part["bytes_in_host_copied"] == 0 and part["bytes_out_host_copied"] == 0, part

@@ -227,16 +227,16 @@ CONTRIB_NORM_KERNEL_CASES = ["test_skip_low_precision_with_sum[SkipSimplifiedLay
 
 
 def test_norm_kernel():
-    """With ONNXRUNTIME_EP_MLX_NORM_KERNEL=1 on MLX's CUDA backend a row normalization whose
+    """By default (ONNXRUNTIME_EP_MLX_NORM_KERNEL unset) on MLX's CUDA backend a row normalization whose
     statistics go unused is one kernel of the EP's (src/ops/normalization_cuda.cc: the skip sum,
     the norm and the roundings in one launch): the cases above (float16, bfloat16, float32 rows
     offset far from their spread, the skip sum as an output) hold their tolerances with a
-    CustomKernel and neither MLX's RMSNorm nor LayerNorm in their graphs, and without it (MLX's
+    CustomKernel and neither MLX's RMSNorm nor LayerNorm in their graphs, and with =0 (MLX's
     fused kernels on float32 values) the float16 case takes more primitives.
     tests/cpp/norm_kernel_test.cc runs the kernel's text on the host."""
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
-    on = {"ONNXRUNTIME_EP_MLX_NORM_KERNEL": "1"}
+    on = {"ONNXRUNTIME_EP_MLX_NORM_KERNEL": None}
     contrib = os.path.join(os.path.dirname(__file__), "test_contrib_normalization.py")
     for test_file, cases in [(__file__, NORM_KERNEL_CASES), (contrib, CONTRIB_NORM_KERNEL_CASES)]:
         census, _ = census_of_tests(test_file, cases, env=on, timeout=600)
@@ -360,17 +360,20 @@ def test_decode_step_kernel_splits(rows):
 
 
 def test_prefill_rotate_kernel():
-    """ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=1: a prompt's rotated Q and K and V's layout from one
-    custom CUDA kernel over the node's inputs (src/ops/attention_gqa_prefill_cuda.cc): the rotary
-    prompt cases (float32 subsequent prompt, a known first prompt into a shared buffer, packed
-    float16 interleaved) hold their tolerances with a CustomKernel in each graph. MLX's CUDA backend
-    only; tests/cpp/gqa_prefill_kernel_test.cc runs the kernel's text on the host."""
+    """By default (ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL unset) a prompt's rotated Q and K and V's
+    layout come from one custom CUDA kernel over the node's inputs
+    (src/ops/attention_gqa_prefill_cuda.cc): the rotary prompt cases (float32 subsequent prompt, a
+    known first prompt into a shared buffer, packed float16 interleaved) hold their tolerances with
+    a CustomKernel in each graph, and with =0 none has one. MLX's CUDA backend only;
+    tests/cpp/gqa_prefill_kernel_test.cc runs the kernel's text on the host."""
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
     cases = ["test_gqa_masks_float32[subsequent_prompt]", "test_gqa_known_total_float32[prefill_rotary_shared]",
              "test_gqa_float16[prefill_rotary]"]
-    census, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL": "1"}, timeout=600)
+    census, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL": None}, timeout=600)
     assert len(census) == 3 and all("CustomKernel" in line for line in census), census
+    composed, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL": "0"}, timeout=600)
+    assert len(composed) == 3 and not any("CustomKernel" in line for line in composed), composed
 
 
 def test_decode_core_by_gemv():
