@@ -188,10 +188,25 @@ __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const
   }
 }
 
+// A word's VALS values of the dequantized weight, stored in pieces of up to 16 bytes.
+template <typename O, int N>
+struct alignas(sizeof(O) * N < 16 ? sizeof(O) * N : 16) OutValues {
+  O v[N];
+};
+
+template <typename V>
+__device__ __forceinline__ bool aligned_for(const void* p) {
+  return reinterpret_cast<unsigned long long>(p) % alignof(V) == 0;
+}
+
 // Past kNBitsKernelMaxRows rows (a prefill) B dequantized for a GEMM, one thread a 32-bit word.
 // OUT: 0 the float32 weight [N, K]; 1 it rounded to T [N, K]; 2 hi and lo in T side by side
 // [N, 2K], hi = w rounded and lo = (w - hi) rounded (quantized.cc, HalfPrefillProduct).
-template <int BITS, int BLOCK, int K, int ZP, int OUT, typename T, typename Z, typename O>
+// WIDE (ONNXRUNTIME_EP_MLX_NBITS_WIDE=1): a word inside K writes its values in stores of up to 16
+// bytes where their address allows (a warp's stores then cover whole sectors; one value a store
+// wrote 2 bytes of every 16 for int4's float16 hi / lo, and an int4 TinyLlama's 512-token prefill
+// spent 11.5 of its 19.3 ms here on the thirtieth session's H200); the same values.
+template <int BITS, int BLOCK, int K, int ZP, int OUT, bool WIDE, typename T, typename Z, typename O>
 __device__ __forceinline__ void dequantize(const uint8_t* b, const T* scales, const Z* zp, O* out, int N, int kb) {
   constexpr int VALS = 32 / BITS;
   const int words = kb * (BLOCK / VALS);
@@ -202,6 +217,30 @@ __device__ __forceinline__ void dequantize(const uint8_t* b, const T* scales, co
     const int k0 = static_cast<int>(t - col * words) * VALS;
     const uint32_t word = reinterpret_cast<const uint32_t*>(b)[t];
     const BlockWeights<BITS, ZP> weight = block_weights<BITS, ZP>(scales, zp, col, kb, k0 / BLOCK);
+    if constexpr (WIDE) {
+      if (k0 + VALS <= K) {  // a whole word inside K
+        using Values = OutValues<O, VALS>;
+        O* first = out + col * (OUT == 2 ? 2 * K : K) + k0;
+        Values w_out, lo;  // w_out: the weight (OUT 0, 1) or its hi part (2)
+#pragma unroll
+        for (int v = 0; v < VALS; ++v) {
+          const float w = weight(word, v);
+          w_out.v[v] = static_cast<O>(w);
+          if constexpr (OUT == 2) lo.v[v] = static_cast<O>(__fsub_rn(w, static_cast<float>(w_out.v[v])));
+        }
+        if (aligned_for<Values>(first) && (OUT != 2 || aligned_for<Values>(first + K))) {
+          *reinterpret_cast<Values*>(first) = w_out;
+          if constexpr (OUT == 2) *reinterpret_cast<Values*>(first + K) = lo;
+        } else {
+#pragma unroll
+          for (int v = 0; v < VALS; ++v) {
+            first[v] = w_out.v[v];
+            if constexpr (OUT == 2) first[K + v] = lo.v[v];
+          }
+        }
+        continue;
+      }
+    }
 #pragma unroll
     for (int v = 0; v < VALS; ++v) {
       const int k = k0 + v;
@@ -229,7 +268,7 @@ constexpr const char* kSource = R"(
 )";
 
 constexpr const char* kDequantizeSource = R"(
-  mlx_ep_nbits::dequantize<BITS, BLOCK, K, ZP, OUT>(b, scales, zp, w, b_shape[0], b_shape[1]);
+  mlx_ep_nbits::dequantize<BITS, BLOCK, K, ZP, OUT, WIDE>(b, scales, zp, w, b_shape[0], b_shape[1]);
 )";
 
 constexpr int kDequantizeThreads = 256;
@@ -289,10 +328,14 @@ mx::array NBitsDequantizeKernel(const mx::array& b, const mx::array& scales,
   const int threads = static_cast<int>(std::clamp<int64_t>(N * words, 1, kDequantizeMaxThreads));
   const mx::Shape shape = {N, out == NBitsDequantized::kSplit ? 2 * K : K};
   const mx::Dtype dtype = out == NBitsDequantized::kFloat32 ? mx::float32 : scales.dtype();
-  return DequantizeKernel()(
-      {b, scales, zp}, {shape}, {dtype}, {threads, 1, 1}, {kDequantizeThreads, 1, 1},
-      {{"BITS", bits}, {"BLOCK", block_size}, {"K", K}, {"ZP", zp_kind}, {"OUT", static_cast<int>(out)}},
-      std::nullopt, false, s)[0];
+  return DequantizeKernel()({b, scales, zp}, {shape}, {dtype}, {threads, 1, 1}, {kDequantizeThreads, 1, 1},
+                            {{"BITS", bits},
+                             {"BLOCK", block_size},
+                             {"K", K},
+                             {"ZP", zp_kind},
+                             {"OUT", static_cast<int>(out)},
+                             {"WIDE", NBitsWideLoads()}},
+                            std::nullopt, false, s)[0];
 }
 
 mx::array NBitsRowsKernel(const mx::array& x, const mx::array& b, const mx::array& scales,

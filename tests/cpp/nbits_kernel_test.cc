@@ -37,12 +37,13 @@ std::string Wrapper(const std::string& name, const std::string& t, const std::st
 
 // The dequantizing kernel's wrapper: inputs b, scales, zp; output w.
 std::string DequantizeWrapper(const std::string& name, const std::string& t, const std::string& z,
-                              const std::string& o, int bits, int block, int zp, int out) {
+                              const std::string& o, int bits, int block, int zp, int out, bool wide) {
   return "__global__ void " + name + "(const uint8_t* b, const __grid_constant__ Shape b_shape, const " + t +
          "* scales, const " + z + "* zp, " + o + "* w) {\n  constexpr int BITS = " + std::to_string(bits) +
          ";\n  constexpr int BLOCK = " + std::to_string(block) +
          ";\n  constexpr int K = 100;\n  constexpr int ZP = " + std::to_string(zp) +
-         ";\n  constexpr int OUT = " + std::to_string(out) + ";\n" + NBitsDequantizeSourceForTests() +
+         ";\n  constexpr int OUT = " + std::to_string(out) +
+         ";\n  constexpr bool WIDE = " + (wide ? "true" : "false") + ";\n" + NBitsDequantizeSourceForTests() +
          "\n}\n";
 }
 
@@ -73,13 +74,15 @@ TEST(NBitsKernel, CompilesForEveryCase) {
       for (int zp : {0, 1, 2}) {
         if (zp == 2 && bits != 4) continue;
         const std::string z = zp == 2 ? t : "uint8_t";
-        for (int out : {0, 1, 2}) {
-          if (out != 0 && std::string(t) == "float") continue;  // float32 A: the float32 weight
-          std::string name = "d";
-          name += std::to_string(count++);
-          threads[name] = 256;  // kDequantizeThreads
-          text += DequantizeWrapper(name, t, z, out == 0 ? "float" : t, bits, bits == 2 ? 16 : 32, zp, out);
-        }
+        for (int out : {0, 1, 2})
+          for (bool wide : {false, true}) {  // ONNXRUNTIME_EP_MLX_NBITS_WIDE: stores of 16 bytes
+            if (out != 0 && std::string(t) == "float") continue;  // float32 A: the float32 weight
+            std::string name = "d";
+            name += std::to_string(count++);
+            threads[name] = 256;  // kDequantizeThreads
+            text += DequantizeWrapper(name, t, z, out == 0 ? "float" : t, bits, bits == 2 ? 16 : 32, zp, out,
+                                      wide);
+          }
       }
   text += kMlxKernelsEnd;
   EXPECT_GT(count, 60);
@@ -101,7 +104,7 @@ TEST(NBitsKernel, ValuesOnTheHostEmulation) {
       "scales,\n"
       "                 const Z* zp, const T* bias, T* y) {\n" +
       source.substr(body) +
-      "\n}\ntemplate <int BITS, int BLOCK, int K, int ZP, int OUT, class T, class Z, class O>\n"
+      "\n}\ntemplate <int BITS, int BLOCK, int K, int ZP, int OUT, bool WIDE, class T, class Z, class O>\n"
       "void dequantize_kernel(const uint8_t* b, Shape b_shape, const T* scales, const Z* zp, O* w) {\n" +
       NBitsDequantizeSourceForTests() + "\n}\n#include \"" + (tests / "nbits_kernel_driver.inc").string() +
       "\"\n";
