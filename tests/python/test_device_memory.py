@@ -211,8 +211,9 @@ def test_host_inputs_prefetched(function, mode):
     """ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS=1 (runtime/cuda_prefetch.h): what ORT copies from the host
     into the EP's memory handed at once to the CUDA driver to move to the GPU: the same states and
     tokens, and on a CUDA GPU every such byte counted as prefetched (check_state_stays_on_device);
-    on MLX's CPU device (device memory forced) no driver is loaded and nothing is asked. =copy: the
-    copy itself made by the driver (cuMemcpyHtoD), the same values and counts."""
+    on MLX's CPU device (device memory forced) no driver is loaded and nothing is asked. =copy (the
+    default since the thirtieth session; the other tests of this file run it unset): the copy
+    itself made by the driver (cuMemcpyHtoD), the same values and counts."""
     env = {"ONNXRUNTIME_EP_MLX_PREFETCH_INPUTS": mode, "ONNXRUNTIME_EP_MLX_DEVICE_MEMORY": "1" if on_gpu() else "force"}
     if function == "check_split_decoder_in_device_memory":
         env["ONNXRUNTIME_EP_MLX_DECLINE_OPS"] = "Sigmoid"
