@@ -112,3 +112,39 @@ def test_run_tails_wait_after_the_last_launch():
     assert s["wait_us_median"] == 20.0 and s["runs"] == 1
     assert s["after_last_launch"][0] == ["mlx::core::cu::custom_kernel_mlx_ep_rows_into_float16_t", 12.0]
     assert kernel_times.tails_summary([]) is None
+
+
+# tools/gpu/kernel_census.py's reading of MLX's CUDA graph dumps (cudaGraphDebugDotPrint: a node a
+# kernel with its mangled name in the label, edges "a" -> "b"); a sample written here.
+DOT = '''digraph dot {
+subgraph cluster_1 {
+label="graph_1" graph[style="dashed"];
+"graph_1_node_0"[style="solid" shape="record" label="{0 | KERNEL | _ZN3mlx4core2cu11gemv_singleIfEEvv}"];
+"graph_1_node_1"[style="solid" shape="record" label="{1 | KERNEL | _ZN3mlx4core2cu9copy_g_ndIfEEvv}"];
+"graph_1_node_2"[style="solid" shape="record" label="{2 | KERNEL | _ZN3mlx4core2cu11gemv_singleIfEEvv}"];
+"graph_1_node_3"[style="solid" shape="record" label="{3 | MEMSET}"];
+"graph_1_node_0" -> "graph_1_node_1";
+"graph_1_node_1" -> "graph_1_node_2";
+}
+}
+'''
+
+
+def test_census_counts_kernels_and_node_kinds(tmp_path):
+    import kernel_census
+
+    f = tmp_path / "graph_1.dot"
+    f.write_text(DOT)
+    kernels, kinds = kernel_census.census([f])
+    assert kinds == {"KERNEL": 3, "MEMSET": 1}
+    assert sum(kernels.values()) == 3 and len(kernels) == 2
+
+
+def test_copies_named_with_the_kernels_around_them(tmp_path):
+    import kernel_census
+
+    f = tmp_path / "graph_1.dot"
+    f.write_text(DOT)
+    (before, copy, after), n = kernel_census.neighbours([f]).most_common(1)[0]
+    assert n == 1 and "copy_g_nd" in copy and "gemv_single" in before and "gemv_single" in after
+    assert not kernel_census.neighbours([f], pattern="no such kernel")

@@ -24,23 +24,64 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def node_names(text):
+    """DOT node id -> (kind, name) of one graph dump: "KERNEL" and the kernel's (mangled) name, or the
+    node's kind (MEMCPY, MEMSET, ...) twice."""
+    nodes = {}
+    for node, attrs in re.findall(r'"(\w+_node_\d+)"\s*\[(.*?)\];?\s*$', text, flags=re.S | re.M):
+        m = re.search(r'label="(.*?)"', attrs, flags=re.S)
+        label = re.sub(r"^[\s{]*\d+\s*", "", m.group(1) if m else attrs)  # the node's number first
+        words = [w for w in re.split(r"[\s|{}\\]+", label) if w]
+        kind = "KERNEL" if re.search(r"kernel|_Z\w+|<<<", label, re.I) else (words[0] if words else "")
+        name = kind
+        if kind == "KERNEL":
+            m = re.search(r"(_Z\w+)", label)
+            name = m.group(1) if m else re.sub(r"\d+", "#", label)[:160]
+        nodes[node] = (kind, name)
+    return nodes
+
+
+def demangled(names):
+    """name -> its demangled form (cut to 160 characters) where c++filt is here, else itself."""
+    names = list(names)
+    if not names or not shutil.which("c++filt"):
+        return {n: n for n in names}
+    out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
+    return {n: (out[i][:160] if i < len(out) and out[i] else n) for i, n in enumerate(names)}
+
+
 def census(dot_files):
     """kernel name -> count, plus node kinds, over the DOT files of one run."""
     kernels, kinds = collections.Counter(), collections.Counter()
     for f in dot_files:
-        for attrs in re.findall(r'"\w+_node_\d+"\s*\[(.*?)\];?\s*$', f.read_text(), flags=re.S | re.M):
-            m = re.search(r'label="(.*?)"', attrs, flags=re.S)
-            label = re.sub(r"^[\s{]*\d+\s*", "", m.group(1) if m else attrs)  # the node's number first
-            kind = "KERNEL" if re.search(r"kernel|_Z\w+|<<<", label, re.I) else re.split(r"[\s|{}\\]+", label.strip("{ "))[0]
+        for kind, name in node_names(f.read_text()).values():
             kinds[kind] += 1
             if kind == "KERNEL":
-                m = re.search(r"(_Z\w+)", label)
-                kernels[m.group(1) if m else re.sub(r"\d+", "#", label)[:160]] += 1
-    names = list(kernels)
-    if names and shutil.which("c++filt"):
-        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True).stdout.split("\n")
-        kernels = collections.Counter({out[i][:160] or n: kernels[n] for i, n in enumerate(names)})
-    return kernels, kinds
+                kernels[name] += 1
+    names = demangled(kernels)
+    return collections.Counter({names[n]: c for n, c in kernels.items()}), kinds
+
+
+def neighbours(dot_files, pattern="copy_"):
+    """(kernel before, the kernel, kernel after) -> count for the kernels whose demangled name holds
+    `pattern`, by the graphs' edges: which launch a general copy sits between tells which
+    primitive's evaluation made it (a copy of a non-contiguous input inside an eval_gpu is not a
+    primitive of the EP's census)."""
+    found = collections.Counter()
+    for f in dot_files:
+        text = f.read_text()
+        nodes = node_names(text)
+        names = demangled({name for _, name in nodes.values()})
+        before, after = collections.defaultdict(list), collections.defaultdict(list)
+        for a, b in re.findall(r'"(\w+_node_\d+)"\s*->\s*"(\w+_node_\d+)"', text):
+            after[a].append(b)
+            before[b].append(a)
+        short = lambda node: names[nodes[node][1]][:80] if node in nodes else "-"  # noqa: E731
+        for node, (_, name) in nodes.items():
+            if pattern in names[name]:
+                found[(",".join(sorted(map(short, before[node]))) or "(first)", names[name][:80],
+                       ",".join(sorted(map(short, after[node]))) or "(last)")] += 1
+    return found
 
 
 def measure(name, run, out, dot_prefix):
@@ -52,14 +93,18 @@ def measure(name, run, out, dot_prefix):
     ms = (time.perf_counter() - t0) * 1e3
     files = sorted(set(Path(dot_prefix).parent.glob(Path(dot_prefix).name + "_*.dot")) - before)
     kernels, kinds = census(files)
+    copies = neighbours(files)
     result = {"model": name, "run_ms_with_dot_dumps": ms, "graphs": len(files), "nodes": sum(kinds.values()),
-              "node_kinds": dict(kinds), "kernels": sum(kernels.values()), "by_kernel": kernels.most_common()}
+              "node_kinds": dict(kinds), "kernels": sum(kernels.values()), "by_kernel": kernels.most_common(),
+              "copies_between": [[*k, n] for k, n in copies.most_common()]}
     if files:
         shutil.copy(files[0], Path(out) / f"{name}_first_graph.dot")
     (Path(out) / f"census_{name}.json").write_text(json.dumps(result, indent=1))
     print(f"{name}: {len(files)} graphs, {result['nodes']} nodes {dict(kinds)}, {result['kernels']} kernels")
     for k, n in kernels.most_common(25):
         print(f"  {n:5d}  {k}")
+    for (before, copy, after), n in copies.most_common(10):
+        print(f"  copies: {n:4d}  {before} -> {copy} -> {after}")
 
 
 def bert_run(tmp):

@@ -16,12 +16,13 @@
 #   - the LLM peers (genai-cuda, ORT CUDA EP, PyTorch) at the new defaults: no ratio since the
 #     twenty-eighth session;
 #   - the decode A/B: the new default, NBITS_WIDE=1, SPLIT_ROWS=256, two rounds.
+#   - the census (kernel_census.py): which launches the fp16 step's 23 general copies sit between.
 # Do not read results between the calls of a lease for more than ~20 s: the machine goes back
 # 30 s after a call, and a fresh one costs its start and the seven parts again (this session
 # lost one so).
 S=ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS W=ONNXRUNTIME_EP_MLX_NBITS_WIDE
 F=tests/python/ops/test_fused_gpu_paths.py Q=tests/python/ops/test_quantized.py
-export BG_STEPS="split kernels llm phases" LLM_ENV= \
+export BG_STEPS="split kernels llm phases census" LLM_ENV= \
   SPLIT_TESTS="tests/python/ops/test_contrib_normalization.py tests/python/ops/test_normalization.py tests/python/ops/test_attention_contrib_gqa.py tests/python/test_device_memory.py $F::test_norm_kernel $F::test_prefill_rotate_kernel $Q::test_gpu_decode_kernel_wide_loads $Q::test_gpu_prefill_dequantize_kernel tests/python/ops/test_matmul.py tests/python/test_llm.py" \
   SPLIT_JOBS=12 SPLIT_TIMEOUT=400 \
   PHASES_MODELS="fp16 int4" PHASES_PROMPT= PHASES_ROUNDS=2 PHASES_TIMEOUT=600 PHASES_BERT= \
