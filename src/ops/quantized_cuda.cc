@@ -217,44 +217,25 @@ __device__ __forceinline__ void dequantize(const uint8_t* b, const T* scales, co
     const int k0 = static_cast<int>(t - col * words) * VALS;
     const uint32_t word = reinterpret_cast<const uint32_t*>(b)[t];
     const BlockWeights<BITS, ZP> weight = block_weights<BITS, ZP>(scales, zp, col, kb, k0 / BLOCK);
-    if constexpr (WIDE) {
-      if (k0 + VALS <= K) {  // a whole word inside K
-        using Values = OutValues<O, VALS>;
-        O* first = out + col * (OUT == 2 ? 2 * K : K) + k0;
-        Values w_out, lo;  // w_out: the weight (OUT 0, 1) or its hi part (2)
+    using Values = OutValues<O, VALS>;
+    O* first = out + col * (OUT == 2 ? 2 * K : K) + k0;
+    Values w_out, lo;  // w_out: the weight (OUT 0, 1) or its hi part (2); lo (2)
 #pragma unroll
-        for (int v = 0; v < VALS; ++v) {
-          const float w = weight(word, v);
-          w_out.v[v] = static_cast<O>(w);
-          if constexpr (OUT == 2) lo.v[v] = static_cast<O>(__fsub_rn(w, static_cast<float>(w_out.v[v])));
-        }
-        if (aligned_for<Values>(first) && (OUT != 2 || aligned_for<Values>(first + K))) {
-          *reinterpret_cast<Values*>(first) = w_out;
-          if constexpr (OUT == 2) *reinterpret_cast<Values*>(first + K) = lo;
-        } else {
-#pragma unroll
-          for (int v = 0; v < VALS; ++v) {
-            first[v] = w_out.v[v];
-            if constexpr (OUT == 2) first[K + v] = lo.v[v];
-          }
-        }
-        continue;
-      }
+    for (int v = 0; v < VALS; ++v) {
+      const float w = weight(word, v);
+      w_out.v[v] = static_cast<O>(w);
+      if constexpr (OUT == 2) lo.v[v] = static_cast<O>(__fsub_rn(w, static_cast<float>(w_out.v[v])));
+    }
+    if (WIDE && k0 + VALS <= K && aligned_for<Values>(first) && (OUT != 2 || aligned_for<Values>(first + K))) {
+      *reinterpret_cast<Values*>(first) = w_out;
+      if constexpr (OUT == 2) *reinterpret_cast<Values*>(first + K) = lo;
+      continue;
     }
 #pragma unroll
     for (int v = 0; v < VALS; ++v) {
-      const int k = k0 + v;
-      if (k >= K) break;  // the padding of the last block
-      const float w = weight(word, v);
-      if constexpr (OUT == 0) {
-        out[col * K + k] = w;
-      } else if constexpr (OUT == 1) {
-        out[col * K + k] = static_cast<T>(w);
-      } else {
-        const T hi = static_cast<T>(w);
-        out[col * 2 * K + k] = hi;
-        out[col * 2 * K + K + k] = static_cast<T>(__fsub_rn(w, static_cast<float>(hi)));
-      }
+      if (k0 + v >= K) break;  // the padding of the last block
+      first[v] = w_out.v[v];
+      if constexpr (OUT == 2) first[K + v] = lo.v[v];
     }
   }
 }
