@@ -139,7 +139,8 @@ mx::array Rotate(const OpContext& c, const mx::array& x, const mx::array& pos, i
 }
 
 /** A prompt's Q, K (rotated) and V [B, heads, S, D] from one custom CUDA kernel over the node's
- *  inputs (attention_gqa_prefill.h; ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=1), or nullopt. */
+ *  inputs (attention_gqa_prefill.h; the default, ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=0
+ *  turns it off), or nullopt. */
 std::optional<GqaRotatedQkv> RotateByKernel(const OpContext& c, const mx::array& positions, int heads,
                                             int kv_heads, int head_size) {
   if (!PrefillRotateKernelWanted() || !CudaKernelsAvailable(c.stream)) return std::nullopt;
