@@ -232,15 +232,19 @@ def stderr_of_fresh_process(code, env, *args):
     return r.stderr
 
 
-def census_counts(code, env, primitive):
-    """How many `primitive`s each census line of `code` (run by stderr_of_fresh_process with the
-    EP's `env` and its census on) counts, 0 where the line has none."""
+def census_counts(code, env, *primitives):
+    """How many of each of `primitives` each census line of `code` (run once by
+    stderr_of_fresh_process with the EP's `env` and its census on) counts, 0 where the line has
+    none: a list for one primitive, else a list a primitive by name."""
     import re
     stderr = stderr_of_fresh_process(code, {"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "1", **env})
     lines = [line for line in stderr.splitlines() if "MLX primitives per run" in line]
     assert lines, stderr[-2000:]
-    counts = [re.search(rf"[:,] {primitive} (\d+)", line) for line in lines]
-    return [int(c.group(1)) if c else 0 for c in counts]
+
+    def counts(primitive):
+        found = [re.search(rf"[:,] {primitive} (\d+)", line) for line in lines]
+        return [int(c.group(1)) if c else 0 for c in found]
+    return counts(primitives[0]) if len(primitives) == 1 else {p: counts(p) for p in primitives}
 
 
 def test_matmul_on_a_unit_batch_is_one_primitive_a_run():
@@ -353,11 +357,9 @@ def test_matmuls_on_one_input_are_one_product(dtype):
                 assert_close(got, want, rtol=tol, atol=tol)
     """)
     matmuls, splits, slices = {}, {}, {}
-    for merge in ("1", "0"):
-        env = {"ONNXRUNTIME_EP_MLX_MERGE_MATMULS": merge}
-        matmuls[merge] = census_counts(code, env, "Matmul")
-        splits[merge] = census_counts(code, env, "Split")
-        slices[merge] = census_counts(code, env, "Slice")
+    for merge in ("1", "0"):  # one process a setting, its census read for all three
+        found = census_counts(code, {"ONNXRUNTIME_EP_MLX_MERGE_MATMULS": merge}, "Matmul", "Split", "Slice")
+        matmuls[merge], splits[merge], slices[merge] = found["Matmul"], found["Split"], found["Slice"]
     # W0, W1, W2 merged (W3 is gathered too): 2 products a run, 4 without merging; both shapes.
     assert set(matmuls["1"]) == {2} and set(matmuls["0"]) == {4}, matmuls
     # The members' columns: one Split primitive a run (where a Slice each were), none unmerged.
