@@ -112,9 +112,11 @@ std::string SessionReport::ToJson() const {
                      {"bucket_refusals", s.bucket_refusals},
                      {"bucket_refusal", s.bucket_refusal},
                      {"steady_runs", s.steady_runs},
+                     {"bind_ms", static_cast<double>(s.bind_us) / 1000.0},
                      {"graph_ms", static_cast<double>(s.graph_us) / 1000.0},
                      {"eval_ms", static_cast<double>(s.eval_us) / 1000.0},
-                     {"write_ms", static_cast<double>(s.write_us) / 1000.0}});
+                     {"write_ms", static_cast<double>(s.write_us) / 1000.0},
+                     {"wait_ms", static_cast<double>(s.wait_us) / 1000.0}});
   }
   const TransferStats t = GetTransferStats();  // process-wide: every session's boundary copies
   j["runtime"] = {{"partitions", parts},
@@ -151,8 +153,9 @@ std::string SessionReport::Summary() const {
     if (s.bucketed_runs || s.bucket_refusals)
       os << "; prompt buckets: " << s.bucketed_runs << " runs padded, " << s.bucket_refusals << " refused";
     if (s.steady_runs)
-      os << "; per run without a trace " << s.graph_us / s.steady_runs << " us graph / "
-         << s.eval_us / s.steady_runs << " us eval / " << s.write_us / s.steady_runs << " us write";
+      os << "; per run without a trace " << s.bind_us / s.steady_runs << " us bind / " << s.graph_us / s.steady_runs
+         << " us graph / " << s.eval_us / s.steady_runs << " us eval / " << s.write_us / s.steady_runs
+         << " us write (" << s.wait_us / s.steady_runs << " us of it waiting for the device)";
     os << "\n";
   }
   return os.str();

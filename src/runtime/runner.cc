@@ -442,6 +442,7 @@ void PartitionRunner::LogCensus(const std::vector<mx::array>& outputs) {
 }
 
 void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const OutputSink& sink) {
+  const auto bind_start = std::chrono::steady_clock::now();
   std::vector<mx::array> arrays;
   arrays.reserve(inputs.size());
   uint64_t copied = 0, wrapped = 0;
@@ -458,6 +459,7 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   std::vector<bool> aliased(n, false);
   const uint64_t traces_before = traces_on_this_thread;
   const auto start = std::chrono::steady_clock::now();
+  const uint64_t bind_us = MicrosSince(bind_start);
   std::vector<mx::array> outputs = EvaluateChecked(inputs, arrays, sink, used, given, aliased);
   const uint64_t evaluated_us = MicrosSince(start);
   const auto written = std::chrono::steady_clock::now();
@@ -494,8 +496,10 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   WriteOutputs(outputs, give, aliased, device_writes);
   // Evaluated before ORT sees any output: the kernels have written when this returns; so has
   // the asynchronous evaluation (its arrays, waited for: MLX ran it first on the same stream).
+  const auto waited = std::chrono::steady_clock::now();
   if (!writes.empty()) mx::eval(writes);
   mx::eval(used.pending);
+  const uint64_t wait_us = MicrosSince(waited);
   if (verdict_pending) {
     if (used.offsets_ok->item<int32_t>() == 0) {  // the row kernels wrote nothing
       whole();
@@ -511,9 +515,11 @@ void PartitionRunner::Execute(const std::vector<InputTensor>& inputs, const Outp
   if (traces_on_this_thread != traces_before) return;
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.steady_runs;
+  stats_.bind_us += bind_us;
   stats_.graph_us += used.graph_us;
   stats_.eval_us += evaluated_us - std::min(evaluated_us, used.graph_us);
   stats_.write_us += write_us;
+  stats_.wait_us += wait_us;
 }
 
 }  // namespace mlx_ep

@@ -79,10 +79,15 @@ struct RunnerStats {
   // that did not trace (issue 7: per-run overhead). "graph": calling the (compiled) function, which builds
   // the run's MLX graph on the host, traces included; "eval": mx::eval of it (on a GPU: encoding every
   // primitive, then waiting for the kernels); "write": the outputs and in-place rows handed to ORT.
+  // "bind": the inputs made arrays, before "graph"; "wait": the part of "write" spent in the
+  // evaluations that wait for the device (the writes' kernels and the run's own, when
+  // asynchronous), so that "write" less "wait" is the host's own work on the outputs.
   uint64_t steady_runs = 0;
+  uint64_t bind_us = 0;
   uint64_t graph_us = 0;
   uint64_t eval_us = 0;
   uint64_t write_us = 0;
+  uint64_t wait_us = 0;
 };
 
 /** Compiled functions kept per partition and MLX worker by default (least recently used dropped

@@ -186,6 +186,8 @@ def test_report_splits_steady_runs_into_phases(tmp_path):
     for part in json.loads(report.read_text())["runtime"]["partitions"]:
         assert (part["runs"], part["traces"], part["steady_runs"]) == (2, 1, 1), part
         assert part["eval_ms"] > 0 and part["graph_ms"] >= 0 and part["write_ms"] >= 0, part
+        # the bind phase precedes the graph; the wait is a part of the write
+        assert part["bind_ms"] >= 0 and 0 <= part["wait_ms"] <= part["write_ms"], part
 
 
 def test_report_cli(tmp_path):
