@@ -345,8 +345,15 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
   const unsigned long long bases =
       reinterpret_cast<unsigned long long>(past_k) | reinterpret_cast<unsigned long long>(past_v);
   const bool wide = WIDE > 1 && (bases & 15) == 0;
-  float local_max = wide ? past_scores<D, WIDE, NT>(qs, keys, lo, hi, sh.scale, attended, scores)
-                         : past_scores<D, 1, NT>(qs, keys, lo, hi, sh.scale, attended, scores);
+  // The passes walk only the past rows of [lo, hi) that a key mask can admit, [start, offset) (and
+  // before `end`): over a buffer sized for the longest context (genai's 2,048 rows at 1,024 past)
+  // they took as many passes again over rows that are never read.
+  const int row_lo = lesser(lo > start ? lo : start, hi);
+  const int row_hi_bound = lesser(hi, lesser(offset, end));
+  const int row_hi = row_hi_bound > row_lo ? row_hi_bound : row_lo;
+  float* row_scores = scores + (row_lo - lo);  // scores[t - lo] is row_scores[t - row_lo]
+  float local_max = wide ? past_scores<D, WIDE, NT>(qs, keys, row_lo, row_hi, sh.scale, attended, row_scores)
+                         : past_scores<D, 1, NT>(qs, keys, row_lo, row_hi, sh.scale, attended, row_scores);
   const bool new_used = has_new && attended(P);
   if (has_new && tid < 32) {  // the new row's score, by the first warp
     float dot = 0.f;
@@ -358,16 +365,19 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
   }
   const float top = mlx_ep_cuda::block_reduce<true>(local_max, red);  // its barriers publish `scores` too
   float local_sum = 0.f;
-  for (int t = lo + tid; t < hi + (has_new ? 1 : 0); t += threads) {
+  // The scores the passes wrote and the new row's (at P - lo); no other entry is read.
+  const int rows = row_hi - row_lo;
+  for (int k = tid; k < rows + (has_new ? 1 : 0); k += threads) {
+    const int t = k < rows ? row_lo + k : P;
     const float p = attended(t) ? expf(scores[t - lo] - top) : 0.f;
     scores[t - lo] = p;
     local_sum += p;
   }
   const float sum = mlx_ep_cuda::block_reduce<false>(local_sum, red);  // its barriers publish `scores` too
   if (wide)
-    past_values<D, WIDE, NT>(scores, values, lo, hi, attended, partial);
+    past_values<D, WIDE, NT>(row_scores, values, row_lo, row_hi, attended, partial);
   else
-    past_values<D, 1, NT>(scores, values, lo, hi, attended, partial);
+    past_values<D, 1, NT>(row_scores, values, row_lo, row_hi, attended, partial);
   __syncthreads();
   const int groups = wide ? Lanes<D, WIDE, NT>::KEYS : Lanes<D, 1, NT>::KEYS;
   const bool any = start < end;  // a row attending no key is zero, as in ORT
