@@ -93,6 +93,10 @@ constexpr const char* kPrefillRotateKernel =
     "ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL";  // "0": a prompt's rotary Q/K (and V's layout) as
                                                  // MLX operations, not the one custom CUDA kernel
                                                  // of the default (attention_gqa_prefill.h)
+constexpr const char* kDecodeGrouped =
+    "ONNXRUNTIME_EP_MLX_DECODE_GROUPED";  // "1": the decode-step kernel a block per (entry, KV head,
+                                          // split), the group's query heads together (opt-in;
+                                          // attention_gqa_grouped_cuda.cc)
 constexpr const char* kDecodeSplitRows =
     "ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS";  // N > 0: the decode-step kernel's past rows split in
                                              // blocks of N rows per query head (attention_gqa_cuda.cc)

@@ -47,6 +47,7 @@
 #include "common/env.h"
 #include "mlx/fast.h"
 #include "mlx/ops.h"
+#include "ops/attention_gqa_cuda_internal.h"
 #include "ops/attention_gqa_step.h"
 #include "ops/attention_internal.h"
 #include "ops/cuda_block_reduce.h"
@@ -416,24 +417,19 @@ std::string Body(bool split) {
          (split ? "const_cast<int*>(counters), parts" : "nullptr, nullptr") + ");\n";
 }
 
-/** The kernel's header: the shared block reduction, then its own helpers. */
-const std::string& Header() {
-  static const std::string text = std::string(kBlockReduceSource) + kRotarySource + kHeader;
-  return text;
-}
 
 const mx::fast::CustomKernelFunction& StepKernel(bool split) {
   static const std::vector<std::string> inputs = {"q_in",      "k_in",    "v_in",      "past_k",
                                                   "past_v",    "seqlens", "total_len", "cos_cache",
                                                   "sin_cache", "pos_ids"};
   static const mx::fast::CustomKernelFunction whole = mx::fast::cuda_kernel(
-      "mlx_ep_gqa_decode_step", inputs, {"out", "k_row", "v_row"}, Body(false), Header(),
+      "mlx_ep_gqa_decode_step", inputs, {"out", "k_row", "v_row"}, Body(false), GqaDecodeHeader(),
       /*ensure_row_contiguous=*/true);
   static const mx::fast::CustomKernelFunction in_splits = [] {
     std::vector<std::string> with_counters = inputs;
     with_counters.push_back("counters");
     return mx::fast::cuda_kernel("mlx_ep_gqa_decode_split", with_counters, {"out", "k_row", "v_row", "parts"},
-                                 Body(true), Header(), /*ensure_row_contiguous=*/true);
+                                 Body(true), GqaDecodeHeader(), /*ensure_row_contiguous=*/true);
   }();
   return split ? in_splits : whole;
 }
@@ -457,11 +453,17 @@ std::optional<std::array<int, 3>> RotationConstants(const GqaDecodeStepInputs& i
 
 }  // namespace
 
-std::string GqaDecodeKernelSourceForTests(bool split) {
-  return Header() + "\n// kernel body:\n" + Body(split);
+/** The kernel's header: the shared block reduction, then its own helpers. */
+const std::string& GqaDecodeHeader() {
+  static const std::string text = std::string(kBlockReduceSource) + kRotarySource + kHeader;
+  return text;
 }
 
-std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int split_rows) {
+std::string GqaDecodeKernelSourceForTests(bool split) {
+  return GqaDecodeHeader() + "\n// kernel body:\n" + Body(split);
+}
+
+std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int split_rows, bool grouped) {
   const mx::array &q = in.query, &past_k = in.past_key, &past_v = in.past_value;
   const int D = in.head_size, batch = q.ndim() == 3 ? q.shape(0) : 0;
   if (batch == 0 || D < 1 || D > kMaxHeadSize || in.kv_heads < 1 || in.heads % in.kv_heads != 0)
@@ -482,6 +484,29 @@ std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int sp
   int32_t scale_bits;
   std::memcpy(&scale_bits, &in.scale, sizeof scale_bits);
   if (!(in.scale > 0.f) || !std::isfinite(in.scale) || in.window < 0) return std::nullopt;
+  const mx::array& placeholder = in.seqlens_k;  // for absent inputs: never read
+  const auto& [rot, max_pos, pos_stride] = *rotation;
+  KernelLaunch plan{
+      {q, in.key ? *in.key : q, in.value ? *in.value : q, past_k, past_v, in.seqlens_k, in.total_length,
+       in.cos_cache ? *in.cos_cache : placeholder, in.sin_cache ? *in.sin_cache : placeholder,
+       in.position_ids ? *in.position_ids : placeholder},
+      {{batch, 1, in.heads * D}, {batch, in.kv_heads, 1, D}, {batch, in.kv_heads, 1, D}},
+      {t, t, t},
+      0,
+      0,
+      {{"D", D},
+       {"ROT", rot},
+       {"INTERLEAVED", in.interleaved},
+       {"H", in.heads},
+       {"HKV", in.kv_heads},
+       {"P", past},
+       {"MAXPOS", max_pos},
+       {"WINDOW", in.window},
+       {"POS_STRIDE", pos_stride},
+       {"SCALE_BITS", scale_bits},
+       {"T", t}}};
+  for (auto& constant : QkvRowConstants(*starts)) plan.constants.push_back(std::move(constant));
+  if (grouped) return PlanGroupedDecodeStep(std::move(plan), batch, in.heads, in.kv_heads, D, past);
   const int splits = SplitsOf(past, split_rows), chunk = (past + splits - 1) / splits;
   const int cap = std::max(256, static_cast<int>(std::bit_ceil(static_cast<unsigned>(chunk + 1))));
   // The largest block up to DecodeThreads() whose static shared memory fits (128 always does:
@@ -494,30 +519,10 @@ std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int sp
     const int most = nt;
     for (nt = 128; nt < most && KeysPerPass(D, wide, nt) * kRowsInFlight < chunk;) nt *= 2;
   }
-  const mx::array& placeholder = in.seqlens_k;  // for absent inputs: never read
-  const auto& [rot, max_pos, pos_stride] = *rotation;
-  KernelLaunch plan{
-      {q, in.key ? *in.key : q, in.value ? *in.value : q, past_k, past_v, in.seqlens_k, in.total_length,
-       in.cos_cache ? *in.cos_cache : placeholder, in.sin_cache ? *in.sin_cache : placeholder,
-       in.position_ids ? *in.position_ids : placeholder},
-      {{batch, 1, in.heads * D}, {batch, in.kv_heads, 1, D}, {batch, in.kv_heads, 1, D}},
-      {t, t, t},
-      batch * in.heads * splits * nt,
-      nt,
-      {{"D", D},
-       {"LCAP", cap},
-       {"ROT", rot},
-       {"INTERLEAVED", in.interleaved},
-       {"H", in.heads},
-       {"HKV", in.kv_heads},
-       {"P", past},
-       {"MAXPOS", max_pos},
-       {"WINDOW", in.window},
-       {"POS_STRIDE", pos_stride},
-       {"SCALE_BITS", scale_bits},
-       {"NT", nt},
-       {"T", t}}};
-  for (auto& constant : QkvRowConstants(*starts)) plan.constants.push_back(std::move(constant));
+  plan.threads = batch * in.heads * splits * nt;
+  plan.per_block = nt;
+  plan.constants.push_back({"LCAP", cap});
+  plan.constants.push_back({"NT", nt});
   if (splits > 1) {
     // Each query head's count of finished splits, zero between launches: the last block of a head
     // sets it back (merge_splits). A constant of the traced graph, so one buffer per node and
@@ -533,6 +538,11 @@ std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int sp
 
 std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, mx::Stream s) {
   if (!CudaKernelsAvailable(s)) return std::nullopt;
+  if (DecodeGroupedEnabled())
+    if (std::optional<KernelLaunch> grouped = PlanDecodeStep(in, 0, true)) {
+      const std::vector<mx::array> outs = LaunchKernel(GroupedStepKernel(), *grouped, s);
+      return GqaDecodeStep{outs[0], outs[1], outs[2]};
+    }
   std::optional<KernelLaunch> plan = PlanDecodeStep(in, DecodeSplitRows());
   if (!plan) return std::nullopt;
   // PlanDecodeStep names SPLITS (and adds the counters and the partial results) only for a launch

@@ -59,12 +59,18 @@ std::optional<GqaDecodeStep> DecodeStepByKernel(const GqaDecodeStepInputs& in, m
  *  and the constants its body names; split into blocks of past rows, one more input (the heads'
  *  counters) and output (the splits' partial results, float32) and the constant SPLITS. nullopt
  *  for what the kernel does not take. `split_rows` > 0: past rows per block
- * (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS). */
-std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int split_rows = 0);
+ * (ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS). `grouped`: the grouped kernel's launch instead
+ *  (ONNXRUNTIME_EP_MLX_DECODE_GROUPED=1: a block per batch entry, KV head and split of the
+ *  admitted rows; PlanGroupedDecodeStep), nullopt where its shared memory would not fit. */
+std::optional<KernelLaunch> PlanDecodeStep(const GqaDecodeStepInputs& in, int split_rows = 0,
+                                           bool grouped = false);
 
 /** That kernel's device code as NVRTC compiles it (header, then its body; `split`: the body of
  *  the kernel in blocks of past rows), for host tests. */
 std::string GqaDecodeKernelSourceForTests(bool split = false);
+
+/** The grouped kernel's device code (`grouped` above; attention_gqa_grouped_cuda.cc), likewise. */
+std::string GqaGroupedKernelSourceForTests();
 
 /** The step on MLX's CPU device (attention_gqa_step_cpu.cc), for what PlanDecodeStep takes;
  *  the attention loops are GroupQueryAttention's CPU kernel's (`portable`: their portable form). */

@@ -97,6 +97,40 @@ TEST(GqaDecodeKernel, Compiles) {
   EXPECT_EQ(CompileLikeMlx("mlx_ep_gqa_decode_compile", text, threads), "");
 }
 
+// The grouped kernel (ONNXRUNTIME_EP_MLX_DECODE_GROUPED=1, attention_gqa_grouped_cuda.cc): its
+// parameters are the split kernel's (counters after the inputs, parts after the outputs).
+std::string GroupedSource() { return GqaGroupedKernelSourceForTests(); }
+std::string GroupedHeader() { return GroupedSource().substr(0, GroupedSource().find("// kernel body:")); }
+std::string GroupedBody() { return GroupedSource().substr(GroupedSource().find("// kernel body:")); }
+
+TEST(GqaDecodeKernel, GroupedCompiles) {
+  if (!NvrtcAvailable()) GTEST_SKIP() << "no NVRTC (the CUDA toolkit)";
+  std::string text = MlxKernelsBegin(GroupedHeader());
+  int count = 0;
+  std::map<std::string, int> threads;
+  for (const char* t : {"__half", "__nv_bfloat16", "float"})
+    for (int d : {64, 80, 128}) {
+      // PlanGroupedDecodeStep's rows a block for P = 1,000 (Constants'): 4,096 / D.
+      const int rows = 4096 / d, splits = (1000 + rows - 1) / rows;
+      const struct {
+        int rot;
+        bool interleaved;
+        int window, pos_stride;
+      } cases[] = {{0, false, 0, 0}, {d, false, 0, 0}, {d / 2, true, 16, 1}};
+      for (const auto& k : cases) {
+        if (d != 64 && k.rot == d) continue;  // the full rotation for one head size only
+        const std::string cache = k.rot ? t : "int32_t", ids = k.pos_stride ? "int64_t" : "int32_t";
+        const std::string name = "g" + std::to_string(count++);
+        threads[name] = 256;
+        text += "__global__ void " + name + "(" + Parameters(t, cache, ids, true) + ") {\n" +
+                Constants(t, d, k.rot, k.interleaved, k.window, k.pos_stride, 256, splits) +
+                "  constexpr int ROWS = " + std::to_string(rows) + ";\n" + GroupedBody() + "\n}\n";
+      }
+    }
+  text += kMlxKernelsEnd;
+  EXPECT_EQ(CompileLikeMlx("mlx_ep_gqa_grouped_compile", text, threads), "");
+}
+
 TEST(GqaDecodeKernel, ValuesOnTheHostEmulation) {
   if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
@@ -113,7 +147,15 @@ TEST(GqaDecodeKernel, ValuesOnTheHostEmulation) {
       "          int POS_STRIDE, int QS, int QO, int KS, int KO, int VS, int VO, int SCALE_BITS, int NT, int "
       "SPLITS>\n"
       "void split_kernel(" +
-      Parameters("T", "T", "int64_t", true) + ") {\n" + Body(true) + "\n}\n#include \"" +
+      Parameters("T", "T", "int64_t", true) + ") {\n" + Body(true) + "\n}\n" +
+      // The grouped kernel's body, after the per-head kernel's (its header extends that one).
+      GroupedHeader().substr(Header().size()) +
+      "template <class T, int D, int ROT, bool INTERLEAVED, int H, int HKV, int P, int MAXPOS, int WINDOW,\n"
+      "          int POS_STRIDE, int QS, int QO, int KS, int KO, int VS, int VO, int SCALE_BITS, int NT, int "
+      "ROWS,\n"
+      "          int SPLITS>\n"
+      "void group_kernel(" +
+      Parameters("T", "T", "int64_t", true) + ") {\n" + GroupedBody() + "\n}\n#include \"" +
       (tests / "gqa_decode_driver.inc").string() + "\"\n";
   EXPECT_EQ(BuildAndRun("mlx_ep_gqa_decode_emulation", program, "g++", EmulationFlags()), "");
 }
@@ -185,6 +227,42 @@ TEST(GqaDecodeKernel, PlanOfTheLaunch) {
   EXPECT_EQ(ints.at("ROT"), 0);
   EXPECT_EQ(ints.at("POS_STRIDE"), 0);
   EXPECT_EQ(plan->inputs[7].id(), seqlens.id());
+
+  // The grouped kernel (ONNXRUNTIME_EP_MLX_DECODE_GROUPED=1): a block per (entry, KV head, split
+  // of 64 rows), 5 splits of P = 300, blocks of 256, the KV heads' counters and the parts of each
+  // split's 4 query heads; no LCAP.
+  auto grouped = PlanDecodeStep({packed, std::nullopt, std::nullopt, past, past, seqlens, total, cache, cache,
+                                 ids, H, Hkv, D, true, 4, 0.125f},
+                                0, true);
+  ASSERT_TRUE(grouped);
+  std::map<std::string, int> grouped_want = want;
+  grouped_want.erase("LCAP");
+  grouped_want["NT"] = 256;
+  grouped_want["ROWS"] = 64;
+  grouped_want["SPLITS"] = 5;
+  EXPECT_EQ(Ints(*grouped), grouped_want);
+  EXPECT_EQ(grouped->threads, B * Hkv * 5 * 256);
+  EXPECT_EQ(grouped->per_block, 256);
+  ASSERT_EQ(grouped->inputs.size(), 11u);
+  EXPECT_EQ(grouped->inputs[10].shape(), (mx::Shape{B * Hkv}));
+  EXPECT_EQ(mx::sum(mx::abs(grouped->inputs[10])).item<int>(), 0);
+  ASSERT_EQ(grouped->output_shapes.size(), 4u);
+  EXPECT_EQ(grouped->output_shapes[3], (mx::Shape{B * Hkv * 5 * (H / Hkv) * (D + 2)}));
+  EXPECT_EQ(grouped->output_dtypes.back(), mx::float32);
+  // A head of 128 takes blocks of 32 rows; 32 query heads of one KV head over 8,191 rows would keep
+  // more weights in the merge than the K rows' room holds: left to the per-head kernel.
+  const mx::array wide128 = mx::zeros({B, 1, (H + 2 * Hkv) * 128}, mx::float16);
+  const mx::array past128 = mx::zeros({B, Hkv, P, 128}, mx::float16);
+  EXPECT_EQ(Ints(*PlanDecodeStep({wide128, std::nullopt, std::nullopt, past128, past128, seqlens, total,
+                                  std::nullopt, std::nullopt, std::nullopt, H, Hkv, 128, false, 0, 0.125f},
+                                 0, true))
+                .at("ROWS"),
+            32);
+  const mx::array mqa = mx::zeros({B, 1, (32 + 2) * D}, mx::float16);
+  const mx::array past_mqa = mx::zeros({B, 1, 8191, D}, mx::float16);
+  EXPECT_FALSE(PlanDecodeStep({mqa, std::nullopt, std::nullopt, past_mqa, past_mqa, seqlens, total, std::nullopt,
+                               std::nullopt, std::nullopt, 32, 1, D, false, 0, 0.125f},
+                              0, true));
 
   // Left to the composed paths: a head over 128, 8,192 past rows, a cache dtype the past lacks, a
   // negative scale (a minus sign in the kernel's name), query rows of another width.

@@ -359,6 +359,20 @@ def test_decode_step_kernel_splits(rows):
     assert census and all("CustomKernel" in line for line in census), census
 
 
+def test_decode_step_kernel_grouped():
+    """ONNXRUNTIME_EP_MLX_DECODE_GROUPED=1: the decode step's grouped kernel, a block per (entry, KV
+    head, split of the admitted past rows) computing the group's query heads together
+    (src/ops/attention_gqa_grouped_cuda.cc; it takes every shape of these cases: its plan declines
+    only where its shared memory would not fit, gqa_decode_kernel_test.cc's PlanOfTheLaunch), holds
+    the decode cases' tolerances, still one CustomKernel a step. MLX's CUDA backend only;
+    tests/cpp/gqa_decode_kernel_test.cc runs its text on the host."""
+    if mlx_device() != "gpu":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    census, _ = census_of_tests(__file__, DECODE_CASES, env={"ONNXRUNTIME_EP_MLX_DECODE_GROUPED": "1"},
+                                timeout=600)
+    assert census and all("CustomKernel" in line for line in census), census
+
+
 def test_prefill_rotate_kernel():
     """By default (ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL unset) a prompt's rotated Q and K and V's
     layout come from one custom CUDA kernel over the node's inputs
