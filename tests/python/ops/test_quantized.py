@@ -463,23 +463,35 @@ def test_gpu_decode_kernel_and_quantized_matmul():
     assert not any("CustomKernel" in line for line in census["0"]), census["0"][:3]
 
 
-def test_gpu_decode_kernel_wide_loads():
+WIDE_SHARDS = 6
+
+
+@pytest.mark.parametrize("shard", range(WIDE_SHARDS))
+def test_gpu_decode_kernel_wide_loads(shard):
     """ONNXRUNTIME_EP_MLX_NBITS_WIDE=1: the decode kernel reads B 16 bytes a lane (where a row is
-    whole 16-byte pieces) and x a word's values at a time (where K is whole words): every parity
-    test of this file that runs it (up to 8 rows) holds, and the kernel is still one CustomKernel.
-    MLX's CUDA backend only; tests/cpp/nbits_kernel_test.cc runs the wide loops' text on the host."""
+    whole 16-byte pieces) and x a word's values at a time (where K is whole words), and the prefill
+    dequantization stores 16 bytes at a time where aligned: every parity test of this file holds
+    with it (in WIDE_SHARDS shares, every WIDE_SHARDS-th test id from the shard-th: the whole file,
+    549 tests, was slower than a lease's call on a GPU with a cold kernel cache), and the kernel is
+    still one CustomKernel. MLX's CUDA backend only; tests/cpp/nbits_kernel_test.cc runs the wide
+    loops' text on the host."""
     import subprocess
     import sys
     if mlx_device() != "gpu" or os.environ.get("ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS") == "force":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    listed = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+                             __file__, "-k", "not test_gpu_"], capture_output=True, text=True, timeout=300)
+    ids = [line for line in listed.stdout.splitlines() if "::" in line][shard::WIDE_SHARDS]
+    assert ids, listed.stdout[-2000:]
     env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", ONNXRUNTIME_EP_MLX_NBITS_WIDE="1")
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", __file__, "-k",
-                        "not test_gpu_"], env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider"] + ids, env=env,
+                       capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
     assert any("CustomKernel" in line for line in r.stderr.splitlines() if "MLX primitives per run" in line)
 
 
-def test_gpu_prefill_dequantize_kernel():
+@pytest.mark.parametrize("mode", ["split", "half", "float32"])
+def test_gpu_prefill_dequantize_kernel(mode):
     """ONNXRUNTIME_EP_MLX_NBITS_KERNEL=all (src/ops/quantized_cuda.cc, the default): a GPU
     prefill's B dequantized by one custom kernel (float32 weight, or hi and lo of A's half type
     for the split product) instead of MLX's unpack and dequantize ops. The many-row parity
@@ -489,18 +501,17 @@ def test_gpu_prefill_dequantize_kernel():
     if mlx_device() != "gpu" or os.environ.get("ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS") == "force":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
     subset = "(test_float32 and 9) or (random_bytes and 40) or (float_zero_points and 40) or (test_float16 and 40)"
-    for mode in ("split", "half", "float32"):
-        env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", ONNXRUNTIME_EP_MLX_NBITS_KERNEL="all",
-                   ONNXRUNTIME_EP_MLX_NBITS_PREFILL=mode)
-        # half: B rounded once, which misses ORT's CPU EP where float zero points cancel
-        k = subset if mode != "half" else "(test_float16 and 40 and (uint8 or None)) or (test_float32 and 9)"
-        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", __file__, "-k", k],
-                           env=env, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0 and " passed" in r.stdout, mode + r.stdout[-3000:] + r.stderr[-2000:]
-        census = [line for line in r.stderr.splitlines() if "MLX primitives per run" in line]
-        if "CustomKernel" not in " ".join(census):
-            pytest.skip("not MLX's CUDA backend (Metal)")
-        assert not any("RightShift" in line for line in census), (mode, census[:3])
+    env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", ONNXRUNTIME_EP_MLX_NBITS_KERNEL="all",
+               ONNXRUNTIME_EP_MLX_NBITS_PREFILL=mode)
+    # half: B rounded once, which misses ORT's CPU EP where float zero points cancel
+    k = subset if mode != "half" else "(test_float16 and 40 and (uint8 or None)) or (test_float32 and 9)"
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", __file__, "-k", k],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and " passed" in r.stdout, mode + r.stdout[-3000:] + r.stderr[-2000:]
+    census = [line for line in r.stderr.splitlines() if "MLX primitives per run" in line]
+    if "CustomKernel" not in " ".join(census):
+        pytest.skip("not MLX's CUDA backend (Metal)")
+    assert not any("RightShift" in line for line in census), (mode, census[:3])
 
 
 @pytest.mark.parametrize("rows", [1, 5])
