@@ -68,6 +68,19 @@ std::shared_ptr<const Tensor> MergeColumns(const Graph& graph, const MatmulSibli
   return merged;
 }
 
+std::vector<mx::array> ColumnParts(const mx::array& product, const mx::Shape& starts, mx::Stream s) {
+  const int columns = product.shape(-1);
+  if (product.ndim() < 2 || static_cast<int64_t>(product.size()) != columns)
+    return mx::split(product, starts, -1, s);
+  std::vector<mx::array> parts = mx::split(mx::reshape(product, {columns}, s), starts, 0, s);
+  for (mx::array& part : parts) {
+    mx::Shape shape = product.shape();
+    shape.back() = part.shape(0);
+    part = mx::reshape(part, shape, s);  // a reshape of a contiguous view: packed strides, no copy
+  }
+  return parts;
+}
+
 namespace {
 
 /** The group's biases (every member has one) side by side, [N1 + N2 + ...]. */

@@ -40,6 +40,15 @@ std::vector<MatmulSiblings> FindMatmulSiblings(const Graph& graph, const std::ve
 /** The group's weights side by side, [K, N1 + N2 + ...]. */
 std::shared_ptr<const Tensor> MergeColumns(const Graph& graph, const MatmulSiblings& group);
 
+/** The merged product's columns split at `starts` (ascending, past 0) along its last axis: views.
+ *  Where the product is one row (its leading dimensions all 1: a decode step at batch 1) the views
+ *  come from a flat view of it, so that their strides are packed: a column view of [1, 1, 2I]
+ *  keeps the row's stride 2I on its unit axes, which MLX's contiguous kernels (the SiLU product
+ *  of gate and up) pass on to their outputs, and which MLX's matmul then copies (its operand
+ *  check wants a row's stride equal to its length: a TinyLlama decode step's 22 `copy_g_nd` on a
+ *  GPU, docs/performance.md, thirty-first session). */
+std::vector<mx::array> ColumnParts(const mx::array& product, const mx::Shape& starts, mx::Stream s);
+
 /** Adds the merged weights of `graph`'s groups to `plan` as constants (in the gemv layout where
  *  all of a group's weights are in `gemv_weights`) and its members to Plan::merged_members, and,
  *  where every member has a bias in `biases` (by node index, runtime/matmul_bias.h), the biases

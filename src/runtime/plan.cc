@@ -217,14 +217,15 @@ mx::array PlanTrace::MergedColumnsOf(const PlanNode& pn, const OpContext& c) {
 std::map<int64_t, mx::array> PlanTrace::MemberColumns(const std::string& weight, const mx::array& product) {
   // The members' columns tile the product (MergeColumns puts their weights side by side): one
   // Split primitive makes all their views, where a Slice each took a primitive each a run (44 a
-  // TinyLlama decode step, gate and up; on a GPU every primitive costs host time).
+  // TinyLlama decode step, gate and up; on a GPU every primitive costs host time); ColumnParts
+  // gives one row's views packed strides.
   std::set<int64_t> starts = {0};
   for (const PlanNode& member : plan_.nodes)
     if (member.merged && member.merged->weight == weight) starts.insert(member.merged->column);
   mx::Shape indices;
   for (int64_t start : starts)
     if (start > 0) indices.push_back(static_cast<int>(start));
-  const std::vector<mx::array> parts = mx::split(product, indices, -1, stream_);
+  const std::vector<mx::array> parts = ColumnParts(product, indices, stream_);
   std::map<int64_t, mx::array> columns;
   auto start = starts.begin();
   for (const mx::array& part : parts) columns.emplace(*start++, part);

@@ -42,5 +42,31 @@ TEST(MatmulSiblings, SameInputAndKMergeOthersDoNot) {
   EXPECT_EQ(values, (std::vector<float>{1, 3, 4, 2, 5, 6}));  // [Wq | Wk], row by row
 }
 
+// One row's column views have packed strides, and so does an elementwise product of two of them
+// (MLX hands a contiguous kernel's input strides on to its output; a matmul copies an operand whose
+// unit axes' strides are not its row length). Two rows: plain views of the product.
+TEST(MatmulSiblings, ColumnPartsOfOneRowHavePackedStrides) {
+  const mx::Stream s = mx::default_stream(mx::Device::cpu);
+  const mx::array row = mx::reshape(mx::arange(10, mx::float32, s), {1, 1, 10}, s);
+  std::vector<mx::array> parts = ColumnParts(row, {4}, s);
+  ASSERT_EQ(parts.size(), 2u);
+  mx::eval(parts);
+  EXPECT_EQ(parts[0].shape(), (mx::Shape{1, 1, 4}));
+  EXPECT_EQ(parts[0].strides(), (mx::Strides{4, 4, 1}));
+  EXPECT_EQ(parts[1].strides(), (mx::Strides{6, 6, 1}));
+  EXPECT_EQ(parts[1].data<float>()[0], 4.f);  // the same elements, no copy needed for them
+  EXPECT_EQ(parts[1].data<float>()[5], 9.f);
+  const std::vector<mx::array> halves = ColumnParts(row, {5}, s);
+  mx::array product = mx::multiply(halves[0], halves[1], s);
+  mx::eval(product);
+  EXPECT_EQ(product.strides(), (mx::Strides{5, 5, 1}));
+  EXPECT_EQ(product.data<float>()[4], 4.f * 9.f);
+  const mx::array rows = mx::reshape(mx::arange(20, mx::float32, s), {2, 1, 10}, s);
+  std::vector<mx::array> views = ColumnParts(rows, {4}, s);
+  mx::eval(views);
+  EXPECT_EQ(views[1].strides(), (mx::Strides{10, 10, 1}));
+  EXPECT_EQ(views[1].data<float>()[0], 4.f);
+}
+
 }  // namespace
 }  // namespace mlx_ep

@@ -2,40 +2,36 @@
 # park call (each device call is a fresh shell; the background job takes its variables from the
 # call that starts it).
 #
-# Where it stands (thirtieth session): an H200 ran the timelines with every opt-in, the split and
-# the decode A/B. Made defaults from it: the norm kernel (eval a run lower in 4 of 4 pairings, 90
-# fewer primitives), the driver's copy of host inputs (the mask's Sum 1.7 us, was 183-295), the
-# prompt-rotation kernel (201 us a 512-token prompt, was 1,067). Written after it, not yet on a
-# GPU: NBITS_WIDE=1 now also stores the prefill's dequantized values 16 bytes at a time (11.5 of an
-# int4 prefill's 19.3 ms was that kernel). So, next, in this order:
-#   - the split: the parity files the new defaults change on a GPU (the contrib and ai.onnx norms,
-#     GQA's prompts, device memory), the tests the last split did not reach (the wide loads, the
-#     prefill dequantization, the rest of test_matmul), test_llm;
-#   - the timelines of the new defaults (fp16, int4, prompt 512), int4's with NBITS_WIDE=1
-#     (KERNELS_ENV: the dequantization's stores, the decode kernel's wide loads);
-#   - the LLM peers (genai-cuda, ORT CUDA EP, PyTorch) at the new defaults: no ratio since the
-#     twenty-eighth session;
-#   - the decode A/B: the new default, NBITS_WIDE=1, SPLIT_ROWS=256, two rounds.
-#   - the census (kernel_census.py): which launches the fp16 step's 23 general copies sit between.
-# Do not read results between the calls of a lease for more than ~20 s: the machine goes back
-# 30 s after a call, and a fresh one costs its start and the seven parts again (this session
-# lost one so).
-S=ONNXRUNTIME_EP_MLX_DECODE_SPLIT_ROWS W=ONNXRUNTIME_EP_MLX_NBITS_WIDE
+# Where it stands (thirty-first session): an H100 ran the split of the new defaults' parity files
+# (481 passed, 0 failed; the wide-loads and prefill-dequantization tests outran the split's 400 s),
+# the timelines with NBITS_WIDE=1 (int4 prefill 10.56 ms, its dequantization 2.5 ms, was 11.5), the
+# LLM peers and the decode A/B with the write phase's wait timed apart: a fp16 step's host is done
+# ~1.0 ms before the GPU (write 1.07 ms, 1.01 of it waiting), so kernel time counts again. Written
+# after it, not yet on a GPU: the GQA decode kernel walks the admitted rows only (the default
+# kernel; half its passes at 1,024 of 2,048 rows); the grouped GQA decode kernel
+# (ONNXRUNTIME_EP_MLX_DECODE_GROUPED=1); one row's merged-product columns with packed strides (the
+# 22 copy_g_nd a fp16 step); the wide-loads test in six shards. So, next, in this order:
+#   - the split: the wide loads' six shards and the dequantization's three modes (NBITS_WIDE's
+#     parity: to make it the default), the grouped kernel's parity, GQA's file (the admitted-rows
+#     change is in the default kernel), test_llm (ColumnParts) and test_matmul;
+#   - the decode A/B: the default, GROUPED=1, NBITS_WIDE=1, both, two rounds;
+#   - the timelines with both (the grouped kernel's time against this session's 22 x 21.4 us);
+#   - the LLM peers at the defaults (the ratios).
+S=ONNXRUNTIME_EP_MLX_DECODE_GROUPED W=ONNXRUNTIME_EP_MLX_NBITS_WIDE
 F=tests/python/ops/test_fused_gpu_paths.py Q=tests/python/ops/test_quantized.py
-export BG_STEPS="split kernels llm phases census" LLM_ENV= \
-  SPLIT_TESTS="tests/python/ops/test_contrib_normalization.py tests/python/ops/test_normalization.py tests/python/ops/test_attention_contrib_gqa.py tests/python/test_device_memory.py $F::test_norm_kernel $F::test_prefill_rotate_kernel $Q::test_gpu_decode_kernel_wide_loads $Q::test_gpu_prefill_dequantize_kernel tests/python/ops/test_matmul.py tests/python/test_llm.py" \
+export BG_STEPS="split phases kernels llm" LLM_ENV= \
+  SPLIT_TESTS="$Q::test_gpu_decode_kernel_wide_loads $Q::test_gpu_prefill_dequantize_kernel $F::test_decode_step_kernel_grouped tests/python/ops/test_attention_contrib_gqa.py tests/python/test_llm.py tests/python/ops/test_matmul.py" \
   SPLIT_JOBS=12 SPLIT_TIMEOUT=400 \
   PHASES_MODELS="fp16 int4" PHASES_PROMPT= PHASES_ROUNDS=2 PHASES_TIMEOUT=600 PHASES_BERT= \
-  PHASES_SETTINGS="default;$W=1;$S=256" \
+  PHASES_SETTINGS="default;$S=1;$W=1;$S=1 $W=1" \
   KERNELS_VIA=timeline KERNELS_MODELS="fp16 int4" KERNELS_PROMPT=512 KERNELS_BATCH8= KERNELS_BERT= \
-  KERNELS_ENV="$W=1"
+  KERNELS_ENV="$S=1 $W=1"
 export CONF_TIMEOUT=660
-# A lease with ~1,100-1,400 s: the timelines, the peers and the split (`. tools/gpu/lease_env.sh mid`).
+# A lease with ~1,100-1,400 s: the split, the A/B and the timelines (`. tools/gpu/lease_env.sh mid`).
 if [ "${1:-}" = mid ]; then
-  export BG_STEPS="split kernels llm" SPLIT_TIMEOUT=300
+  export BG_STEPS="split phases kernels" SPLIT_TIMEOUT=300
 fi
-# Under ~1,100 s: the split (the new defaults' parity on a GPU) and the peers
-# (`. tools/gpu/lease_env.sh short`).
+# Under ~1,100 s: the split and the A/B (`. tools/gpu/lease_env.sh short`).
 if [ "${1:-}" = short ]; then
-  export BG_STEPS="split llm" SPLIT_TIMEOUT=250
+  export BG_STEPS="split phases" SPLIT_TIMEOUT=250 PHASES_MODELS=fp16
 fi
