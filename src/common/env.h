@@ -89,6 +89,10 @@ constexpr const char* kPrefetchInputs =
 constexpr const char* kDecodeThreads =
     "ONNXRUNTIME_EP_MLX_DECODE_THREADS";  // "128" or "256": the decode-step kernel's block (default
                                           // 512 since the twenty-seventh session; attention_gqa_cuda.cc)
+constexpr const char* kHeadsLastKernel =
+    "ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL";  // "1": the fused attention core's [B, S, H, D] output
+                                             // and zeroed rows in one custom CUDA kernel (opt-in;
+                                             // attention_gqa_prefill.h)
 constexpr const char* kPrefillRotateKernel =
     "ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL";  // "0": a prompt's rotary Q/K (and V's layout) as
                                                  // MLX operations, not the one custom CUDA kernel

@@ -48,6 +48,7 @@
 
 #include "common/env.h"
 #include "mlx/fast.h"
+#include "ops/attention_gqa_prefill.h"
 #include "ops/attention_gqa_step.h"
 #include "ops/fused_gpu_internal.h"
 
@@ -203,6 +204,11 @@ std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs&
   // MergeHeads (transpose, reshape to [B, S, H * D]) is then free, where for S > 1 it copies a
   // [B, H, S, D] result.
   const std::vector<int> heads_last = {0, 2, 1, 3};
+  if (HeadsLastKernelWanted()) {
+    const int batch = out.shape(0), seq_len = out.shape(2);
+    const mx::array keep = mx::reshape(mx::broadcast_to(any, {batch, 1, seq_len, 1}, s), {batch, seq_len}, s);
+    if (std::optional<mx::array> rows = HeadsLastByKernel(out, keep, t, s)) return mx::transpose(*rows, heads_last, s);
+  }
   const mx::array rows = mx::where(mx::transpose(any, heads_last, s),
                                    mx::astype(mx::transpose(out, heads_last, s), t, s), mx::array(0, t), s);
   return mx::transpose(rows, heads_last, s);

@@ -48,4 +48,25 @@ std::optional<GqaRotatedQkv> PrefillRotateByKernel(const GqaPrefillRotateInputs&
 /** The kernel's device code as NVRTC compiles it (header, "// kernel body:", body). */
 std::string GqaPrefillRotateSourceForTests();
 
+// The fused attention core's output to the layout its caller merges, in one custom CUDA kernel
+// (ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=1, opt-in): y [B, H, S, D] (cuDNN's, in q's row-major
+// layout) written as [B, S, H, D] in the query's dtype, the rows that attend no key zero (as in
+// ORT). Why: MLX's select over the transposed view took 22 x 22.8 us of a 512-token TinyLlama
+// prefill on an H100 (2 MB a layer at ~0.18 TB/s; thirty-first session), its strided kernel
+// computing every index of a 4-D view.
+
+/** ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=1 on the fused GPU paths. */
+bool HeadsLastKernelWanted();
+
+/** The launch (a test's view): y [B, H, S, D] of a float type, keep [B, S] bool, the output type
+ *  `t`; nullopt for what the kernel does not take. */
+std::optional<KernelLaunch> PlanHeadsLast(const mx::array& y, const mx::array& keep, mx::Dtype t);
+
+/** y as [B, S, H, D] of type `t`, rows whose keep[b, s] is false zero; nullopt off MLX's CUDA
+ *  backend or where PlanHeadsLast declines. */
+std::optional<mx::array> HeadsLastByKernel(const mx::array& y, const mx::array& keep, mx::Dtype t, mx::Stream s);
+
+/** That kernel's body as NVRTC compiles it (it has no header). */
+std::string GqaHeadsLastSourceForTests();
+
 }  // namespace mlx_ep

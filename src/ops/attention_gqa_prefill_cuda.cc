@@ -107,6 +107,59 @@ std::optional<GqaRotatedQkv> PrefillRotateByKernel(const GqaPrefillRotateInputs&
   return GqaRotatedQkv{outs[0], outs[1], outs[2]};
 }
 
+namespace {
+
+// A thread per output value, in the output's order (b, s, h, d): read at [b, h, s, d], rounded to
+// T once (as MLX's cast), zero where the row attends nothing. B and S from keep's shape.
+constexpr const char* kHeadsLastBody = R"(
+  const int S = keep_shape[1];
+  const int64_t rows = static_cast<int64_t>(keep_shape[0]) * S;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * H * D) return;
+  const int d = static_cast<int>(i % D);
+  const int h = static_cast<int>((i / D) % H);
+  const int64_t row = i / (static_cast<int64_t>(D) * H);  // b * S + s
+  const int64_t b = row / S, s = row % S;
+  out[i] = keep[row] ? static_cast<T>(y[((b * H + h) * S + s) * D + d]) : static_cast<T>(0.f);
+)";
+
+const mx::fast::CustomKernelFunction& HeadsLastKernel() {
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "mlx_ep_gqa_heads_last", {"y", "keep"}, {"out"}, kHeadsLastBody, "", /*ensure_row_contiguous=*/true);
+  return kernel;
+}
+
+}  // namespace
+
+bool HeadsLastKernelWanted() {
+  static const bool on = EnvFlag(env::kHeadsLastKernel);
+  return on && UseFusedGpuPaths();
+}
+
+std::optional<KernelLaunch> PlanHeadsLast(const mx::array& y, const mx::array& keep, mx::Dtype t) {
+  if (y.ndim() != 4 || y.size() == 0 || !IsCudaKernelFloat(y.dtype()) || !IsCudaKernelFloat(t)) return std::nullopt;
+  const int batch = y.shape(0), heads = y.shape(1), seq = y.shape(2), D = y.shape(3);
+  if (keep.dtype() != mx::bool_ || keep.shape() != mx::Shape{batch, seq}) return std::nullopt;
+  const int64_t values = static_cast<int64_t>(y.size());
+  const int64_t blocks = (values + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  if (blocks > (int64_t{1} << 30) / kThreadsPerBlock) return std::nullopt;  // MLX's grid: int threads
+  return KernelLaunch{{y, keep},
+                      {{batch, seq, heads, D}},
+                      {t},
+                      static_cast<int>(blocks * kThreadsPerBlock),
+                      kThreadsPerBlock,
+                      {{"H", heads}, {"D", D}, {"T", t}}};
+}
+
+std::optional<mx::array> HeadsLastByKernel(const mx::array& y, const mx::array& keep, mx::Dtype t, mx::Stream s) {
+  if (!CudaKernelsAvailable(s)) return std::nullopt;
+  const std::optional<KernelLaunch> plan = PlanHeadsLast(y, keep, t);
+  if (!plan) return std::nullopt;
+  return LaunchKernel(HeadsLastKernel(), *plan, s)[0];
+}
+
+std::string GqaHeadsLastSourceForTests() { return std::string("// kernel body:\n") + kHeadsLastBody; }
+
 std::string GqaPrefillRotateSourceForTests() {
   return std::string(kRotarySource) + "\n// kernel body:\n" + kBody;
 }

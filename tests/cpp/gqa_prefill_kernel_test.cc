@@ -104,5 +104,96 @@ TEST(GqaPrefillRotateKernel, PlanOfTheLaunch) {
   EXPECT_FALSE(PlanPrefillRotate({q, std::nullopt, std::nullopt, pos, cache_bf, cache_bf, H, Hkv, D, false}));
 }
 
+// The fused core's heads-last kernel (ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=1): y [B, H, S, D] as
+// [B, S, H, D], the rows keep[b, s] = false zero.
+std::string HeadsLastParameters(const std::string& t, const std::string& t_in) {
+  return "const " + t_in + "* y, const bool* keep, const __grid_constant__ Shape keep_shape, " + t + "* out";
+}
+
+std::string HeadsLastBody() { return GqaHeadsLastSourceForTests(); }
+
+TEST(GqaHeadsLastKernel, CompilesLikeMlx) {
+  if (!NvrtcAvailable()) GTEST_SKIP() << "no NVRTC (the CUDA toolkit)";
+  std::string text = MlxKernelsBegin("");
+  int count = 0;
+  std::map<std::string, int> threads;
+  for (const char* t : {"__half", "__nv_bfloat16", "float"})
+    for (const std::string t_in : {std::string(t), std::string("float")}) {
+      const std::string name = "h" + std::to_string(count++);
+      threads[name] = 256;
+      text += "__global__ void " + name + "(" + HeadsLastParameters(t, t_in) + ") {\n  using T = " + t +
+              ";\n  constexpr int H = 32;\n  constexpr int D = 64;\n" + HeadsLastBody() + "\n}\n";
+    }
+  text += kMlxKernelsEnd;
+  EXPECT_EQ(CompileLikeMlx("mlx_ep_gqa_heads_last_compile", text, threads), "");
+}
+
+TEST(GqaHeadsLastKernel, ValuesOnTheHostEmulation) {
+  if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
+  const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
+  // Every value against the layout it comes from, rounded once to T (float32 in: the cast; T in:
+  // the value itself), and zeros where keep is false; keep's pattern leaves both kinds in every
+  // entry.
+  const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" +
+                              "#include <cstdio>\n#include <random>\n#include <vector>\n"
+                              "template <class T, class TIN, int H, int D>\nvoid heads_last_kernel(" +
+                              HeadsLastParameters("T", "TIN") + ") {\n" + HeadsLastBody() + "\n}\n" + R"(
+int failures = 0, checks = 0;
+template <class T, class TIN, int B, int H, int S, int D>
+void Check(const char* name) {
+  std::mt19937 rng(B * 131 + S);
+  std::uniform_real_distribution<float> value(-2.f, 2.f);
+  std::vector<TIN> y(size_t{B} * H * S * D);
+  for (TIN& v : y) v = static_cast<TIN>(value(rng) / 3.f);
+  bool keep[B * S];
+  for (int r = 0; r < B * S; ++r) keep[r] = (r * 7 + 3) % 5 != 0;
+  Shape keep_shape;
+  keep_shape.v[0] = B;
+  keep_shape.v[1] = S;
+  std::vector<T> out(y.size(), static_cast<T>(-7.f));
+  EmulatedLaunch((int64_t{B} * H * S * D + 255) / 256 * 256, 256,
+                 [&] { heads_last_kernel<T, TIN, H, D>(y.data(), keep, keep_shape, out.data()); });
+  for (int b = 0; b < B; ++b)
+    for (int s = 0; s < S; ++s)
+      for (int h = 0; h < H; ++h)
+        for (int d = 0; d < D; ++d) {
+          const float got = static_cast<float>(out[((size_t{b} * S + s) * H + h) * D + d]);
+          const float want = keep[b * S + s]
+                                 ? static_cast<float>(static_cast<T>(y[((size_t{b} * H + h) * S + s) * D + d]))
+                                 : 0.f;
+          ++checks;
+          if (got != want && failures++ < 20)
+            std::printf("MISMATCH %s [%d,%d,%d,%d] = %.8f, want %.8f\n", name, b, s, h, d, got, want);
+        }
+}
+int main() {
+  Check<__half, __half, 2, 4, 7, 64>("float16");
+  Check<__half, float, 3, 2, 5, 16>("float32 into float16");
+  Check<__nv_bfloat16, __nv_bfloat16, 1, 3, 9, 80>("bfloat16");
+  Check<float, float, 2, 2, 3, 8>("float32");
+  std::printf("checked %d values, %d mismatches\n", checks, failures);
+  return failures == 0 && checks > 0 ? 0 : 1;
+}
+)";
+  EXPECT_EQ(BuildAndRun("mlx_ep_gqa_heads_last_emulation", program, "g++", EmulationFlags()), "");
+}
+
+TEST(GqaHeadsLastKernel, PlanOfTheLaunch) {
+  const int B = 2, H = 8, S = 5, D = 64;
+  const mx::array y = mx::zeros({B, H, S, D}, mx::float32), keep = mx::zeros({B, S}, mx::bool_);
+  auto plan = PlanHeadsLast(y, keep, mx::float16);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(Ints(*plan), (std::map<std::string, int>{{"H", H}, {"D", D}}));
+  EXPECT_EQ(plan->output_shapes, (std::vector<mx::Shape>{{B, S, H, D}}));
+  EXPECT_EQ(plan->output_dtypes, (std::vector<mx::Dtype>{mx::float16}));
+  EXPECT_EQ(plan->threads, (B * H * S * D + 255) / 256 * 256);
+  EXPECT_EQ(plan->per_block, 256);
+  // Declined: a keep mask of another shape or type, a 3-D y, an integer y.
+  EXPECT_FALSE(PlanHeadsLast(y, mx::zeros({B, 1, S, 1}, mx::bool_), mx::float16));
+  EXPECT_FALSE(PlanHeadsLast(y, mx::zeros({B, S}, mx::int32), mx::float16));
+  EXPECT_FALSE(PlanHeadsLast(mx::zeros({B, S, D}, mx::float16), keep, mx::float16));
+  EXPECT_FALSE(PlanHeadsLast(mx::zeros({B, H, S, D}, mx::int32), keep, mx::float16));
+}
+
 }  // namespace
 }  // namespace mlx_ep

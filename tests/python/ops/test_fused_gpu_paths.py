@@ -66,10 +66,20 @@ def test_gqa_masks_float32(forced32, case):
     check(*gqa(**GQA_CASES[case]))
 
 
-@pytest.mark.parametrize("phase", ["prefill", "prefill_rotary", "decode"])
+@pytest.mark.parametrize("phase", ["prefill", "prefill_rotary", "prefill_window", "decode"])
 def test_gqa_float16(forced, phase):
     if phase == "prefill":
         check(*gqa(2, 5, 4, 2, 16, seqlens=[5, 2], total=5, past_len=8, dtype=np.float16))
+    elif phase == "prefill_window":
+        # Entry 1's last padding row attends no key: a zero row, as ORT's CPU EP gives in float32.
+        # Its float16 kernel gives that row the last real row's output instead (ORT 1.31), so the
+        # reference is the float32 model's on the float16 values.
+        args = dict(seqlens=[6, 4], total=6, local_window_size=2)
+        model, feeds = gqa(2, 6, 4, 2, 16, dtype=np.float16, **args)
+        model32, _ = gqa(2, 6, 4, 2, 16, dtype=np.float32, **args)
+        ref = run_cpu(model32, {k: v.astype(np.float32) if v.dtype == np.float16 else v for k, v in feeds.items()})
+        got = check_parity(model, feeds, expected=[r.astype(np.float16) for r in ref])
+        assert not np.any(got[0][1, 5]) and np.all(np.any(got[0][1, :5] != 0, axis=-1)), got[0][1]
     elif phase == "prefill_rotary":
         check(*gqa(2, 5, 4, 2, 16, seqlens=[5, 2], total=5, past_len=8, dtype=np.float16, rotary=(16, 1),
                    packed=True))
@@ -388,6 +398,27 @@ def test_prefill_rotate_kernel():
     assert len(census) == 3 and all("CustomKernel" in line for line in census), census
     composed, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL": "0"}, timeout=600)
     assert len(composed) == 3 and not any("CustomKernel" in line for line in composed), composed
+
+
+def test_heads_last_kernel():
+    """ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=1: the fused attention core's [B, S, H, D] output and its
+    rows that attend nothing (a padding row outside its window) zero in one custom CUDA kernel
+    (src/ops/attention_gqa_prefill_cuda.cc): the prompt cases hold their tolerances with a
+    CustomKernel in each graph, none without it (the prompt rotation kernel off in both, so that
+    the heads-last kernel is the only custom kernel of a prompt's graph). MLX's CUDA backend only;
+    tests/cpp/gqa_prefill_kernel_test.cc runs its text on the host."""
+    if mlx_device() != "gpu":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    # float16 (a GPU's float32 cores are composed, without cuDNN): a padded prompt, a packed rotary
+    # one, and a window that leaves a padding row no key
+    cases = ["test_gqa_float16[prefill]", "test_gqa_float16[prefill_rotary]", "test_gqa_float16[prefill_window]"]
+    off = {"ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL": "0"}
+    census, _ = census_of_tests(__file__, cases, env={**off, "ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL": "1"},
+                                timeout=600)
+    assert len(census) == len(cases) and all("CustomKernel" in line for line in census), census
+    composed, _ = census_of_tests(__file__, cases, env={**off, "ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL": None},
+                                  timeout=600)
+    assert len(composed) == len(cases) and not any("CustomKernel" in line for line in composed), composed
 
 
 def test_decode_core_by_gemv():
