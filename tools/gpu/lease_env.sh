@@ -10,22 +10,25 @@
 # after it, not yet on a GPU: the GQA decode kernel walks the admitted rows only (the default
 # kernel; half its passes at 1,024 of 2,048 rows); the grouped GQA decode kernel
 # (ONNXRUNTIME_EP_MLX_DECODE_GROUPED=1); one row's merged-product columns with packed strides (the
-# 22 copy_g_nd a fp16 step); the wide-loads test in six shards. So, next, in this order:
+# 22 copy_g_nd a fp16 step); the heads-last kernel of the fused attention core
+# (ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=1, the prefill's 22 x 22.8 us select); the wide-loads test in
+# six shards. So, next, in this order:
 #   - the split: the wide loads' six shards and the dequantization's three modes (NBITS_WIDE's
-#     parity: to make it the default), the grouped kernel's parity, GQA's file (the admitted-rows
+#     parity: to make it the default), the grouped and heads-last kernels' parity, GQA's file (the admitted-rows
 #     change is in the default kernel), test_llm (ColumnParts) and test_matmul;
 #   - the decode A/B: the default, GROUPED=1, NBITS_WIDE=1, both, two rounds;
-#   - the timelines with both (the grouped kernel's time against this session's 22 x 21.4 us);
+#   - the timelines with the three (the grouped kernel's time against this session's 22 x 21.4 us,
+#     the prefill's heads-last kernel against its select's 22 x 22.8 us);
 #   - the LLM peers at the defaults (the ratios).
-S=ONNXRUNTIME_EP_MLX_DECODE_GROUPED W=ONNXRUNTIME_EP_MLX_NBITS_WIDE
+S=ONNXRUNTIME_EP_MLX_DECODE_GROUPED W=ONNXRUNTIME_EP_MLX_NBITS_WIDE L=ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL
 F=tests/python/ops/test_fused_gpu_paths.py Q=tests/python/ops/test_quantized.py
 export BG_STEPS="split phases kernels llm" LLM_ENV= \
-  SPLIT_TESTS="$Q::test_gpu_decode_kernel_wide_loads $Q::test_gpu_prefill_dequantize_kernel $F::test_decode_step_kernel_grouped tests/python/ops/test_attention_contrib_gqa.py tests/python/test_llm.py tests/python/ops/test_matmul.py" \
+  SPLIT_TESTS="$Q::test_gpu_decode_kernel_wide_loads $Q::test_gpu_prefill_dequantize_kernel $F::test_decode_step_kernel_grouped $F::test_heads_last_kernel $F::test_gqa_float16 tests/python/ops/test_attention_contrib_gqa.py tests/python/test_llm.py tests/python/ops/test_matmul.py" \
   SPLIT_JOBS=12 SPLIT_TIMEOUT=400 \
   PHASES_MODELS="fp16 int4" PHASES_PROMPT= PHASES_ROUNDS=2 PHASES_TIMEOUT=600 PHASES_BERT= \
   PHASES_SETTINGS="default;$S=1;$W=1;$S=1 $W=1" \
   KERNELS_VIA=timeline KERNELS_MODELS="fp16 int4" KERNELS_PROMPT=512 KERNELS_BATCH8= KERNELS_BERT= \
-  KERNELS_ENV="$S=1 $W=1"
+  KERNELS_ENV="$S=1 $W=1 $L=1"
 export CONF_TIMEOUT=660
 # A lease with ~1,100-1,400 s: the split, the A/B and the timelines (`. tools/gpu/lease_env.sh mid`).
 if [ "${1:-}" = mid ]; then
