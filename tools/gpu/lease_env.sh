@@ -16,7 +16,9 @@
 #   - the split: the wide loads' six shards and the dequantization's three modes (NBITS_WIDE's
 #     parity: to make it the default), the grouped and heads-last kernels' parity, GQA's file (the admitted-rows
 #     change is in the default kernel), test_llm (ColumnParts) and test_matmul;
-#   - the decode A/B: the default, GROUPED=1, NBITS_WIDE=1, both, two rounds;
+#   - the decode A/B: the default, GROUPED=1, NBITS_WIDE=1, both, two rounds; BERT-base fp16's with
+#     the softmax kernel (opt-in since the twenty-third session, its GPU parity passed in the
+#     twenty-fourth, never timed) against the default;
 #   - the timelines with the three (the grouped kernel's time against this session's 22 x 21.4 us,
 #     the prefill's heads-last kernel against its select's 22 x 22.8 us);
 #   - the LLM peers at the defaults (the ratios).
@@ -25,7 +27,8 @@ F=tests/python/ops/test_fused_gpu_paths.py Q=tests/python/ops/test_quantized.py
 export BG_STEPS="split phases kernels llm" LLM_ENV= \
   SPLIT_TESTS="$Q::test_gpu_decode_kernel_wide_loads $Q::test_gpu_prefill_dequantize_kernel $F::test_decode_step_kernel_grouped $F::test_heads_last_kernel $F::test_gqa_float16 tests/python/ops/test_attention_contrib_gqa.py tests/python/test_llm.py tests/python/ops/test_matmul.py" \
   SPLIT_JOBS=12 SPLIT_TIMEOUT=400 \
-  PHASES_MODELS="fp16 int4" PHASES_PROMPT= PHASES_ROUNDS=2 PHASES_TIMEOUT=600 PHASES_BERT= \
+  PHASES_MODELS="fp16 int4" PHASES_PROMPT= PHASES_ROUNDS=2 PHASES_TIMEOUT=600 PHASES_BERT=1 \
+  PHASES_BERT_SETTINGS="default;ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=1" \
   PHASES_SETTINGS="default;$S=1;$W=1;$S=1 $W=1" \
   KERNELS_VIA=timeline KERNELS_MODELS="fp16 int4" KERNELS_PROMPT=512 KERNELS_BATCH8= KERNELS_BERT= \
   KERNELS_ENV="$S=1 $W=1 $L=1"
