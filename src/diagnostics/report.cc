@@ -153,9 +153,10 @@ std::string SessionReport::Summary() const {
     if (s.bucketed_runs || s.bucket_refusals)
       os << "; prompt buckets: " << s.bucketed_runs << " runs padded, " << s.bucket_refusals << " refused";
     if (s.steady_runs)
-      os << "; per run without a trace " << s.bind_us / s.steady_runs << " us bind / " << s.graph_us / s.steady_runs
-         << " us graph / " << s.eval_us / s.steady_runs << " us eval / " << s.write_us / s.steady_runs
-         << " us write (" << s.wait_us / s.steady_runs << " us of it waiting for the device)";
+      os << "; per run without a trace " << s.bind_us / s.steady_runs << " us bind / "
+         << s.graph_us / s.steady_runs << " us graph / " << s.eval_us / s.steady_runs << " us eval / "
+         << s.write_us / s.steady_runs << " us write (" << s.wait_us / s.steady_runs
+         << " us of it waiting for the device)";
     os << "\n";
   }
   return os.str();

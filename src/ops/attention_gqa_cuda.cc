@@ -417,7 +417,6 @@ std::string Body(bool split) {
          (split ? "const_cast<int*>(counters), parts" : "nullptr, nullptr") + ");\n";
 }
 
-
 const mx::fast::CustomKernelFunction& StepKernel(bool split) {
   static const std::vector<std::string> inputs = {"q_in",      "k_in",    "v_in",      "past_k",
                                                   "past_v",    "seqlens", "total_len", "cos_cache",

@@ -21,8 +21,8 @@ bool DecodeGroupedEnabled();
  *  made the grouped kernel's: blocks of 256 threads, one per (batch entry, KV head, split), the
  *  KV heads' counters as one more input and the splits' parts (float32) as one more output, the
  *  constants ROWS, SPLITS and NT; nullopt where its shared memory would not fit. */
-std::optional<KernelLaunch> PlanGroupedDecodeStep(KernelLaunch launch, int batch, int heads, int kv_heads, int D,
-                                                  int past);
+std::optional<KernelLaunch> PlanGroupedDecodeStep(KernelLaunch launch, int batch, int heads, int kv_heads,
+                                                  int D, int past);
 
 /** The grouped kernel as MLX's cuda_kernel (the inputs above, counters last; outputs out, k_row,
  *  v_row, parts). */

@@ -207,7 +207,8 @@ std::optional<mx::array> AttendGqaFused(const OpContext& c, const GqaCoreInputs&
   if (HeadsLastKernelWanted()) {
     const int batch = out.shape(0), seq_len = out.shape(2);
     const mx::array keep = mx::reshape(mx::broadcast_to(any, {batch, 1, seq_len, 1}, s), {batch, seq_len}, s);
-    if (std::optional<mx::array> rows = HeadsLastByKernel(out, keep, t, s)) return mx::transpose(*rows, heads_last, s);
+    if (std::optional<mx::array> rows = HeadsLastByKernel(out, keep, t, s))
+      return mx::transpose(*rows, heads_last, s);
   }
   const mx::array rows = mx::where(mx::transpose(any, heads_last, s),
                                    mx::astype(mx::transpose(out, heads_last, s), t, s), mx::array(0, t), s);

@@ -150,7 +150,8 @@ __device__ __forceinline__ void merge_group(GroupedShared<D, G, ROWS>& sm, const
     const int g = i / D, d = i % D;
     float y = sm.w_new[g] * static_cast<float>(v_new[d]);
 #pragma unroll 8
-    for (int j = 0; j < SPLITS; ++j) y = fmaf(weights[g * SPLITS + j], __ldcg(all + (j * G + g) * STRIDE + 2 + d), y);
+    for (int j = 0; j < SPLITS; ++j)
+      y = fmaf(weights[g * SPLITS + j], __ldcg(all + (j * G + g) * STRIDE + 2 + d), y);
     out[i] = any ? static_cast<T>(y / sm.head[2 * g + 1]) : static_cast<T>(0.f);
   }
 }
@@ -281,10 +282,12 @@ bool DecodeGroupedEnabled() {
   return on;
 }
 
-std::string GqaGroupedKernelSourceForTests() { return GroupedHeader() + "\n// kernel body:\n" + kGroupedBody; }
+std::string GqaGroupedKernelSourceForTests() {
+  return GroupedHeader() + "\n// kernel body:\n" + kGroupedBody;
+}
 
-std::optional<KernelLaunch> PlanGroupedDecodeStep(KernelLaunch launch, int batch, int heads, int kv_heads, int D,
-                                                  int past) {
+std::optional<KernelLaunch> PlanGroupedDecodeStep(KernelLaunch launch, int batch, int heads, int kv_heads,
+                                                  int D, int past) {
   const int G = heads / kv_heads;
   // Rows a block: 4,096 values of K (64 rows of a 64-wide head), fewer where the shared memory
   // would not fit.
@@ -308,8 +311,8 @@ std::optional<KernelLaunch> PlanGroupedDecodeStep(KernelLaunch launch, int batch
 const mx::fast::CustomKernelFunction& GroupedStepKernel() {
   static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
       "mlx_ep_gqa_decode_grouped",
-      {"q_in", "k_in", "v_in", "past_k", "past_v", "seqlens", "total_len", "cos_cache", "sin_cache", "pos_ids",
-       "counters"},
+      {"q_in", "k_in", "v_in", "past_k", "past_v", "seqlens", "total_len", "cos_cache", "sin_cache",
+       "pos_ids", "counters"},
       {"out", "k_row", "v_row", "parts"}, kGroupedBody, GroupedHeader(), /*ensure_row_contiguous=*/true);
   return kernel;
 }

@@ -64,7 +64,8 @@ std::optional<KernelLaunch> PlanHeadsLast(const mx::array& y, const mx::array& k
 
 /** y as [B, S, H, D] of type `t`, rows whose keep[b, s] is false zero; nullopt off MLX's CUDA
  *  backend or where PlanHeadsLast declines. */
-std::optional<mx::array> HeadsLastByKernel(const mx::array& y, const mx::array& keep, mx::Dtype t, mx::Stream s);
+std::optional<mx::array> HeadsLastByKernel(const mx::array& y, const mx::array& keep, mx::Dtype t,
+                                           mx::Stream s);
 
 /** That kernel's body as NVRTC compiles it (it has no header). */
 std::string GqaHeadsLastSourceForTests();

@@ -137,21 +137,20 @@ bool HeadsLastKernelWanted() {
 }
 
 std::optional<KernelLaunch> PlanHeadsLast(const mx::array& y, const mx::array& keep, mx::Dtype t) {
-  if (y.ndim() != 4 || y.size() == 0 || !IsCudaKernelFloat(y.dtype()) || !IsCudaKernelFloat(t)) return std::nullopt;
+  if (y.ndim() != 4 || y.size() == 0 || !IsCudaKernelFloat(y.dtype()) || !IsCudaKernelFloat(t))
+    return std::nullopt;
   const int batch = y.shape(0), heads = y.shape(1), seq = y.shape(2), D = y.shape(3);
   if (keep.dtype() != mx::bool_ || keep.shape() != mx::Shape{batch, seq}) return std::nullopt;
   const int64_t values = static_cast<int64_t>(y.size());
   const int64_t blocks = (values + kThreadsPerBlock - 1) / kThreadsPerBlock;
   if (blocks > (int64_t{1} << 30) / kThreadsPerBlock) return std::nullopt;  // MLX's grid: int threads
-  return KernelLaunch{{y, keep},
-                      {{batch, seq, heads, D}},
-                      {t},
-                      static_cast<int>(blocks * kThreadsPerBlock),
-                      kThreadsPerBlock,
-                      {{"H", heads}, {"D", D}, {"T", t}}};
+  return KernelLaunch{
+      {y, keep},        {{batch, seq, heads, D}},          {t}, static_cast<int>(blocks * kThreadsPerBlock),
+      kThreadsPerBlock, {{"H", heads}, {"D", D}, {"T", t}}};
 }
 
-std::optional<mx::array> HeadsLastByKernel(const mx::array& y, const mx::array& keep, mx::Dtype t, mx::Stream s) {
+std::optional<mx::array> HeadsLastByKernel(const mx::array& y, const mx::array& keep, mx::Dtype t,
+                                           mx::Stream s) {
   if (!CudaKernelsAvailable(s)) return std::nullopt;
   const std::optional<KernelLaunch> plan = PlanHeadsLast(y, keep, t);
   if (!plan) return std::nullopt;

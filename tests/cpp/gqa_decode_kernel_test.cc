@@ -260,8 +260,8 @@ TEST(GqaDecodeKernel, PlanOfTheLaunch) {
             32);
   const mx::array mqa = mx::zeros({B, 1, (32 + 2) * D}, mx::float16);
   const mx::array past_mqa = mx::zeros({B, 1, 8191, D}, mx::float16);
-  EXPECT_FALSE(PlanDecodeStep({mqa, std::nullopt, std::nullopt, past_mqa, past_mqa, seqlens, total, std::nullopt,
-                               std::nullopt, std::nullopt, 32, 1, D, false, 0, 0.125f},
+  EXPECT_FALSE(PlanDecodeStep({mqa, std::nullopt, std::nullopt, past_mqa, past_mqa, seqlens, total,
+                               std::nullopt, std::nullopt, std::nullopt, 32, 1, D, false, 0, 0.125f},
                               0, true));
 
   // Left to the composed paths: a head over 128, 8,192 past rows, a cache dtype the past lacks, a
