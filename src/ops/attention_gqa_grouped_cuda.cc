@@ -149,7 +149,9 @@ __device__ __forceinline__ void merge_group(GroupedShared<D, G, ROWS>& sm, const
   for (int i = threadIdx.x; i < G * D; i += NT) {
     const int g = i / D, d = i % D;
     float y = sm.w_new[g] * static_cast<float>(v_new[d]);
-#pragma unroll 8
+    // 16 splits' loads in flight before their sums: the merge is the step's last chain of L2
+    // round trips (a thread's SPLITS loads for each of its outputs).
+#pragma unroll 16
     for (int j = 0; j < SPLITS; ++j)
       y = fmaf(weights[g * SPLITS + j], __ldcg(all + (j * G + g) * STRIDE + 2 + d), y);
     out[i] = any ? static_cast<T>(y / sm.head[2 * g + 1]) : static_cast<T>(0.f);
