@@ -121,7 +121,7 @@ constexpr const char* kSoftmaxKernel =
                                           // one-launch CUDA kernel (softmax_cuda.h; opt-in until a
                                           // GPU has run it), not MLX's composed kernels
 constexpr const char* kMergeMatmuls =
-    "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls on one input stay one product each
+    "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls (and MatMulNBits) on one input stay one product each
 constexpr const char* kMatmulBias =
     "ONNXRUNTIME_EP_MLX_MATMUL_BIAS";  // "0": a MatMul and the Add of its bias stay two ops
                                        // (runtime/matmul_bias.h)

@@ -15,6 +15,7 @@
 #include "partition/partition.h"
 #include "runtime/matmul_bias.h"
 #include "runtime/matmul_siblings.h"
+#include "runtime/nbits_siblings.h"
 #include "runtime/plan_trace.h"
 #include "runtime/rows.h"
 #include "runtime/weight_layout.h"
@@ -185,6 +186,7 @@ void PlanTrace::Run(const PlanNode& pn) {
 
 std::vector<mx::array> PlanTrace::TranslateTraced(const PlanNode& pn, const OpContext& c) {
   if (pn.merged) return {MergedColumnsOf(pn, c)};
+  if (pn.merged_nbits) return {MergedNBitsOf(pn)};
   if (pn.bias_added_to && biased_.count(*pn.bias_added_to)) return {*Array(*pn.bias_added_to)};
   if (pn.bias)
     if (auto y = BiasedProduct(c.input(0), c.input(1), *Array(*pn.bias), stream_)) {
@@ -204,7 +206,10 @@ mx::array PlanTrace::MergedColumnsOf(const PlanNode& pn, const OpContext& c) {
       merged_biased_.insert(m.weight);
     auto product_of = [&](const mx::array& a, const mx::array& b) { return FlatFreeMatmul(a, b, stream_); };
     if (!product) product = NumpyMatmul(c, c.input(0), weights, product_of);
-    it = merged_products_.emplace(m.weight, MemberColumns(m.weight, *product)).first;
+    std::set<int64_t> starts;
+    for (const PlanNode& member : plan_.nodes)
+      if (member.merged && member.merged->weight == m.weight) starts.insert(member.merged->column);
+    it = merged_products_.emplace(m.weight, MemberColumns(starts, *product, true)).first;
   }
   if (merged_biased_.count(m.weight)) biased_.insert(pn.node.outputs[0]);
   const auto part = it->second.find(m.column);
@@ -214,18 +219,46 @@ mx::array PlanTrace::MergedColumnsOf(const PlanNode& pn, const OpContext& c) {
   return part->second;
 }
 
-std::map<int64_t, mx::array> PlanTrace::MemberColumns(const std::string& weight, const mx::array& product) {
+mx::array PlanTrace::MergedNBitsOf(const PlanNode& pn) {
+  const MergedNBits& m = *pn.merged_nbits;
+  auto it = merged_products_.find(m.weight);
+  if (it == merged_products_.end()) {  // the group's first MatMulNBits: the group's node, once
+    PlanNode group = pn;
+    group.merged_nbits.reset();
+    group.node.inputs = {pn.node.inputs.at(0), m.weight, m.scales};
+    if (!m.zero_points.empty()) group.node.inputs.push_back(m.zero_points);
+    group.node.attributes["N"].i = m.total;
+    const OpContext c = Context(group, false);
+    const mx::array product = pn.spec->translate(c).at(0);
+    std::set<int64_t> starts;
+    for (const PlanNode& member : plan_.nodes)
+      if (member.merged_nbits && member.merged_nbits->weight == m.weight)
+        starts.insert(member.merged_nbits->column);
+    // Plain views: what reads them (the EP's nbits kernels, SiLU's product of them) takes a row
+    // whose unit axes' strides are not packed without a copy, unlike MLX's matmul (ColumnParts),
+    // and the packing's Reshapes would cost three primitives a group.
+    it = merged_products_.emplace(m.weight, MemberColumns(starts, product, false)).first;
+  }
+  const auto part = it->second.find(m.column);
+  if (part == it->second.end() || part->second.shape(-1) != m.width)
+    throw std::logic_error("[MlxEp] " + pn.node.Label() + ": no merged columns at " +
+                           std::to_string(m.column));
+  return part->second;
+}
+
+std::map<int64_t, mx::array> PlanTrace::MemberColumns(const std::set<int64_t>& member_starts,
+                                                      const mx::array& product, bool packed) {
   // The members' columns tile the product (MergeColumns puts their weights side by side): one
   // Split primitive makes all their views, where a Slice each took a primitive each a run (44 a
   // TinyLlama decode step, gate and up; on a GPU every primitive costs host time); ColumnParts
   // gives one row's views packed strides.
-  std::set<int64_t> starts = {0};
-  for (const PlanNode& member : plan_.nodes)
-    if (member.merged && member.merged->weight == weight) starts.insert(member.merged->column);
+  std::set<int64_t> starts = member_starts;
+  starts.insert(0);
   mx::Shape indices;
   for (int64_t start : starts)
     if (start > 0) indices.push_back(static_cast<int>(start));
-  const std::vector<mx::array> parts = ColumnParts(product, indices, stream_);
+  const std::vector<mx::array> parts =
+      packed ? ColumnParts(product, indices, stream_) : mx::split(product, indices, -1, stream_);
   std::map<int64_t, mx::array> columns;
   auto start = starts.begin();
   for (const mx::array& part : parts) columns.emplace(*start++, part);
@@ -482,7 +515,7 @@ void AddConstant(Plan& plan, const Graph& graph, const std::string& name,
                  const std::unordered_set<std::string>& gemv_weights) {
   const ValueInfo* v = graph.Value(name);
   if (!v || !v->constant || input_index.count(name) || plan.constants.count(name)) return;
-  if (plan.merged_members.count(name)) return;  // a view of its merged weight (ConstantView)
+  if (plan.merged_members.count(name) || plan.merged_rows.count(name)) return;  // views (ConstantView)
   // The snapshot's copy, not a second one (or the transposed copy instead of the device's).
   const bool transposed = gemv_weights.count(name) > 0;
   plan.constants.emplace(name, transposed ? GemvLayout(*v->constant) : ShareArray(v->constant));
@@ -507,6 +540,7 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
   const std::unordered_map<size_t, MatmulBias> biases = FindMatmulBiases(graph, plan.output_names);
   const std::unordered_map<size_t, MergedColumns> merged =
       AddMergedWeights(plan, graph, gemv_weights, biases);
+  const std::unordered_map<size_t, MergedNBits> merged_nbits = AddMergedNBits(plan, graph);
   // The Adds whose MatMul may add their bias (a merged one only with its group's biases).
   std::unordered_map<size_t, std::string> bias_added_to;
   for (const auto& [mm, b] : biases)
@@ -525,6 +559,8 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
     pn.host_inputs = claim.host_inputs;
     if (auto m = merged.find(idx); m != merged.end()) {
       pn.merged = m->second;
+    } else if (auto q = merged_nbits.find(idx); q != merged_nbits.end()) {
+      pn.merged_nbits = q->second;
     } else if (auto b = biases.find(idx); b != biases.end()) {
       pn.bias = b->second.bias;
     }
@@ -557,6 +593,13 @@ std::optional<mx::array> ConstantView(const Plan& plan, const std::string& name,
     const mx::array all = *ConstantView(plan, m->second.weight, stream);
     return mx::slice(all, {0, static_cast<int>(m->second.column)},
                      {all.shape(0), static_cast<int>(m->second.column + m->second.width)}, stream);
+  }
+  if (auto r = plan.merged_rows.find(name); r != plan.merged_rows.end()) {
+    const mx::array all = *ConstantView(plan, r->second.constant, stream);
+    mx::Shape start(all.ndim(), 0), stop = all.shape();
+    start[0] = static_cast<int>(r->second.begin);
+    stop[0] = static_cast<int>(r->second.end);
+    return mx::slice(all, start, stop, stream);
   }
   auto it = plan.constants.find(name);
   if (it == plan.constants.end()) return std::nullopt;

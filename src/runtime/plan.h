@@ -30,6 +30,19 @@ struct MergedColumns {
   std::string bias;
 };
 
+/** A MatMulNBits of a merged group (runtime/nbits_siblings.h): the trace runs the group's node
+ *  once over its members' weights side by side, and this node's output is its columns. */
+struct MergedNBits {
+  std::string weight, scales, zero_points;   ///< the merged constants (zero_points empty: none)
+  int64_t column = 0, width = 0, total = 0;  ///< this member's columns of the group's `total`
+};
+
+/** A constant held as rows [begin, end) of a merged constant (its first axis). */
+struct MergedRows {
+  std::string constant;
+  int64_t begin = 0, end = 0;
+};
+
 /** One node of the plan with its translation and the inputs it reads on the host. */
 struct PlanNode {
   Node node;
@@ -43,6 +56,8 @@ struct PlanNode {
   /** Set for a MatMul of a merged group: the trace computes the group's product once and this
    *  node's output is its columns. */
   std::optional<MergedColumns> merged;
+  /** Set for a MatMulNBits of a merged group, likewise. */
+  std::optional<MergedNBits> merged_nbits;
   /** A MatMul (not merged) whose one reader adds this 1-D constant: the trace may compute both as
    *  one product (runtime/matmul_bias.h). */
   std::optional<std::string> bias;
@@ -64,6 +79,9 @@ struct Plan {
   std::unordered_set<std::string> transposed_constants;
   /** Weights held as columns of a merged constant, by their own names (read as a view of it). */
   std::unordered_map<std::string, MergedColumns> merged_members;
+  /** Constants held as rows of a merged constant (a merged MatMulNBits group's B, scales and zero
+   *  points), by their own names (read as a view of it). */
+  std::unordered_map<std::string, MergedRows> merged_rows;
   /** Constant initializers with a host value in the trace: those some node reads on the host
    *  (directly or through a folded node), and every small one (so shape arithmetic folds them). */
   std::unordered_map<std::string, std::shared_ptr<const Tensor>> host_constants;

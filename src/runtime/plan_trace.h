@@ -67,7 +67,11 @@ class PlanTrace {
   // A merged MatMul's output (PlanNode::merged): its columns of the group's product, which the
   // group's first MatMul computes (with the group's biases where it can: runtime/matmul_bias.h).
   mx::array MergedColumnsOf(const PlanNode& pn, const OpContext& c);
-  std::map<int64_t, mx::array> MemberColumns(const std::string& weight, const mx::array& product);
+  mx::array MergedNBitsOf(const PlanNode& pn);
+  /** The group's product as its members' columns, by first column (`starts`: every member's);
+   *  `packed`: one row's columns with packed strides (ColumnParts, matmul_siblings.h). */
+  std::map<int64_t, mx::array> MemberColumns(const std::set<int64_t>& starts, const mx::array& product,
+                                             bool packed);
   // Hands the node with its inputs' arrays and host values and its outputs to info_->rows.
   void ObserveRows(const PlanNode& pn, const std::vector<mx::array>& outs);
   // Trace with dynamic dims: the dynamic inputs (placeholders), their shapes as data, and the

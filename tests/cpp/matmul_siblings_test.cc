@@ -5,6 +5,7 @@
 
 #include "graph_builder.h"
 #include "runtime/matmul_siblings.h"
+#include "runtime/nbits_siblings.h"
 
 namespace mlx_ep {
 namespace {
@@ -66,6 +67,55 @@ TEST(MatmulSiblings, ColumnPartsOfOneRowHavePackedStrides) {
   mx::eval(views);
   EXPECT_EQ(views[1].strides(), (mx::Strides{10, 10, 1}));
   EXPECT_EQ(views[1].data<float>()[0], 4.f);
+}
+
+// MatMulNBits siblings (runtime/nbits_siblings.h): one group per A and shared attributes; a member
+// with a bias, a B another node reads, another block size stay apart; the merged rows are the
+// members' bytes in graph order.
+TEST(NBitsSiblings, SameInputAndAttributesMergeOthersDoNot) {
+  auto bytes = [](int64_t n, uint8_t v) {
+    Tensor t;
+    t.type = ElemType::kUInt8;
+    t.shape = {n, 1, 16};
+    t.bytes.assign(static_cast<size_t>(n) * 16, v);
+    return t;
+  };
+  GraphBuilder b;
+  b.Input("x").Input("z");
+  const char* names[] = {"gate", "up", "biased", "shared", "other_block", "other_input"};
+  for (int j = 0; j < 6; ++j) {
+    const std::string n = names[j];
+    b.Constant("B_" + n, bytes(2 + j, static_cast<uint8_t>(j)))
+        .Constant("s_" + n, FloatTensor({2 + j, 1}, std::vector<float>(2 + j, 1.f + j)));
+    std::vector<std::string> ins = {j == 5 ? "z" : "x", "B_" + n, "s_" + n};
+    if (j == 2) {
+      b.Constant("bias", FloatTensor({4}, {1, 2, 3, 4}));
+      ins.insert(ins.end(), {"", "", "bias"});
+    }
+    b.AddNode("MatMulNBits", ins, {"y_" + n});
+  }
+  b.AddNode("Identity", {"B_shared"}, {"copy"});  // B_shared read twice
+  Graph g = b.Build();
+  for (Node& n : g.nodes) {
+    if (n.op_type != "MatMulNBits") continue;
+    n.domain = "com.microsoft";
+    const int64_t N = g.Value(n.inputs[1])->constant->shape[0];
+    for (const auto& [attr, value] : std::map<std::string, int64_t>{
+             {"K", 32}, {"N", N}, {"bits", 4}, {"block_size", n.outputs[0] == "y_other_block" ? 16 : 32}}) {
+      n.attributes[attr].kind = Attribute::Kind::kInt;
+      n.attributes[attr].i = value;
+    }
+  }
+  const std::vector<NBitsSiblings> groups = FindNBitsSiblings(g, {});
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].nodes, (std::vector<size_t>{0, 1}));
+  const std::shared_ptr<const Tensor> merged = MergeRows(g, groups[0], 1);
+  EXPECT_EQ(merged->shape, (std::vector<int64_t>{5, 1, 16}));
+  ASSERT_EQ(merged->bytes.size(), 80u);
+  EXPECT_EQ(merged->bytes[31], 0);  // gate's 2 rows, then up's 3
+  EXPECT_EQ(merged->bytes[32], 1);
+  const std::shared_ptr<const Tensor> scales = MergeRows(g, groups[0], 2);
+  EXPECT_EQ(scales->shape, (std::vector<int64_t>{5, 1}));
 }
 
 }  // namespace

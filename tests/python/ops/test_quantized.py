@@ -384,6 +384,56 @@ def test_matmulnbits_narrower_cpu_kernels(isa):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
 
 
+def siblings_model(K, widths, bits, block_size, rows, dtype, zp, flat, seed=0):
+    """(model, feeds) of MatMulNBits nodes on one A (a Llama MLP's gate and up), each its own
+    weights (`widths`: their N), every output a graph output; `flat`: 1-D scales and zero points."""
+    a = None
+    nodes, inits, outs = [], [], []
+    for j, N in enumerate(widths):
+        a_j, b, scales, zps, _ = case(K, N, bits, block_size, (rows, K), dtype, zp=zp, kind="int", seed=seed + j)
+        a = a_j if a is None else a
+        consts = [(f"B{j}", b), (f"scales{j}", scales.reshape(-1) if flat else scales)]
+        if zps is not None:
+            consts.append((f"zp{j}", zps.reshape(-1) if flat else zps))
+        inits += [numpy_helper.from_array(v, n) for n, v in consts]
+        nodes.append(helper.make_node("MatMulNBits", ["A"] + [n for n, _ in consts], [f"Y{j}"], domain="com.microsoft",
+                                      K=K, N=N, bits=bits, block_size=block_size))
+        outs.append(helper.make_tensor_value_info(f"Y{j}", onnx_type(a.dtype), [rows, N]))
+    graph = helper.make_graph(nodes, "siblings", [helper.make_tensor_value_info("A", onnx_type(a.dtype), [rows, K])],
+                              outs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model, {"A": a}
+
+
+@pytest.mark.parametrize("zp", ["uint8", "float", None])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("rows", [1, 5])
+def test_siblings_merged(zp, dtype, rows):
+    """MatMulNBits on one A (src/runtime/nbits_siblings.h): one node over the members' weights side
+    by side, each output its columns; every column as ORT's CPU EP computes it (random bytes,
+    power-of-two scales: exact), with packed, float and no zero points, 2-D and flat scales, three
+    members of other widths."""
+    check_parity(*siblings_model(96, [24, 40], 4, 32, rows, dtype, zp, flat=False))
+    check_parity(*siblings_model(96, [8, 16, 24], 4, 32, rows, dtype, zp, flat=True, seed=3))
+
+
+def test_siblings_merged_census():
+    """The merged group is one MatMulNBits primitive a run on MLX's CPU device (two with
+    ONNXRUNTIME_EP_MLX_MERGE_MATMULS=0): the group's node ran, not its members'."""
+    from harness import census_of_tests
+    if mlx_device() != "cpu":
+        pytest.skip("the CPU kernels' primitive (a GPU runs its kernels or MLX's products)")
+    cases = ["test_siblings_merged[1-f32-uint8]", "test_siblings_merged[5-f16-None]"]
+    for env, each in (({"ONNXRUNTIME_EP_MLX_MERGE_MATMULS": None}, 1), ({"ONNXRUNTIME_EP_MLX_MERGE_MATMULS": "0"}, 0)):
+        census, _ = census_of_tests(__file__, cases, env=env)
+        assert len(census) == 4, census  # two models a case
+        # merged: one node a group; not: one a member (2 and 3)
+        counts = [int(line.split("MatMulNBitsCpu ")[1].split(",")[0]) for line in census]
+        assert counts == ([1, 1, 1, 1] if each else [2, 3, 2, 3]), census
+
+
 def test_matmulnbits_gpu_translation_on_the_cpu():
     """The GPU translation (mx::quantized_matmul on B's bytes as uint32 words, float32 scales and
     biases, which ConstantFolder evaluates once; dequantize + GEMM past its rows) run on MLX's CPU
