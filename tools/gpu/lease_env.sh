@@ -11,7 +11,8 @@
 # kernel; half its passes at 1,024 of 2,048 rows); the grouped GQA decode kernel
 # (ONNXRUNTIME_EP_MLX_DECODE_GROUPED=1); one row's merged-product columns with packed strides (the
 # 22 copy_g_nd a fp16 step); the heads-last kernel of the fused attention core
-# (ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=1, the prefill's 22 x 22.8 us select); the wide-loads test in
+# (ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=1, the prefill's 22 x 22.8 us select); MatMulNBits siblings
+# as one node (the default: int4's gate and up, 111 -> 89 launches a step); the wide-loads test in
 # six shards. So, next, in this order:
 #   - the split: the wide loads' six shards and the dequantization's three modes (NBITS_WIDE's
 #     parity: to make it the default), the grouped and heads-last kernels' parity, GQA's file (the admitted-rows
