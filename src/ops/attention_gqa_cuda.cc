@@ -129,6 +129,39 @@ struct StepShape {
   float scale;
 };
 
+// The step's facts for entry b (attention_contrib_gqa.cc's StepOf and KeyMask, one query row):
+// the new row's offset, the attended rows' end and start (the window), and whether this is a first
+// prompt (total_sequence_length 1).
+struct StepFacts {
+  int offset, end, start;
+  bool first;
+};
+
+__device__ __forceinline__ StepFacts step_facts(const StepShape& sh, const int* seqlens, const int* total_len,
+                                                int b) {
+  StepFacts f;
+  const int total = seqlens[b] + 1;
+  f.first = total_len[0] == 1;
+  f.offset = f.first ? 0 : total - 1;
+  f.end = lesser(f.offset + 1, total);
+  f.start = sh.window > 0 ? f.offset + 1 - sh.window : 0;
+  return f;
+}
+
+// Entry b's rows of the cos/sin caches: at position_ids (ORT reads position_ids[0, 0] on the first
+// prompt) or the new row's offset, clipped to the caches.
+template <int ROT, typename T>
+__device__ __forceinline__ void rotation_rows(const StepShape& sh, const StepFacts& f, const int64_t* pos_ids,
+                                              int b, const T*& c, const T*& s) {
+  if (ROT == 0) return;
+  int pos = f.offset;
+  if (sh.pos_stride > 0)
+    pos = static_cast<int>(f.first ? pos_ids[0] : pos_ids[static_cast<int64_t>(b) * sh.pos_stride]);
+  pos = lesser(pos < 0 ? 0 : pos, sh.max_pos - 1);
+  c += static_cast<int64_t>(pos) * (ROT / 2);
+  s += static_cast<int64_t>(pos) * (ROT / 2);
+}
+
 // How the block's NT threads share a past buffer's rows, CH values of a row at a time (16-byte
 // loads where CH * sizeof(T) is 16): SUB lanes a row (the row's CHUNKS chunks, PER each), KEYS
 // rows a pass of the block, U passes' loads issued before their arithmetic (the rows are
@@ -307,12 +340,8 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
   const int chunk = (P + SPLITS - 1) / SPLITS, lo = lesser(split * chunk, P), hi = lesser(lo + chunk, P);
   const bool has_new = split == SPLITS - 1;  // hi == P there
   const int tid = threadIdx.x, threads = blockDim.x;
-  // The step's facts for entry b (attention_contrib_gqa.cc's StepOf and KeyMask, one query row).
-  const int total = seqlens[b] + 1;
-  const bool first = total_len[0] == 1;
-  const int offset = first ? 0 : total - 1;
-  const int end = lesser(offset + 1, total);
-  const int start = sh.window > 0 ? offset + 1 - sh.window : 0;
+  const StepFacts facts = step_facts(sh, seqlens, total_len, b);
+  const int offset = facts.offset, end = facts.end, start = facts.start;
   const bool new_row_inside = offset >= 0 && offset < P;
   auto attended = [&](int t) {  // t < P: past row t; t == P: the new row, at `offset`
     const int at = t < P ? t : offset;
@@ -322,14 +351,7 @@ __device__ __forceinline__ void decode_step(const StepShape& sh, const T* q_in, 
   const T* k_new = k_in + static_cast<int64_t>(b) * sh.k_stride + sh.k_off + kvh * D;
   const T* v_new = v_in + static_cast<int64_t>(b) * sh.v_stride + sh.v_off + kvh * D;
   const T *c = cos_cache, *s = sin_cache;
-  if (ROT > 0) {
-    int pos = offset;
-    if (sh.pos_stride > 0)  // ORT reads position_ids[0, 0] on the first prompt
-      pos = static_cast<int>(first ? pos_ids[0] : pos_ids[static_cast<int64_t>(b) * sh.pos_stride]);
-    pos = lesser(pos < 0 ? 0 : pos, sh.max_pos - 1);
-    c += static_cast<int64_t>(pos) * (ROT / 2);
-    s += static_cast<int64_t>(pos) * (ROT / 2);
-  }
+  rotation_rows<ROT>(sh, facts, pos_ids, b, c, s);
   const int64_t kv = static_cast<int64_t>(b) * Hkv + kvh;
   for (int d = tid; d < D; d += threads) {
     qs[d] = static_cast<float>(mlx_ep_cuda::rotated<ROT, INTERLEAVED>(q_row, c, s, d));

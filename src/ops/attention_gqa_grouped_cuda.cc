@@ -172,22 +172,11 @@ __device__ __forceinline__ void decode_grouped(const StepShape& sh, const T* q_i
   __shared__ int last;
   const int Hkv = sh.kv_heads, P = sh.past, tid = threadIdx.x;
   const int split = blockIdx.x % SPLITS, bk = blockIdx.x / SPLITS, b = bk / Hkv, kvh = bk % Hkv;
-  // The step's facts for entry b (decode_step's).
-  const int total = seqlens[b] + 1;
-  const bool first = total_len[0] == 1;
-  const int offset = first ? 0 : total - 1;
-  const int end = lesser(offset + 1, total);
-  const int start = sh.window > 0 ? offset + 1 - sh.window : 0;
+  const StepFacts facts = step_facts(sh, seqlens, total_len, b);
+  const int offset = facts.offset, end = facts.end, start = facts.start;
   const bool new_used = offset >= 0 && offset < P && offset < end && offset >= start;
   const T *c = cos_cache, *s = sin_cache;
-  if (ROT > 0) {
-    int pos = offset;
-    if (sh.pos_stride > 0)  // ORT reads position_ids[0, 0] on the first prompt
-      pos = static_cast<int>(first ? pos_ids[0] : pos_ids[static_cast<int64_t>(b) * sh.pos_stride]);
-    pos = lesser(pos < 0 ? 0 : pos, sh.max_pos - 1);
-    c += static_cast<int64_t>(pos) * (ROT / 2);
-    s += static_cast<int64_t>(pos) * (ROT / 2);
-  }
+  rotation_rows<ROT>(sh, facts, pos_ids, b, c, s);
   // The admitted past rows [row_lo, row_hi), an even share each split (at most ROWS: SPLITS *
   // ROWS >= P).
   const int row_lo = lesser(start > 0 ? start : 0, P);
