@@ -5,8 +5,8 @@
 //
 // Why: on the thirty-first session's H100 a fp16 TinyLlama decode step waited 1.0 ms for the GPU
 // after the host's last launch, and the per-head kernel took 22 x 21.4 us of its 1.7 ms of kernel
-// time for ~1 MB of K and V a layer: each of its 32 blocks walks 1,024 rows in passes, a chain of
-// dependent loads and block reductions. Here a block's rows (at most ROWS: 64 of a 64-wide head)
+// time for ~1 MB of K and V a layer: each of its 32 blocks walked the buffer's 2,048 rows in
+// passes (the attended 1,024 since this session), a chain of dependent loads and block reductions. Here a block's rows (at most ROWS: 64 of a 64-wide head)
 // are loaded in one round of 16-byte loads, K and V together, into shared memory; the scores of
 // the group's heads, each head's softmax over the split's rows and the P V sums follow from shared
 // memory; the last block of a (batch entry, KV head) to finish merges the splits' parts with the

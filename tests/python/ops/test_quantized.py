@@ -420,18 +420,17 @@ def test_siblings_merged(zp, dtype, rows):
 
 
 def test_siblings_merged_census():
-    """The merged group is one MatMulNBits primitive a run on MLX's CPU device (two with
+    """The merged group is one MatMulNBits primitive a run on MLX's CPU device (one a member with
     ONNXRUNTIME_EP_MLX_MERGE_MATMULS=0): the group's node ran, not its members'."""
     from harness import census_of_tests
     if mlx_device() != "cpu":
         pytest.skip("the CPU kernels' primitive (a GPU runs its kernels or MLX's products)")
     cases = ["test_siblings_merged[1-f32-uint8]", "test_siblings_merged[5-f16-None]"]
-    for env, each in (({"ONNXRUNTIME_EP_MLX_MERGE_MATMULS": None}, 1), ({"ONNXRUNTIME_EP_MLX_MERGE_MATMULS": "0"}, 0)):
-        census, _ = census_of_tests(__file__, cases, env=env)
+    for setting, want in ((None, [1, 1, 1, 1]), ("0", [2, 3, 2, 3])):  # the models' 2 and 3 members
+        census, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_MERGE_MATMULS": setting})
         assert len(census) == 4, census  # two models a case
-        # merged: one node a group; not: one a member (2 and 3)
         counts = [int(line.split("MatMulNBitsCpu ")[1].split(",")[0]) for line in census]
-        assert counts == ([1, 1, 1, 1] if each else [2, 3, 2, 3]), census
+        assert counts == want, census
 
 
 def test_matmulnbits_gpu_translation_on_the_cpu():
@@ -522,7 +521,7 @@ def test_gpu_decode_kernel_wide_loads(shard):
     whole 16-byte pieces) and x a word's values at a time (where K is whole words), and the prefill
     dequantization stores 16 bytes at a time where aligned: every parity test of this file holds
     with it (in WIDE_SHARDS shares, every WIDE_SHARDS-th test id from the shard-th: the whole file,
-    549 tests, was slower than a lease's call on a GPU with a cold kernel cache), and the kernel is
+    ~560 tests, was slower than a lease's call on a GPU with a cold kernel cache), and the kernel is
     still one CustomKernel. MLX's CUDA backend only; tests/cpp/nbits_kernel_test.cc runs the wide
     loops' text on the host."""
     import subprocess
