@@ -22,10 +22,11 @@
 #     twenty-fourth, never timed) against the default;
 #   - the timelines with the three (the grouped kernel's time against this session's 22 x 21.4 us,
 #     the prefill's heads-last kernel against its select's 22 x 22.8 us);
-#   - the LLM peers at the defaults (the ratios).
+#   - the LLM peers at the defaults (the ratios);
+#   - the census: no copy_g_nd left between the SiLU product and the down projection (ColumnParts).
 S=ONNXRUNTIME_EP_MLX_DECODE_GROUPED W=ONNXRUNTIME_EP_MLX_NBITS_WIDE L=ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL
 F=tests/python/ops/test_fused_gpu_paths.py Q=tests/python/ops/test_quantized.py
-export BG_STEPS="split phases kernels llm" LLM_ENV= \
+export BG_STEPS="split phases kernels llm census" LLM_ENV= \
   SPLIT_TESTS="$Q::test_gpu_decode_kernel_wide_loads $Q::test_gpu_prefill_dequantize_kernel $F::test_decode_step_kernel_grouped $F::test_heads_last_kernel $F::test_gqa_float16 tests/python/ops/test_attention_contrib_gqa.py tests/python/test_llm.py tests/python/ops/test_matmul.py" \
   SPLIT_JOBS=12 SPLIT_TIMEOUT=400 \
   PHASES_MODELS="fp16 int4" PHASES_PROMPT= PHASES_ROUNDS=2 PHASES_TIMEOUT=600 PHASES_BERT=1 \
