@@ -3,11 +3,12 @@
 // rows) computes the group's H / Hkv query heads together, so each past K and V row is read once
 // (attention_gqa_cuda.cc's block per query head reads a KV head's rows once per query head).
 //
-// Why: on the thirty-first session's H100 a fp16 TinyLlama decode step waited 1.0 ms for the GPU
-// after the host's last launch, and the per-head kernel took 22 x 21.4 us of its 1.7 ms of kernel
-// time for ~1 MB of K and V a layer: each of its 32 blocks walked the buffer's 2,048 rows in
-// passes (the attended 1,024 since this session), a chain of dependent loads and block reductions. Here a block's rows (at most ROWS: 64 of a 64-wide head)
-// are loaded in one round of 16-byte loads, K and V together, into shared memory; the scores of
+// Why: on the thirty-first session's H100 a fp16 TinyLlama decode step's host, done encoding,
+// waited 1.0 ms for the GPU (tools/gpu/step_phases.py), and the per-head kernel took 22 x 21.4 us
+// of its 1.7 ms of kernel time for ~1 MB of K and V a layer: each of its 32 blocks walked the
+// buffer's 2,048 rows in passes (the attended 1,024 since this session), a chain of dependent
+// loads and block reductions. Here a block's rows (at most ROWS: 64 of a 64-wide head) are
+// loaded in one round of 16-byte loads, K and V together, into shared memory; the scores of
 // the group's heads, each head's softmax over the split's rows and the P V sums follow from shared
 // memory; the last block of a (batch entry, KV head) to finish merges the splits' parts with the
 // new row (a count per KV head, as the per-head kernel's splits). The rows are the ones a key mask
@@ -116,7 +117,8 @@ __device__ __forceinline__ void heads_softmax(int rows, float* p, float* head) {
 
 // The last block of a (batch entry, KV head) merges the SPLITS parts (max m_i, sum l_i, the P V
 // sums) and the new row (score s, weight exp(s - M), value row v_new) of each head:
-// out = (sum_i acc_i exp(m_i - M) + [used] exp(s - M) v_new) / (sum_i l_i exp(m_i - M) + [used] exp(s - M)),
+//   out = (sum_i acc_i exp(m_i - M) + [used] exp(s - M) v_new)
+//         / (sum_i l_i exp(m_i - M) + [used] exp(s - M)),
 // M the largest of the m_i of splits that attended a row and s.
 template <int D, int G, int ROWS, int NT, int SPLITS, typename T>
 __device__ __forceinline__ void merge_group(GroupedShared<D, G, ROWS>& sm, const float* all, float scale,
@@ -130,7 +132,8 @@ __device__ __forceinline__ void merge_group(GroupedShared<D, G, ROWS>& sm, const
     const float s = warp_sum(dot) * scale;
     float top = new_used ? s : mlx_ep_cuda::negative_infinity();
     for (int i = lane; i < SPLITS; i += 32)
-      if (__ldcg(all + (i * G + g) * STRIDE + 1) > 0.f) top = fmaxf(top, __ldcg(all + (i * G + g) * STRIDE));
+      if (__ldcg(all + (i * G + g) * STRIDE + 1) > 0.f)  // a split that attended a row
+        top = fmaxf(top, __ldcg(all + (i * G + g) * STRIDE));
     top = warp_max(top);
     float sum = 0.f;
     for (int i = lane; i < SPLITS; i += 32) {
@@ -164,8 +167,8 @@ template <int D, int G, int ROWS, int ROT, bool INTERLEAVED, int NT, int SPLITS,
 __device__ __forceinline__ void decode_grouped(const StepShape& sh, const T* q_in, const T* k_in, const T* v_in,
                                                const T* past_k, const T* past_v, const int* seqlens,
                                                const int* total_len, const T* cos_cache, const T* sin_cache,
-                                               const int64_t* pos_ids, T* out, T* k_row, T* v_row, int* counters,
-                                               float* parts) {
+                                               const int64_t* pos_ids, T* out, T* k_row, T* v_row,
+                                               int* counters, float* parts) {
   constexpr int STRIDE = D + 2;
   constexpr int WIDE = D % (16 / sizeof(T)) == 0 ? 16 / sizeof(T) : 1;
   __shared__ GroupedShared<D, G, ROWS> sm;
