@@ -144,9 +144,14 @@ std::optional<KernelLaunch> PlanHeadsLast(const mx::array& y, const mx::array& k
   const int64_t values = static_cast<int64_t>(y.size());
   const int64_t blocks = (values + kThreadsPerBlock - 1) / kThreadsPerBlock;
   if (blocks > (int64_t{1} << 30) / kThreadsPerBlock) return std::nullopt;  // MLX's grid: int threads
-  return KernelLaunch{
-      {y, keep},        {{batch, seq, heads, D}},          {t}, static_cast<int>(blocks * kThreadsPerBlock),
-      kThreadsPerBlock, {{"H", heads}, {"D", D}, {"T", t}}};
+  KernelLaunch plan;
+  plan.inputs = {y, keep};
+  plan.output_shapes = {{batch, seq, heads, D}};
+  plan.output_dtypes = {t};
+  plan.threads = static_cast<int>(blocks * kThreadsPerBlock);
+  plan.per_block = kThreadsPerBlock;
+  plan.constants = {{"H", heads}, {"D", D}, {"T", t}};
+  return plan;
 }
 
 std::optional<mx::array> HeadsLastByKernel(const mx::array& y, const mx::array& keep, mx::Dtype t,
