@@ -23,7 +23,8 @@ std::optional<std::pair<int, int>> ConstantKey(const Graph& graph, const Node& n
   const std::string* name = InputOf(n, i);
   if (!name) return std::pair{-1, -1};
   const ValueInfo* v = graph.Value(*name);
-  if (!v || !v->constant || readers[*name] != 1) return std::nullopt;
+  // Rows are merged along the first axis: a scalar has none (the claim takes none anyway).
+  if (!v || !v->constant || v->constant->shape.empty() || readers[*name] != 1) return std::nullopt;
   return std::pair{static_cast<int>(v->constant->type), static_cast<int>(v->constant->shape.size())};
 }
 
