@@ -6,6 +6,7 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "ops/fused_gpu_internal.h"
 #include "runtime/matmul_siblings.h"
 
 namespace mlx_ep {
@@ -84,7 +85,12 @@ std::shared_ptr<const Tensor> MergeRows(const Graph& graph, const NBitsSiblings&
 
 std::unordered_map<size_t, MergedNBits> AddMergedNBits(Plan& plan, const Graph& graph) {
   std::unordered_map<size_t, MergedNBits> by_node;
-  if (!MergeMatmulsEnabled()) return by_node;
+  // The GPU paths' (and their test mode on MLX's CPU device, ONNXRUNTIME_EP_MLX_FUSED_GPU_PATHS):
+  // on the CPU a member's MatMulNBits primitive costs no more than the Split the merge adds, and an
+  // A/B showed no gain there (bench/bench_llm.py, a Qwen2-shaped int4 decoder of 8 layers, a
+  // decode step on 2 cores: merged 26.3-27.2 ms in 5 runs, apart 18.8-31.5 in 5, the machine
+  // switching between two speeds), so the CPU keeps one node a member, as before.
+  if (!MergeMatmulsEnabled() || !UseFusedGpuPaths()) return by_node;
   for (const NBitsSiblings& group : FindNBitsSiblings(graph, plan.output_names)) {
     const Node& first = graph.nodes[group.nodes[0]];
     const bool has_zero_points = InputOf(first, 3) != nullptr;

@@ -38,7 +38,8 @@ std::shared_ptr<const Tensor> MergeRows(const Graph& graph, const NBitsSiblings&
 
 /** Adds the merged constants of `graph`'s groups to `plan`, each member's as a view of them
  *  (Plan::merged_rows); returns, by node index, what each member reads. Nothing unless
- *  MergeMatmulsEnabled (matmul_siblings.h). */
+ *  MergeMatmulsEnabled (matmul_siblings.h) and on the fused GPU paths (a GPU, or their test mode on
+ *  MLX's CPU device: the CPU kernels gain nothing from it). */
 std::unordered_map<size_t, MergedNBits> AddMergedNBits(Plan& plan, const Graph& graph);
 
 }  // namespace mlx_ep
