@@ -168,6 +168,15 @@ int Graph::Producer(const std::string& value) const {
   return it == producer_.end() ? -1 : it->second;
 }
 
+std::unordered_map<std::string, int> Graph::ReaderCounts(const std::vector<std::string>& also_outputs) const {
+  std::unordered_map<std::string, int> readers;
+  for (const Node& n : nodes)
+    for (const std::string& in : n.AllInputs()) ++readers[in];
+  for (const std::string& out : outputs) ++readers[out];
+  for (const std::string& out : also_outputs) ++readers[out];
+  return readers;
+}
+
 void Graph::IndexProducers() {
   producer_.clear();
   for (size_t i = 0; i < nodes.size(); ++i) {

@@ -112,6 +112,9 @@ struct Graph {
   int Producer(const std::string& value) const;
   /** Rebuilds the producer index; call after filling `nodes`. */
   void IndexProducers();
+  /** How many readers each value has: node inputs (implicit ones too), graph outputs, and
+   *  `also_outputs` (say, a partition's outputs), each counted once a place. */
+  std::unordered_map<std::string, int> ReaderCounts(const std::vector<std::string>& also_outputs = {}) const;
 
  private:
   std::unordered_map<std::string, int> producer_;

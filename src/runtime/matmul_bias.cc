@@ -14,15 +14,10 @@ bool MatmulBiasEnabled() {
 std::unordered_map<size_t, MatmulBias> FindMatmulBiases(const Graph& graph, const std::vector<std::string>& outputs) {
   std::unordered_map<size_t, MatmulBias> found;
   if (!MatmulBiasEnabled()) return found;
-  std::unordered_map<std::string, int> readers;  // node inputs and outputs reading each value
-  std::unordered_map<std::string, size_t> reader;
+  std::unordered_map<std::string, int> readers = graph.ReaderCounts(outputs);
+  std::unordered_map<std::string, size_t> reader;  // a node reading each value (the one, where one)
   for (size_t i = 0; i < graph.nodes.size(); ++i)
-    for (const std::string& in : graph.nodes[i].AllInputs()) {
-      ++readers[in];
-      reader[in] = i;
-    }
-  for (const std::string& out : graph.outputs) ++readers[out];
-  for (const std::string& out : outputs) ++readers[out];
+    for (const std::string& in : graph.nodes[i].AllInputs()) reader[in] = i;
   auto onnx_op = [](const Node& n, const char* op) {
     return n.op_type == op && (n.domain.empty() || n.domain == "ai.onnx");
   };

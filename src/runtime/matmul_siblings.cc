@@ -17,11 +17,7 @@ bool MergeMatmulsEnabled() {
 }
 
 std::vector<MatmulSiblings> FindMatmulSiblings(const Graph& graph, const std::vector<std::string>& outputs) {
-  std::unordered_map<std::string, int> readers;  // how many node inputs (and outputs) read a value
-  for (const Node& n : graph.nodes)
-    for (const std::string& in : n.AllInputs()) ++readers[in];
-  for (const std::string& out : graph.outputs) ++readers[out];
-  for (const std::string& out : outputs) ++readers[out];
+  std::unordered_map<std::string, int> readers = graph.ReaderCounts(outputs);
   auto floating = [](ElemType t) {
     return t == ElemType::kFloat || t == ElemType::kFloat16 || t == ElemType::kBFloat16;
   };

@@ -32,11 +32,7 @@ std::optional<std::pair<int, int>> ConstantKey(const Graph& graph, const Node& n
 }  // namespace
 
 std::vector<NBitsSiblings> FindNBitsSiblings(const Graph& graph, const std::vector<std::string>& outputs) {
-  std::unordered_map<std::string, int> readers;  // how many node inputs (and outputs) read a value
-  for (const Node& n : graph.nodes)
-    for (const std::string& in : n.AllInputs()) ++readers[in];
-  for (const std::string& out : graph.outputs) ++readers[out];
-  for (const std::string& out : outputs) ++readers[out];
+  std::unordered_map<std::string, int> readers = graph.ReaderCounts(outputs);
   // By A, then by everything the group's node shares: attributes, and each constant's type and rank.
   using Key = std::tuple<std::string, std::vector<int64_t>, std::vector<std::pair<int, int>>>;
   std::map<Key, NBitsSiblings> groups;
