@@ -67,8 +67,7 @@ bool DriverCopiesInputs() {
   // The default (unset or "copy") since the thirtieth session's H200: the one Sum over a TinyLlama
   // decode step's attention mask, its first reader, took 1.7 us where it took 183-295 us reading
   // pages the host had written (the twenty-seventh and twenty-eighth sessions' H100s).
-  static const bool on = PrefetchInputsEnabled() && (!std::getenv(env::kPrefetchInputs) ||
-                                                     EnvString(env::kPrefetchInputs) == "copy");
+  static const bool on = PrefetchInputsEnabled() && EnvString(env::kPrefetchInputs, "copy") == "copy";
   return on;
 }
 
