@@ -196,6 +196,15 @@ std::vector<mx::array> PlanTrace::TranslateTraced(const PlanNode& pn, const OpCo
   return pn.spec->translate(c);
 }
 
+/** Merged group member `pn`'s output: the part of its group's columns at `column`, `width` wide. */
+static mx::array PartAt(const std::map<int64_t, mx::array>& columns, const PlanNode& pn, int64_t column,
+                        int64_t width) {
+  const auto part = columns.find(column);
+  if (part == columns.end() || part->second.shape(-1) != width)
+    throw std::logic_error("[MlxEp] " + pn.node.Label() + ": no merged columns at " + std::to_string(column));
+  return part->second;
+}
+
 mx::array PlanTrace::MergedColumnsOf(const PlanNode& pn, const OpContext& c) {
   const MergedColumns& m = *pn.merged;
   auto it = merged_products_.find(m.weight);
@@ -212,11 +221,7 @@ mx::array PlanTrace::MergedColumnsOf(const PlanNode& pn, const OpContext& c) {
     it = merged_products_.emplace(m.weight, MemberColumns(starts, *product, true)).first;
   }
   if (merged_biased_.count(m.weight)) biased_.insert(pn.node.outputs[0]);
-  const auto part = it->second.find(m.column);
-  if (part == it->second.end() || part->second.shape(-1) != m.width)
-    throw std::logic_error("[MlxEp] " + pn.node.Label() + ": no merged columns at " +
-                           std::to_string(m.column));
-  return part->second;
+  return PartAt(it->second, pn, m.column, m.width);
 }
 
 mx::array PlanTrace::MergedNBitsOf(const PlanNode& pn) {
@@ -239,11 +244,7 @@ mx::array PlanTrace::MergedNBitsOf(const PlanNode& pn) {
     // and the packing's Reshapes would cost three primitives a group.
     it = merged_products_.emplace(m.weight, MemberColumns(starts, product, false)).first;
   }
-  const auto part = it->second.find(m.column);
-  if (part == it->second.end() || part->second.shape(-1) != m.width)
-    throw std::logic_error("[MlxEp] " + pn.node.Label() + ": no merged columns at " +
-                           std::to_string(m.column));
-  return part->second;
+  return PartAt(it->second, pn, m.column, m.width);
 }
 
 std::map<int64_t, mx::array> PlanTrace::MemberColumns(const std::set<int64_t>& member_starts,
