@@ -90,9 +90,9 @@ constexpr const char* kDecodeThreads =
     "ONNXRUNTIME_EP_MLX_DECODE_THREADS";  // "128" or "256": the decode-step kernel's block (default
                                           // 512 since the twenty-seventh session; attention_gqa_cuda.cc)
 constexpr const char* kHeadsLastKernel =
-    "ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL";  // "1": the fused attention core's [B, S, H, D] output
-                                             // and zeroed rows in one custom CUDA kernel (opt-in;
-                                             // attention_gqa_prefill.h)
+    "ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL";  // "0": the fused attention core's [B, S, H, D] output
+                                             // as MLX's select, not the one custom CUDA kernel of
+                                             // the default (attention_gqa_prefill.h)
 constexpr const char* kPrefillRotateKernel =
     "ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL";  // "0": a prompt's rotary Q/K (and V's layout) as
                                                  // MLX operations, not the one custom CUDA kernel
@@ -106,8 +106,9 @@ constexpr const char* kDecodeSplitRows =
                                              // blocks of N rows per query head (attention_gqa_cuda.cc)
 constexpr const char* kNbitsPrefill =
     "ONNXRUNTIME_EP_MLX_NBITS_PREFILL";  // "split" (default), "half" or "float32": ops/quantized.cc
-constexpr const char* kNbitsWide = "ONNXRUNTIME_EP_MLX_NBITS_WIDE";  // "1": MatMulNBits' decode kernel reads
-                                                                     // B 16 bytes a lane (quantized_cuda.cc)
+constexpr const char* kNbitsWide =
+    "ONNXRUNTIME_EP_MLX_NBITS_WIDE";  // "0": MatMulNBits' kernels load and store one word a lane,
+                                      // not the default's 16 bytes (quantized_cuda.cc)
 constexpr const char* kNbitsKernel =
     "ONNXRUNTIME_EP_MLX_NBITS_KERNEL";  // "0": GPU MatMulNBits decode through mx::quantized_matmul;
                                         // "1": the decode kernel only; "all" (default): the
@@ -117,9 +118,9 @@ constexpr const char* kNormKernel =
                                        // float32 values, not the EP's one-launch CUDA kernel of the
                                        // default (normalization_cuda.h)
 constexpr const char* kSoftmaxKernel =
-    "ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL";  // "1": GPU (Log)Softmax over the last axis as the EP's
-                                          // one-launch CUDA kernel (softmax_cuda.h; opt-in until a
-                                          // GPU has run it), not MLX's composed kernels
+    "ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL";  // "0": GPU (Log)Softmax over the last axis as MLX's
+                                          // composed kernels, not the EP's one-launch CUDA kernel
+                                          // of the default (softmax_cuda.h)
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls (and MatMulNBits) on one input stay one product each
 constexpr const char* kMatmulBias =

@@ -1,5 +1,5 @@
 // A GroupQueryAttention prompt's rotary embedding as one custom CUDA kernel
-// (attention_gqa_prefill_cuda.cc; ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=1, opt-in).
+// (attention_gqa_prefill_cuda.cc; the default; ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL=0 composes it).
 //
 // Why: on an H100 (twenty-eighth session) a TinyLlama prefill of 512 tokens spent 1,067 us in
 // the 44 rotations of Q and K (MLX's fused elementwise kernel over strided views of the packed
@@ -49,13 +49,13 @@ std::optional<GqaRotatedQkv> PrefillRotateByKernel(const GqaPrefillRotateInputs&
 std::string GqaPrefillRotateSourceForTests();
 
 // The fused attention core's output to the layout its caller merges, in one custom CUDA kernel
-// (ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=1, opt-in): y [B, H, S, D] (cuDNN's, in q's row-major
+// (the default; ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=0 keeps MLX's select): y [B, H, S, D] (cuDNN's, in q's row-major
 // layout) written as [B, S, H, D] in the query's dtype, the rows that attend no key zero (as in
 // ORT). Why: MLX's select over the transposed view took 22 x 22.8 us of a 512-token TinyLlama
 // prefill on an H100 (2 MB a layer at ~0.18 TB/s; thirty-first session), its strided kernel
 // computing every index of a 4-D view.
 
-/** ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=1 on the fused GPU paths. */
+/** On the fused GPU paths, unless ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=0. */
 bool HeadsLastKernelWanted();
 
 /** The launch (a test's view): y [B, H, S, D] of a float type, keep [B, S] bool, the output type

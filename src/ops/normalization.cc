@@ -106,7 +106,7 @@ std::vector<mx::array> TranslateSoftmax(const OpContext& c) {
   }
   const mx::Dtype dt = x.dtype();
   const bool float16_body = !kLog && dt == mx::float16 && c.node.since_version >= 13;
-  // On MLX's CUDA backend with ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=1: either form below as one
+  // On MLX's CUDA backend (unless ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=0): either form below as one
   // kernel a node (softmax_cuda.h), over the last axis.
   if (red.size() == 1 && red[0] == static_cast<int>(in.ndim()) - 1)
     if (std::optional<mx::array> y = RowSoftmaxByKernel({in, kLog, float16_body}, s))

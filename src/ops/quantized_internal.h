@@ -18,7 +18,7 @@ constexpr int64_t kNBitsKernelMaxRows = 8;
  *  backend, rows <= kNBitsKernelMaxRows, and ONNXRUNTIME_EP_MLX_NBITS_KERNEL not "0". */
 bool NBitsKernelWanted(int64_t rows, mx::Stream s);
 
-/** ONNXRUNTIME_EP_MLX_NBITS_WIDE=1: NBitsRowsKernel reads B 16 bytes a lane and, where K is a
+/** True unless ONNXRUNTIME_EP_MLX_NBITS_WIDE=0: NBitsRowsKernel reads B 16 bytes a lane and, where K is a
  *  whole number of B's 32-bit words, a word's values of x in one vector (its WIDE constant). */
 bool NBitsWideLoads();
 

@@ -284,19 +284,19 @@ def composed_softmax_steps(line):
 
 
 def test_softmax_kernel():
-    """With ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=1 on MLX's CUDA backend a (Log)Softmax over the last
-    axis is one kernel of the EP's (src/ops/softmax_cuda.cc): the normalization file's cases
+    """On MLX's CUDA backend (the default; ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=0 turns it off) a
+    (Log)Softmax over the last axis is one kernel of the EP's (src/ops/softmax_cuda.cc): the normalization file's cases
     (float16 Softmax-13 against ONNX's reference of its function body, also through P @ V, which
     amplifies the probabilities' rounding; float32 legacy and LogSoftmax, bfloat16, infinities and
     NaN, scaled and masked scores) hold their tolerances with a CustomKernel and without the
     composed form's Max and Sum; attention's scores, (s / k or s * k) + mask, are read by the
-    kernel (no Add, Divide or Multiply left); without the switch the float16 case takes more
+    kernel (no Add, Divide or Multiply left); with the switch off the float16 case takes more
     primitives.
     tests/cpp/softmax_kernel_test.cc runs the kernel's text on the host."""
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
     normalization = os.path.join(os.path.dirname(__file__), "test_normalization.py")
-    on = {"ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL": "1"}
+    on = {"ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL": None}
     census, _ = census_of_tests(normalization, SOFTMAX_KERNEL_CASES, env=on, timeout=600)
     assert census and all("CustomKernel" in line for line in census), census
     assert not any(composed_softmax_steps(line) for line in census), census
@@ -388,24 +388,29 @@ def test_prefill_rotate_kernel():
     layout come from one custom CUDA kernel over the node's inputs
     (src/ops/attention_gqa_prefill_cuda.cc): the rotary prompt cases (float32 subsequent prompt, a
     known first prompt into a shared buffer, packed float16 interleaved) hold their tolerances with
-    a CustomKernel in each graph, and with =0 none has one. MLX's CUDA backend only;
+    a CustomKernel in each graph, and with =0 none has one (the heads-last kernel off in both, the
+    float16 case's other custom kernel). MLX's CUDA backend only;
     tests/cpp/gqa_prefill_kernel_test.cc runs the kernel's text on the host."""
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
     cases = ["test_gqa_masks_float32[subsequent_prompt]", "test_gqa_known_total_float32[prefill_rotary_shared]",
              "test_gqa_float16[prefill_rotary]"]
-    census, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL": None}, timeout=600)
+    off = {"ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL": "0"}
+    census, _ = census_of_tests(__file__, cases, env={**off, "ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL": None},
+                                timeout=600)
     assert len(census) == 3 and all("CustomKernel" in line for line in census), census
-    composed, _ = census_of_tests(__file__, cases, env={"ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL": "0"}, timeout=600)
+    composed, _ = census_of_tests(__file__, cases, env={**off, "ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL": "0"},
+                                  timeout=600)
     assert len(composed) == 3 and not any("CustomKernel" in line for line in composed), composed
 
 
 def test_heads_last_kernel():
-    """ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=1: the fused attention core's [B, S, H, D] output and its
-    rows that attend nothing (a padding row outside its window) zero in one custom CUDA kernel
-    (src/ops/attention_gqa_prefill_cuda.cc): the prompt cases hold their tolerances with a
-    CustomKernel in each graph, none without it (the prompt rotation kernel off in both, so that
-    the heads-last kernel is the only custom kernel of a prompt's graph). MLX's CUDA backend only;
+    """The fused attention core's [B, S, H, D] output and its rows that attend nothing (a padding
+    row outside its window) zero in one custom CUDA kernel (src/ops/attention_gqa_prefill_cuda.cc,
+    the default): the prompt cases hold their tolerances with a CustomKernel in each graph, and
+    with ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL=0 (MLX's select) without one (the prompt rotation
+    kernel off in both, so that the heads-last kernel is the only custom kernel of a prompt's
+    graph). MLX's CUDA backend only;
     tests/cpp/gqa_prefill_kernel_test.cc runs its text on the host."""
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
@@ -413,10 +418,10 @@ def test_heads_last_kernel():
     # one, and a window that leaves a padding row no key
     cases = ["test_gqa_float16[prefill]", "test_gqa_float16[prefill_rotary]", "test_gqa_float16[prefill_window]"]
     off = {"ONNXRUNTIME_EP_MLX_PREFILL_ROTATE_KERNEL": "0"}
-    census, _ = census_of_tests(__file__, cases, env={**off, "ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL": "1"},
+    census, _ = census_of_tests(__file__, cases, env={**off, "ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL": None},
                                 timeout=600)
     assert len(census) == len(cases) and all("CustomKernel" in line for line in census), census
-    composed, _ = census_of_tests(__file__, cases, env={**off, "ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL": None},
+    composed, _ = census_of_tests(__file__, cases, env={**off, "ONNXRUNTIME_EP_MLX_HEADS_LAST_KERNEL": "0"},
                                   timeout=600)
     assert len(composed) == len(cases) and not any("CustomKernel" in line for line in composed), composed
 

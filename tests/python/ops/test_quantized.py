@@ -522,11 +522,12 @@ WIDE_SHARDS = 6
 
 
 @pytest.mark.parametrize("shard", range(WIDE_SHARDS))
-def test_gpu_decode_kernel_wide_loads(shard):
-    """ONNXRUNTIME_EP_MLX_NBITS_WIDE=1: the decode kernel reads B 16 bytes a lane (where a row is
-    whole 16-byte pieces) and x a word's values at a time (where K is whole words), and the prefill
-    dequantization stores 16 bytes at a time where aligned: every parity test of this file holds
-    with it (in WIDE_SHARDS shares, every WIDE_SHARDS-th test id from the shard-th: the whole file,
+def test_gpu_decode_kernel_word_loads(shard):
+    """ONNXRUNTIME_EP_MLX_NBITS_WIDE=0: the decode kernel reads B and x one word a lane and the
+    prefill dequantization stores one value at a time, where the default reads B 16 bytes a lane
+    (where a row is whole 16-byte pieces) and x a word's values at a time (where K is whole words)
+    and stores 16 bytes where aligned (the rest of this file runs the default): every parity test
+    of this file holds with it too (in WIDE_SHARDS shares, every WIDE_SHARDS-th test id from the shard-th: the whole file,
     ~560 tests, was slower than a lease's call on a GPU with a cold kernel cache), and the kernel is
     still one CustomKernel. MLX's CUDA backend only; tests/cpp/nbits_kernel_test.cc runs the wide
     loops' text on the host."""
@@ -538,7 +539,7 @@ def test_gpu_decode_kernel_wide_loads(shard):
                              __file__, "-k", "not test_gpu_"], capture_output=True, text=True, timeout=300)
     ids = [line for line in listed.stdout.splitlines() if "::" in line][shard::WIDE_SHARDS]
     assert ids, listed.stdout[-2000:]
-    env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", ONNXRUNTIME_EP_MLX_NBITS_WIDE="1")
+    env = dict(os.environ, ONNXRUNTIME_EP_MLX_GRAPH_CENSUS="1", ONNXRUNTIME_EP_MLX_NBITS_WIDE="0")
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider"] + ids, env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and " passed" in r.stdout, r.stdout[-3000:] + r.stderr[-2000:]
