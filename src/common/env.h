@@ -121,6 +121,10 @@ constexpr const char* kSoftmaxKernel =
     "ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL";  // "0": GPU (Log)Softmax over the last axis as MLX's
                                           // composed kernels, not the EP's one-launch CUDA kernel
                                           // of the default (softmax_cuda.h)
+constexpr const char* kRowsKernel =
+    "ONNXRUNTIME_EP_MLX_ROWS_KERNEL";  // "1": GPU products of 2-8 rows by a gemv-layout constant
+                                       // weight as the EP's CUDA kernel, not cuBLASLt (opt-in;
+                                       // matmul_rows_cuda.h)
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls (and MatMulNBits) on one input stay one product each
 constexpr const char* kMatmulBias =

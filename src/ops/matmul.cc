@@ -11,6 +11,7 @@
 
 #include "ops/claim_util.h"
 #include "ops/matmul_internal.h"
+#include "ops/matmul_rows_cuda.h"
 #include "ops/registry.h"
 
 namespace mlx_ep {
@@ -122,6 +123,7 @@ bool HasUnitBatch(const mx::array& a) {
 }
 
 mx::array FlatFreeMatmul(const mx::array& a, const mx::array& b, mx::Stream s) {
+  if (std::optional<mx::array> y = RowsProductByKernel(a, b, std::nullopt, s)) return *y;
   if (a.ndim() <= 2 || b.ndim() != 2) return mx::matmul(a, b, s);
   if (!HasUnitBatch(a) && s.device == mx::Device::cpu) return mx::matmul(a, b, s);
   // To a's batch dims in one Broadcast: MLX's matmul would add a second one to [1, ..., K, N].

@@ -275,6 +275,17 @@ run_step() {
       ( ort_gpu_env && $PY -c "import onnxruntime as o; print(o.__file__, o.get_available_providers())" \
         && env ${LLM_ENV:-} timeout "${LLM_TIMEOUT:-500}" $PY "$ROOT/bench/bench_llm_gpu.py" bench --work "$W/llm" --json "$R/bench_llm_gpu.json" \
         ${LLM_ARGS:-} 2>&1 | tee "$R/bench_llm_gpu.log" );;
+    rows)  # batch-8 decode with and without the few-rows product kernel (ROWS_KERNEL=1), A B A B
+      # (each setting a process of its own: the EP reads its variables once)
+      wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; return 1; }
+      local round setting
+      for round in 1 2; do
+        for setting in 0 1; do
+          ( ort_gpu_env && ONNXRUNTIME_EP_MLX_ROWS_KERNEL=$setting timeout "${ROWS_TIMEOUT:-200}" $PY "$ROOT/bench/bench_llm_gpu.py" \
+              bench --work "$W/llm" --peers mlx_loop --batch 8 --precisions "${ROWS_MODELS:-fp16}" \
+              --json "$R/bench_rows_${setting}_$round.json" 2>&1 | tail -8 | sed "s/^/[ROWS_KERNEL=$setting round $round] /" | tee -a "$R/bench_rows.log" )
+        done
+      done;;
     paged)  # PagedAttention against ORT's CUDA EP too (onnxruntime-gpu's schema; skipped on 1.30)
       ( ort_gpu_env && timeout 200 $PY -m pytest -q -p no:cacheprovider -rfEs "$ROOT/tests/python/ops/test_paged_attention.py" \
         >"$R/pytest_paged_ortgpu.log" 2>&1; log "paged on onnxruntime-gpu: rc=$? $(tail -1 "$R/pytest_paged_ortgpu.log")" );;

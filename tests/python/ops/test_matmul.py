@@ -416,3 +416,54 @@ def test_matmul_bias_is_one_product(dtype):
     # One row on a GPU stays a Matmul (MLX's GEMV) and its Add.
     assert set(addmm["1"]) == ({2} if mlx_device() == "cpu" else {0, 2}), addmm
     assert set(addmm["0"]) == {0}, addmm
+
+
+ROWS_CASES = [(np.float32, 2, 64, False), (np.float32, 8, 36, True), (np.float16, 5, 64, True),
+              (np.float16, 8, 36, False), (np.float16, 3, 2048, False)]
+
+
+def rows_model(dtype, rows, k, bias, n=40):
+    """x [rows, 1, K] (a batch of decode steps) times a constant W [K, N], + a constant bias [N]."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(rows * 100 + k)
+    elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
+    inits = [numpy_helper.from_array(data((k, n), dtype, rng) / np.asarray(k, dtype), "W")]
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["p" if bias else "y"])]
+    if bias:
+        inits.append(numpy_helper.from_array(data((n,), dtype, rng), "B"))
+        nodes.append(helper.make_node("Add", ["p", "B"], ["y"]))
+    g = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("x", elem, [rows, 1, k])],
+                          [helper.make_tensor_value_info("y", elem, [rows, 1, n])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    return m, {"x": data((rows, 1, k), dtype, rng)}
+
+
+@pytest.mark.parametrize("dtype,rows,k,bias", ROWS_CASES,
+                         ids=[f"{np.dtype(c[0]).name}-{c[1]}x{c[2]}{'-bias' if c[3] else ''}" for c in ROWS_CASES])
+def test_few_rows_by_constant_weights(dtype, rows, k, bias):
+    """A batch of decode steps' product: 2 to 8 rows by a constant weight, with and without its
+    bias, K whole 16-byte pieces or not. On every device the values are ORT's; on MLX's CUDA
+    backend with ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 and the weight in the gemv layout these are the
+    cases test_rows_product_kernel runs through the EP's kernel (src/ops/matmul_rows_cuda.cc)."""
+    model, feeds = rows_model(dtype, rows, k, bias)
+    tol = 1e-3 if dtype == np.float16 else 1e-5
+    check_parity(model, feeds, rtol=tol, atol=tol)
+
+
+def test_rows_product_kernel():
+    """ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 on MLX's CUDA backend, weights in the gemv layout
+    (ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS=1: every graph): each few-rows case above holds its tolerance
+    as one CustomKernel a run, with no Matmul or AddMM (cuBLASLt) left; without the switch, no
+    CustomKernel. tests/cpp/matmul_rows_kernel_test.cc runs the kernel's text on the host."""
+    from harness import census_of_tests
+    if mlx_device() != "gpu":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    cases = [f"test_few_rows_by_constant_weights[{np.dtype(c[0]).name}-{c[1]}x{c[2]}{'-bias' if c[3] else ''}]"
+             for c in ROWS_CASES]
+    layout = {"ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS": "1"}
+    census, _ = census_of_tests(__file__, cases, env={**layout, "ONNXRUNTIME_EP_MLX_ROWS_KERNEL": "1"})
+    assert len(census) == len(cases) and all("CustomKernel" in line for line in census), census
+    assert not any("Matmul" in line or "AddMM" in line for line in census), census
+    plain, _ = census_of_tests(__file__, cases, env=layout)
+    assert len(plain) == len(cases) and not any("CustomKernel" in line for line in plain), plain

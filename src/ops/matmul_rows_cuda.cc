@@ -1,0 +1,138 @@
+// A few rows times a row-major constant weight as one custom CUDA kernel (matmul_rows_cuda.h).
+#include "ops/matmul_rows_cuda.h"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/env.h"
+#include "mlx/primitives.h"
+#include "ops/fused_gpu_internal.h"
+#include "runtime/device.h"
+
+namespace mlx_ep {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kThreadsPerBlock = 256;
+
+constexpr const char* kHeader = R"(
+namespace mlx_ep_rows {
+// VEC values of T in one 16-byte load.
+template <typename T, int VEC>
+struct alignas(16) Chunk {
+  T v[VEC];
+};
+}  // namespace mlx_ep_rows
+)";
+
+// A warp per output column `col` (w's row): lane l reads w[col, k] for its k, x's ROWS rows at the
+// same k, and keeps ROWS float32 sums; the warp's shuffles add the lanes' sums and lane r writes
+// row r's value, rounded once to T (+ bias[col] in float32 first). WIDE (K a whole number of
+// 16-byte pieces): 16-byte loads of w and x where both are 16-byte aligned (checked at run time:
+// x may be a view at any offset), one value a lane otherwise. ROWS, K and N are the trace's.
+constexpr const char* kBody = R"(
+  constexpr int kWarp = 32;
+  constexpr int VEC = 16 / sizeof(T);
+  const int lane = threadIdx.x & (kWarp - 1);
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  if (col >= N) return;
+  const T* wr = w + col * K;
+  float acc[ROWS];
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
+  const bool aligned = ((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w)) & 15ull) == 0;
+  if (WIDE && aligned) {
+    using Chunk = mlx_ep_rows::Chunk<T, VEC>;
+    for (int k = lane * VEC; k < K; k += kWarp * VEC) {
+      const Chunk wv = *reinterpret_cast<const Chunk*>(wr + k);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        const Chunk xv = *reinterpret_cast<const Chunk*>(x + static_cast<int64_t>(r) * K + k);
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) acc[r] += static_cast<float>(xv.v[v]) * static_cast<float>(wv.v[v]);
+      }
+    }
+  } else {
+    for (int k = lane; k < K; k += kWarp) {
+      const float wk = static_cast<float>(wr[k]);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) {
+        acc[r] += static_cast<float>(x[static_cast<int64_t>(r) * K + k]) * wk;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+  const float b = HAS_BIAS ? static_cast<float>(bias[col]) : 0.f;
+#pragma unroll
+  for (int r = 0; r < ROWS; ++r)
+    if (lane == r) y[static_cast<int64_t>(r) * N + col] = static_cast<T>(acc[r] + b);
+)";
+
+const mx::fast::CustomKernelFunction& RowsKernel() {
+  static const mx::fast::CustomKernelFunction kernel = mx::fast::cuda_kernel(
+      "mlx_ep_rows_product", {"x", "w", "bias"}, {"y"}, kBody, kHeader, /*ensure_row_contiguous=*/true);
+  return kernel;
+}
+
+bool RowsKernelWanted() {
+  // Opt-in until a GPU has run it: NVRTC and the host emulation pass (matmul_rows_kernel_test.cc).
+  static const bool on = EnvFlag(env::kRowsKernel);
+  return on && UseFusedGpuPaths();
+}
+
+}  // namespace
+
+std::optional<KernelLaunch> PlanRowsProduct(const mx::array& x, const mx::array& w,
+                                            const std::optional<mx::array>& bias) {
+  const mx::Dtype t = x.dtype();
+  if (!IsCudaKernelFloat(t) || w.dtype() != t || w.ndim() != 2 || x.ndim() < 1) return std::nullopt;
+  const int N = w.shape(0), K = w.shape(1);
+  if (K < 1 || N < 1 || x.shape(-1) != K) return std::nullopt;
+  const int64_t rows = static_cast<int64_t>(x.size()) / K;
+  if (rows < 2 || rows > kRowsProductMaxRows) return std::nullopt;
+  if (bias && (bias->dtype() != t || bias->shape() != mx::Shape{N})) return std::nullopt;
+  const int64_t threads = static_cast<int64_t>(N) * kWarp;
+  const int64_t blocks = (threads + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  if (blocks > (int64_t{1} << 30) / kThreadsPerBlock) return std::nullopt;  // MLX's grid: int threads
+  const int vec = 16 / static_cast<int>(mx::size_of(t));
+  mx::Shape out = x.shape();
+  out.back() = N;
+  KernelLaunch plan;
+  plan.inputs = {x, w, bias ? *bias : w};  // no bias: w in its place, never read
+  plan.output_shapes = {out};
+  plan.output_dtypes = {t};
+  plan.threads = static_cast<int>(blocks * kThreadsPerBlock);
+  plan.per_block = kThreadsPerBlock;
+  plan.constants = {{"ROWS", static_cast<int>(rows)}, {"K", K}, {"N", N}, {"WIDE", K % vec == 0},
+                    {"HAS_BIAS", bias.has_value()}, {"T", t}};
+  return plan;
+}
+
+std::optional<mx::array> RowMajorWeightOf(const mx::array& b) {
+  if (b.ndim() != 2 || !b.has_primitive() || std::string_view(b.primitive().name()) != "Transpose")
+    return std::nullopt;
+  // Named, then cast: MLX's shared library does not export its primitives' typeinfo.
+  if (static_cast<const mx::Transpose&>(b.primitive()).state() != std::vector<int>{1, 0}) return std::nullopt;
+  const mx::array& w = b.inputs().at(0);
+  if (w.ndim() != 2 || w.has_primitive() || !w.is_available() || !w.flags().row_contiguous) return std::nullopt;
+  if (w.shape(0) != b.shape(1) || w.shape(1) != b.shape(0)) return std::nullopt;
+  return w;
+}
+
+std::optional<mx::array> RowsProductByKernel(const mx::array& x, const mx::array& b,
+                                             const std::optional<mx::array>& bias, mx::Stream s) {
+  if (!RowsKernelWanted() || !CudaKernelsAvailable(s)) return std::nullopt;
+  const std::optional<mx::array> w = RowMajorWeightOf(b);
+  if (!w) return std::nullopt;
+  const std::optional<KernelLaunch> plan = PlanRowsProduct(x, *w, bias);
+  if (!plan) return std::nullopt;
+  return LaunchKernel(RowsKernel(), *plan, s)[0];
+}
+
+std::string RowsProductSourceForTests() { return std::string(kHeader) + "\n// kernel body:\n" + kBody; }
+
+}  // namespace mlx_ep
