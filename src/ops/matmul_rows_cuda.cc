@@ -41,7 +41,9 @@ constexpr const char* kBody = R"(
   float acc[ROWS];
 #pragma unroll
   for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
-  const bool aligned = ((reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w)) & 15ull) == 0;
+  const unsigned long long addresses =
+      reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w);
+  const bool aligned = (addresses & 15ull) == 0;
   if (WIDE && aligned) {
     using Chunk = mlx_ep_rows::Chunk<T, VEC>;
     for (int k = lane * VEC; k < K; k += kWarp * VEC) {
@@ -107,8 +109,9 @@ std::optional<KernelLaunch> PlanRowsProduct(const mx::array& x, const mx::array&
   plan.output_dtypes = {t};
   plan.threads = static_cast<int>(blocks * kThreadsPerBlock);
   plan.per_block = kThreadsPerBlock;
-  plan.constants = {{"ROWS", static_cast<int>(rows)}, {"K", K}, {"N", N}, {"WIDE", K % vec == 0},
-                    {"HAS_BIAS", bias.has_value()}, {"T", t}};
+  const bool wide = K % vec == 0;
+  plan.constants = {{"ROWS", static_cast<int>(rows)}, {"K", K}, {"N", N}, {"WIDE", wide},
+                    {"HAS_BIAS", bias.has_value()},   {"T", t}};
   return plan;
 }
 
@@ -118,7 +121,8 @@ std::optional<mx::array> RowMajorWeightOf(const mx::array& b) {
   // Named, then cast: MLX's shared library does not export its primitives' typeinfo.
   if (static_cast<const mx::Transpose&>(b.primitive()).state() != std::vector<int>{1, 0}) return std::nullopt;
   const mx::array& w = b.inputs().at(0);
-  if (w.ndim() != 2 || w.has_primitive() || !w.is_available() || !w.flags().row_contiguous) return std::nullopt;
+  if (w.ndim() != 2 || w.has_primitive() || !w.is_available() || !w.flags().row_contiguous)
+    return std::nullopt;
   if (w.shape(0) != b.shape(1) || w.shape(1) != b.shape(0)) return std::nullopt;
   return w;
 }

@@ -55,7 +55,8 @@ TEST(RowsProductKernel, ValuesOnTheHostEmulation) {
   const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
                               "#include <cmath>\n#include <cstdio>\n#include <random>\n#include <vector>\n"
                               "template <class T, int ROWS, int K, int N, bool WIDE, bool HAS_BIAS>\n"
-                              "void rows_kernel(" + Parameters("T") + ") {\n" + Body() + "\n}\n" + R"(
+                              "void rows_kernel(" +
+                              Parameters("T") + ") {\n" + Body() + "\n}\n" + R"(
 int failures = 0, checks = 0;
 template <class T>
 double Ulp(double v) {
@@ -106,7 +107,8 @@ TEST(RowsProductKernel, PlanOfTheLaunch) {
   const mx::array x = mx::zeros({8, 1, K}, mx::float16), w = mx::zeros({N, K}, mx::float16);
   auto plan = PlanRowsProduct(x, w, std::nullopt);
   ASSERT_TRUE(plan);
-  EXPECT_EQ(Ints(*plan), (std::map<std::string, int>{{"ROWS", 8}, {"K", K}, {"N", N}, {"WIDE", 1}, {"HAS_BIAS", 0}}));
+  EXPECT_EQ(Ints(*plan),
+            (std::map<std::string, int>{{"ROWS", 8}, {"K", K}, {"N", N}, {"WIDE", 1}, {"HAS_BIAS", 0}}));
   EXPECT_EQ(plan->output_shapes, (std::vector<mx::Shape>{{8, 1, N}}));
   EXPECT_EQ(plan->output_dtypes, (std::vector<mx::Dtype>{mx::float16}));
   EXPECT_EQ(plan->threads, (N * 32 + 255) / 256 * 256);
@@ -114,10 +116,12 @@ TEST(RowsProductKernel, PlanOfTheLaunch) {
   auto biased = PlanRowsProduct(mx::zeros({2, 36}, mx::float32), mx::zeros({N, 36}, mx::float32),
                                 mx::zeros({N}, mx::float32));
   ASSERT_TRUE(biased);
-  EXPECT_EQ(Ints(*biased), (std::map<std::string, int>{{"ROWS", 2}, {"K", 36}, {"N", N}, {"WIDE", 1}, {"HAS_BIAS", 1}}));
-  EXPECT_EQ(Ints(*PlanRowsProduct(mx::zeros({2, 36}, mx::float16), mx::zeros({N, 36}, mx::float16), std::nullopt))
-                .at("WIDE"),
-            0);  // 36 float16 values: not whole 16-byte pieces
+  EXPECT_EQ(Ints(*biased),
+            (std::map<std::string, int>{{"ROWS", 2}, {"K", 36}, {"N", N}, {"WIDE", 1}, {"HAS_BIAS", 1}}));
+  EXPECT_EQ(
+      Ints(*PlanRowsProduct(mx::zeros({2, 36}, mx::float16), mx::zeros({N, 36}, mx::float16), std::nullopt))
+          .at("WIDE"),
+      0);  // 36 float16 values: not whole 16-byte pieces
   // Declined: one row (MLX's gemv) or nine, another dtype, another K, a bias of another shape.
   EXPECT_FALSE(PlanRowsProduct(mx::zeros({1, K}, mx::float16), w, std::nullopt));
   EXPECT_FALSE(PlanRowsProduct(mx::zeros({9, K}, mx::float16), w, std::nullopt));
