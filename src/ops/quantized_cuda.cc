@@ -95,12 +95,12 @@ struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) XValues {
   T v[N];
 };
 
-// WIDE (the default; ONNXRUNTIME_EP_MLX_NBITS_WIDE=0 turns it off): each lane reads 16 bytes of
-// B's row at a time (four words, lane l the l-th 16 bytes of each 512 a warp reads) where the row is a whole number of
-// them and B 16-byte aligned, else the words one at a time; and, where K is a whole number of
-// words and x aligned for it, a word's VALS values of x in loads of 16 bytes (one load where
-// there were 8 for int4 and float16). The sums' order differs from the one-word loop's, not their
-// terms.
+// WIDE (the default; ONNXRUNTIME_EP_MLX_NBITS_WIDE=0 turns it off): each lane reads 16 bytes of B's
+// row at a time (four words, lane l the l-th 16 bytes of each 512 a warp reads) where the row is a
+// whole number of them and B 16-byte aligned, else the words one at a time; and, where K is a whole
+// number of words and x aligned for it, a word's VALS values of x in loads of 16 bytes (one load
+// where there were 8 for int4 and float16). The sums' order differs from the one-word loop's, not
+// their terms.
 template <int BITS, int BLOCK, int ROWS, int ZP, bool HAS_BIAS, bool WIDE, typename T, typename Z>
 __device__ __forceinline__ void rows_product(const T* x, const uint8_t* b, const T* scales,
                                              const Z* zp, const T* bias, T* y, int K, int N, int kb) {
@@ -203,9 +203,10 @@ __device__ __forceinline__ bool aligned_for(const void* p) {
 // OUT: 0 the float32 weight [N, K]; 1 it rounded to T [N, K]; 2 hi and lo in T side by side
 // [N, 2K], hi = w rounded and lo = (w - hi) rounded (quantized.cc, HalfPrefillProduct).
 // WIDE (the default; ONNXRUNTIME_EP_MLX_NBITS_WIDE=0 turns it off): a word inside K writes its
-// values in stores of up to 16 bytes where their address allows (a warp's stores then cover whole sectors; one value a store
-// wrote 2 bytes of every 16 for int4's float16 hi / lo, and an int4 TinyLlama's 512-token prefill
-// spent 11.5 of its 19.3 ms here on the thirtieth session's H200); the same values.
+// values in stores of up to 16 bytes where their address allows (a warp's stores then cover whole
+// sectors; one value a store wrote 2 bytes of every 16 for int4's float16 hi / lo, and an int4
+// TinyLlama's 512-token prefill spent 11.5 of its 19.3 ms here on the thirtieth session's H200);
+// the same values.
 template <int BITS, int BLOCK, int K, int ZP, int OUT, bool WIDE, typename T, typename Z, typename O>
 __device__ __forceinline__ void dequantize(const uint8_t* b, const T* scales, const Z* zp, O* out, int N, int kb) {
   constexpr int VALS = 32 / BITS;
