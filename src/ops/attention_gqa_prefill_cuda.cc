@@ -82,12 +82,12 @@ std::optional<KernelLaunch> PlanPrefillRotate(const GqaPrefillRotateInputs& in) 
       QkvRowStarts(q, in.key, in.value, in.heads, in.kv_heads, D);
   if (!strides) return std::nullopt;
   const int64_t values = static_cast<int64_t>(batch) * seq * (in.heads + 2 * in.kv_heads) * D;
-  const int64_t blocks = (values + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  if (blocks > (int64_t{1} << 30) / kThreadsPerBlock) return std::nullopt;  // MLX's grid: int threads
+  const std::optional<int> threads = WholeBlocks(values, kThreadsPerBlock);
+  if (!threads) return std::nullopt;
   KernelLaunch plan{{q, in.key ? *in.key : q, in.value ? *in.value : q, in.positions, c, in.sin_cache},
                     {{batch, in.heads, seq, D}, {batch, in.kv_heads, seq, D}, {batch, in.kv_heads, seq, D}},
                     {t, t, t},
-                    static_cast<int>(blocks * kThreadsPerBlock),
+                    *threads,
                     kThreadsPerBlock,
                     {{"D", D},
                      {"ROT", 2 * c.shape(1)},
@@ -143,14 +143,13 @@ std::optional<KernelLaunch> PlanHeadsLast(const mx::array& y, const mx::array& k
     return std::nullopt;
   const int batch = y.shape(0), heads = y.shape(1), seq = y.shape(2), D = y.shape(3);
   if (keep.dtype() != mx::bool_ || keep.shape() != mx::Shape{batch, seq}) return std::nullopt;
-  const int64_t values = static_cast<int64_t>(y.size());
-  const int64_t blocks = (values + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  if (blocks > (int64_t{1} << 30) / kThreadsPerBlock) return std::nullopt;  // MLX's grid: int threads
+  const std::optional<int> threads = WholeBlocks(static_cast<int64_t>(y.size()), kThreadsPerBlock);
+  if (!threads) return std::nullopt;
   KernelLaunch plan;
   plan.inputs = {y, keep};
   plan.output_shapes = {{batch, seq, heads, D}};
   plan.output_dtypes = {t};
-  plan.threads = static_cast<int>(blocks * kThreadsPerBlock);
+  plan.threads = *threads;
   plan.per_block = kThreadsPerBlock;
   plan.constants = {{"H", heads}, {"D", D}, {"T", t}};
   return plan;

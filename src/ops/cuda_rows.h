@@ -2,6 +2,8 @@
 // one-block-a-row kernels (normalization_cuda.cc, softmax_cuda.cc), a row's block size.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +24,14 @@ struct KernelLaunch {
   int per_block;
   std::vector<std::pair<std::string, mx::fast::TemplateArg>> constants;
 };
+
+/** `threads` rounded up to whole blocks of `per_block`, or nullopt past what MLX's grid takes
+ *  (its count of threads is an int). */
+inline std::optional<int> WholeBlocks(int64_t threads, int per_block) {
+  const int64_t blocks = (threads + per_block - 1) / per_block;
+  if (blocks > (int64_t{1} << 30) / per_block) return std::nullopt;
+  return static_cast<int>(blocks * per_block);
+}
 
 /** The most values a row kernel takes a row: 16 a thread in blocks of 1,024. */
 constexpr int kMaxKernelRow = 16384;

@@ -97,9 +97,8 @@ std::optional<KernelLaunch> PlanRowsProduct(const mx::array& x, const mx::array&
   const int64_t rows = static_cast<int64_t>(x.size()) / K;
   if (rows < 2 || rows > kRowsProductMaxRows) return std::nullopt;
   if (bias && (bias->dtype() != t || bias->shape() != mx::Shape{N})) return std::nullopt;
-  const int64_t threads = static_cast<int64_t>(N) * kWarp;
-  const int64_t blocks = (threads + kThreadsPerBlock - 1) / kThreadsPerBlock;
-  if (blocks > (int64_t{1} << 30) / kThreadsPerBlock) return std::nullopt;  // MLX's grid: int threads
+  const std::optional<int> threads = WholeBlocks(static_cast<int64_t>(N) * kWarp, kThreadsPerBlock);
+  if (!threads) return std::nullopt;
   const int vec = 16 / static_cast<int>(mx::size_of(t));
   mx::Shape out = x.shape();
   out.back() = N;
@@ -107,7 +106,7 @@ std::optional<KernelLaunch> PlanRowsProduct(const mx::array& x, const mx::array&
   plan.inputs = {x, w, bias ? *bias : w};  // no bias: w in its place, never read
   plan.output_shapes = {out};
   plan.output_dtypes = {t};
-  plan.threads = static_cast<int>(blocks * kThreadsPerBlock);
+  plan.threads = *threads;
   plan.per_block = kThreadsPerBlock;
   const bool wide = K % vec == 0;
   plan.constants = {{"ROWS", static_cast<int>(rows)}, {"K", K}, {"N", N}, {"WIDE", wide},
