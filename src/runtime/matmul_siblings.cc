@@ -64,6 +64,18 @@ std::shared_ptr<const Tensor> MergeColumns(const Graph& graph, const MatmulSibli
   return merged;
 }
 
+std::shared_ptr<const Tensor> ConcatRows(const std::vector<const Tensor*>& parts) {
+  auto merged = std::make_shared<Tensor>();
+  merged->type = parts.at(0)->type;
+  merged->shape = parts[0]->shape;
+  merged->shape.at(0) = 0;
+  for (const Tensor* t : parts) {
+    merged->bytes.insert(merged->bytes.end(), t->bytes.begin(), t->bytes.end());
+    merged->shape[0] += t->shape.at(0);
+  }
+  return merged;
+}
+
 std::vector<mx::array> ColumnParts(const mx::array& product, const mx::Shape& starts, mx::Stream s) {
   const int columns = product.shape(-1);
   if (product.ndim() < 2 || static_cast<int64_t>(product.size()) != columns)
@@ -82,16 +94,9 @@ namespace {
 /** The group's biases (every member has one) side by side, [N1 + N2 + ...]. */
 std::shared_ptr<const Tensor> MergeBiases(const Graph& graph, const MatmulSiblings& group,
                                           const std::unordered_map<size_t, MatmulBias>& biases) {
-  auto merged = std::make_shared<Tensor>();
-  merged->type = graph.Value(group.weights[0])->constant->type;
-  int64_t total = 0;
-  for (size_t node : group.nodes) {
-    const Tensor& b = *graph.Value(biases.at(node).bias)->constant;
-    merged->bytes.insert(merged->bytes.end(), b.bytes.begin(), b.bytes.end());
-    total += b.shape[0];
-  }
-  merged->shape = {total};
-  return merged;
+  std::vector<const Tensor*> parts;
+  for (size_t node : group.nodes) parts.push_back(graph.Value(biases.at(node).bias)->constant.get());
+  return ConcatRows(parts);
 }
 
 }  // namespace

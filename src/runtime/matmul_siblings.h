@@ -37,6 +37,9 @@ bool MergeMatmulsEnabled();
  *  `outputs`). */
 std::vector<MatmulSiblings> FindMatmulSiblings(const Graph& graph, const std::vector<std::string>& outputs);
 
+/** `parts` (one type, equal dims past the first) one after another along their first axis. */
+std::shared_ptr<const Tensor> ConcatRows(const std::vector<const Tensor*>& parts);
+
 /** The group's weights side by side, [K, N1 + N2 + ...]. */
 std::shared_ptr<const Tensor> MergeColumns(const Graph& graph, const MatmulSiblings& group);
 

@@ -66,17 +66,10 @@ std::vector<NBitsSiblings> FindNBitsSiblings(const Graph& graph, const std::vect
 }
 
 std::shared_ptr<const Tensor> MergeRows(const Graph& graph, const NBitsSiblings& group, size_t input) {
-  auto merged = std::make_shared<Tensor>();
-  const Tensor& first = *graph.Value(graph.nodes[group.nodes[0]].inputs[input])->constant;
-  merged->type = first.type;
-  merged->shape = first.shape;
-  merged->shape[0] = 0;
-  for (size_t node : group.nodes) {
-    const Tensor& t = *graph.Value(graph.nodes[node].inputs[input])->constant;
-    merged->bytes.insert(merged->bytes.end(), t.bytes.begin(), t.bytes.end());
-    merged->shape[0] += t.shape.at(0);
-  }
-  return merged;
+  std::vector<const Tensor*> parts;
+  for (size_t node : group.nodes)
+    parts.push_back(graph.Value(graph.nodes[node].inputs[input])->constant.get());
+  return ConcatRows(parts);
 }
 
 std::unordered_map<size_t, MergedNBits> AddMergedNBits(Plan& plan, const Graph& graph) {
