@@ -109,6 +109,10 @@ std::vector<mx::array> TranslateGemm(const OpContext& c) {
     if (use_c) return {mx::broadcast_to(c.input(2), out_shape, s)};
     return {mx::zeros(out_shape, dt, s)};
   }
+  if (alpha == 1.f && (!use_c || beta == 1.f)) {  // 2-8 rows by a constant B on a GPU (+ a bias [N])
+    const std::optional<mx::array> bias = use_c ? std::optional<mx::array>(c.input(2)) : std::nullopt;
+    if (std::optional<mx::array> y = RowsProductByKernel(a, b, bias, s)) return {*y};
+  }
   if (!use_c && alpha == 1.f) return {mx::matmul(a, b, s)};
   // addmm scales and adds C with the product still in its float32 accumulators (one rounding).
   const mx::array cc = use_c ? c.input(2) : mx::array(0.f, dt);

@@ -84,7 +84,7 @@ Plan BuildPlanOf(const Graph& graph, const std::string& name, std::vector<std::s
   std::unordered_map<std::string, size_t> input_index;
   for (size_t i = 0; i < plan.input_names.size(); ++i) input_index[plan.input_names[i]] = i;
   std::unordered_set<std::string> gemv_weights;
-  if (GemvWeightsFor(graph)) gemv_weights = MatmulOnlyWeights(graph);
+  if (GemvWeightsFor(graph)) gemv_weights = ProductOnlyWeights(graph);
   for (const auto& out : plan.output_names) gemv_weights.erase(out);
   const std::unordered_map<size_t, MatmulBias> biases = FindMatmulBiases(graph, plan.output_names);
   const std::unordered_map<size_t, MergedColumns> merged =

@@ -50,8 +50,8 @@ bool GemvWeightsFor(const Graph& graph) {
   return mode == "1" || DecodesTokens(graph);
 }
 
-std::unordered_set<std::string> MatmulOnlyWeights(const Graph& graph) {
-  std::unordered_map<std::string, bool> only_b;  // constant -> read only as a MatMul's B so far
+std::unordered_set<std::string> ProductOnlyWeights(const Graph& graph) {
+  std::unordered_map<std::string, bool> only_b;  // constant -> read only as a product's B so far
   auto see = [&](const std::string& name, bool as_b) {
     const ValueInfo* v = graph.Value(name);
     if (!v || !v->constant) return;
@@ -59,9 +59,11 @@ std::unordered_set<std::string> MatmulOnlyWeights(const Graph& graph) {
     if (!fresh) it->second = it->second && as_b;
   };
   for (const Node& n : graph.nodes) {
-    const bool matmul = n.op_type == "MatMul" && (n.domain.empty() || n.domain == "ai.onnx");
+    const bool onnx = n.domain.empty() || n.domain == "ai.onnx";
+    // Gemm's B untransposed is [K, N] as MatMul's is (ORT's MatMulAddFusion makes such Gemms).
+    const bool product = onnx && (n.op_type == "MatMul" || (n.op_type == "Gemm" && n.AttrInt("transB", 0) == 0));
     const std::vector<std::string> all = n.AllInputs();
-    for (size_t i = 0; i < all.size(); ++i) see(all[i], matmul && i == 1);
+    for (size_t i = 0; i < all.size(); ++i) see(all[i], product && i == 1);
   }
   for (const std::string& out : graph.outputs) see(out, false);
   std::unordered_set<std::string> weights;
@@ -81,7 +83,7 @@ mx::array GemvLayout(const Tensor& t) {
   if (size == 2) {
     Transpose<2>(t.bytes.data(), nk, K, N);
   } else {
-    Transpose<4>(t.bytes.data(), nk, K, N);  // MatmulOnlyWeights: 2- or 4-byte types only
+    Transpose<4>(t.bytes.data(), nk, K, N);  // ProductOnlyWeights: 2- or 4-byte types only
   }
   // On a GPU MLX copies host memory into its own and frees `nk` at once; on MLX's CPU device
   // (tests) the array keeps it.

@@ -6,9 +6,10 @@
 // otherwise through cuBLASLt, which it calls inside a CUDA stream capture with a fresh matmul
 // descriptor and algorithm heuristic query each run (mlx/backend/cuda/cublas_utils.cpp), host
 // work a plain kernel does not pay. Both accumulate in float32 and round once. So on a GPU a
-// constant 2-D B that only MatMuls read is held as [N, K] and handed to them as its [K, N] view:
-// the same values, the bytes once (transposed on the host while they are copied to the device
-// anyway), and products of more rows go to cuBLASLt as before, with B marked transposed.
+// constant 2-D B that only MatMuls (and Gemms with transB=0) read is held as [N, K] and handed to
+// them as its [K, N] view: the same values, the bytes once (transposed on the host while they are
+// copied to the device anyway); products of 2-8 rows go to the EP's few-rows kernel where it is
+// on (ops/matmul_rows_cuda.h), more rows to cuBLASLt as before, with B marked transposed.
 //
 // Measured on the H200 (docs/performance.md, thirteenth session): a TinyLlama fp16 decode step
 // 9.04 -> 6.77 ms; but BERT-base fp16 8 x 128, whose products have 1,024 rows, 4.72 -> 5.48 ms
@@ -39,8 +40,9 @@ bool DecodesTokens(const Graph& graph);
 bool GemvWeightsFor(const Graph& graph);
 
 /** The constants of `graph` that are 2-D float16/bfloat16/float32 and read only as input B of
- *  ai.onnx MatMul nodes (not by other ops, bodies or as graph outputs). */
-std::unordered_set<std::string> MatmulOnlyWeights(const Graph& graph);
+ *  ai.onnx MatMul nodes and Gemm nodes with transB=0 (not by other ops, bodies or as graph
+ *  outputs). */
+std::unordered_set<std::string> ProductOnlyWeights(const Graph& graph);
 
 /** `t` ([K, N]) transposed: the [N, K] array that the plan holds (made off MLX's threads, so
  *  no op yet); ConstantView gives the trace its [K, N] view. */

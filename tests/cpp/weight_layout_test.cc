@@ -33,7 +33,7 @@ TEST(WeightLayout, DecodersAreGraphsWithAKvCacheAttention) {
   EXPECT_FALSE(DecodesTokens(WithNode("", "MatMul", {"a", "b"})));
 }
 
-TEST(WeightLayout, OnlyConstantsThatOnlyMatMulsReadAsB) {
+TEST(WeightLayout, OnlyConstantsThatOnlyProductsReadAsB) {
   const Tensor w = FloatTensor({2, 3}, {1, 2, 3, 4, 5, 6});
   Graph g = GraphBuilder()
                 .Input("x")
@@ -41,17 +41,24 @@ TEST(WeightLayout, OnlyConstantsThatOnlyMatMulsReadAsB) {
                 .Constant("V", w)                                     // B of a MatMul and read by an Add
                 .Constant("A", w)                                     // A of a MatMul
                 .Constant("R", FloatTensor({6}, {1, 2, 3, 4, 5, 6}))  // 1-D
+                .Constant("G", w)                                     // B of a Gemm, transB=0
+                .Constant("T", w)                                     // B of a Gemm, transB=1: [N, K] already
                 .AddNode("MatMul", {"x", "W"}, {"h"})
                 .AddNode("MatMul", {"h", "W"}, {"h2"})
                 .AddNode("MatMul", {"h2", "V"}, {"p"})
                 .AddNode("Add", {"p", "V"}, {"q"})
                 .AddNode("MatMul", {"A", "q"}, {"r"})
-                .AddNode("MatMul", {"r", "R"}, {"y"})
+                .AddNode("MatMul", {"r", "R"}, {"g"})
+                .AddNode("Gemm", {"g", "G"}, {"t"})
+                .AddNode("Gemm", {"t", "T"}, {"y"})
                 .Output("y")
                 .Build();
   for (Node& n : g.nodes) n.domain = "";
-  const auto weights = MatmulOnlyWeights(g);
-  EXPECT_EQ(weights, (std::unordered_set<std::string>{"W"}));
+  Attribute trans_b;
+  trans_b.kind = Attribute::Kind::kInt;
+  trans_b.i = 1;
+  g.nodes.back().attributes["transB"] = trans_b;
+  EXPECT_EQ(ProductOnlyWeights(g), (std::unordered_set<std::string>{"W", "G"}));
 }
 
 TEST(WeightLayout, TheTransposedArrayHoldsTheSameValues) {

@@ -418,35 +418,44 @@ def test_matmul_bias_is_one_product(dtype):
     assert set(addmm["0"]) == {0}, addmm
 
 
-ROWS_CASES = [(np.float32, 2, 64, False), (np.float32, 8, 36, True), (np.float16, 5, 64, True),
-              (np.float16, 8, 36, False), (np.float16, 3, 2048, False)]
+ROWS_CASES = [(np.float32, 2, 64, False, False), (np.float32, 8, 36, True, False), (np.float16, 5, 64, True, False),
+              (np.float16, 8, 36, False, False), (np.float16, 3, 2048, False, False),
+              (np.float32, 4, 64, True, True), (np.float16, 6, 36, False, True)]
+ROWS_IDS = [f"{np.dtype(c[0]).name}-{c[1]}x{c[2]}{'-bias' if c[3] else ''}{'-gemm' if c[4] else ''}" for c in ROWS_CASES]
 
 
-def rows_model(dtype, rows, k, bias, n=40):
-    """x [rows, 1, K] (a batch of decode steps) times a constant W [K, N], + a constant bias [N]."""
+def rows_model(dtype, rows, k, bias, n=40, gemm=False):
+    """x [rows, 1, K] (a batch of decode steps) times a constant W [K, N], + a constant bias [N]
+    (ORT's MatMulAddFusion makes the two one Gemm between Reshapes); `gemm`: x [rows, K] by one
+    Gemm with transB=1 and W stored [N, K], as torch exports a Linear."""
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(rows * 100 + k)
     elem = TensorProto.FLOAT16 if dtype == np.float16 else TensorProto.FLOAT
-    inits = [numpy_helper.from_array(data((k, n), dtype, rng) / np.asarray(k, dtype), "W")]
-    nodes = [helper.make_node("MatMul", ["x", "W"], ["p" if bias else "y"])]
+    w = data((k, n), dtype, rng) / np.asarray(k, dtype)
+    inits = [numpy_helper.from_array(np.ascontiguousarray(w.T) if gemm else w, "W")]
     if bias:
         inits.append(numpy_helper.from_array(data((n,), dtype, rng), "B"))
-        nodes.append(helper.make_node("Add", ["p", "B"], ["y"]))
-    g = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("x", elem, [rows, 1, k])],
-                          [helper.make_tensor_value_info("y", elem, [rows, 1, n])], inits)
+    if gemm:
+        nodes = [helper.make_node("Gemm", ["x", "W"] + (["B"] if bias else []), ["y"], transB=1)]
+    else:
+        nodes = [helper.make_node("MatMul", ["x", "W"], ["p" if bias else "y"])]
+        nodes += [helper.make_node("Add", ["p", "B"], ["y"])] if bias else []
+    x_shape, y_shape = ([rows, k], [rows, n]) if gemm else ([rows, 1, k], [rows, 1, n])
+    g = helper.make_graph(nodes, "rows", [helper.make_tensor_value_info("x", elem, x_shape)],
+                          [helper.make_tensor_value_info("y", elem, y_shape)], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     m.ir_version = 8
-    return m, {"x": data((rows, 1, k), dtype, rng)}
+    return m, {"x": data(tuple(x_shape), dtype, rng)}
 
 
-@pytest.mark.parametrize("dtype,rows,k,bias", ROWS_CASES,
-                         ids=[f"{np.dtype(c[0]).name}-{c[1]}x{c[2]}{'-bias' if c[3] else ''}" for c in ROWS_CASES])
-def test_few_rows_by_constant_weights(dtype, rows, k, bias):
+@pytest.mark.parametrize("dtype,rows,k,bias,gemm", ROWS_CASES, ids=ROWS_IDS)
+def test_few_rows_by_constant_weights(dtype, rows, k, bias, gemm):
     """A batch of decode steps' product: 2 to 8 rows by a constant weight, with and without its
-    bias, K whole 16-byte pieces or not. On every device the values are ORT's; on MLX's CUDA
-    backend with ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 and the weight in the gemv layout these are the
-    cases test_rows_product_kernel runs through the EP's kernel (src/ops/matmul_rows_cuda.cc)."""
-    model, feeds = rows_model(dtype, rows, k, bias)
+    bias, K whole 16-byte pieces or not, as a MatMul (+ Add) or a Gemm. On every device the values
+    are ORT's; on MLX's CUDA backend with ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 and the weight in the
+    gemv layout these are the cases test_rows_product_kernel runs through the EP's kernel
+    (src/ops/matmul_rows_cuda.cc)."""
+    model, feeds = rows_model(dtype, rows, k, bias, gemm=gemm)
     tol = 1e-3 if dtype == np.float16 else 1e-5
     check_parity(model, feeds, rtol=tol, atol=tol)
 
@@ -459,11 +468,13 @@ def test_rows_product_kernel():
     from harness import census_of_tests
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
-    cases = [f"test_few_rows_by_constant_weights[{np.dtype(c[0]).name}-{c[1]}x{c[2]}{'-bias' if c[3] else ''}]"
-             for c in ROWS_CASES]
+    cases = [f"test_few_rows_by_constant_weights[{i}]" for i in ROWS_IDS]
     layout = {"ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS": "1"}
     census, _ = census_of_tests(__file__, cases, env={**layout, "ONNXRUNTIME_EP_MLX_ROWS_KERNEL": "1"})
-    assert len(census) == len(cases) and all("CustomKernel" in line for line in census), census
+    assert len(census) == len(cases), census
+    # The census lines come in the cases' order (one process, the file's order).
+    missed = [(i, line.split(": MLX primitives")[1]) for i, line in zip(ROWS_IDS, census) if "CustomKernel" not in line]
+    assert not missed, missed
     assert not any("Matmul" in line or "AddMM" in line for line in census), census
     plain, _ = census_of_tests(__file__, cases, env=layout)
     assert len(plain) == len(cases) and not any("CustomKernel" in line for line in plain), plain
