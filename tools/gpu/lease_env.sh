@@ -2,28 +2,31 @@
 # park call (each device call is a fresh shell; the background job takes its variables from the
 # call that starts it).
 #
-# Where it stands (thirty-second session): an H100 ran the split of the thirty-first session's GPU
-# tests (NBITS_WIDE's parity in six shards and the dequantization's three modes, the grouped and
-# heads-last kernels' tests: all passed), the decode A/B (this H100's host was slower: a fp16 step
-# 3.6-4.1 ms, host-bound), BERT with the softmax kernel (3.54 against 4.41 ms), the timelines and
-# the peers. NBITS_WIDE, the heads-last kernel and the softmax kernel are now defaults (=0 restores
-# each); the grouped decode kernel stays opt-in (22 x 34 us against 21.4).
+# Where it stands (thirty-third session): an H100 ran the first half of conformance and the parity
+# files at the defaults (PART=0/2): conformance 942 tests, 611 strict, claimed_wrong 0, one cold-
+# cache time-out (MaxPool with argmax, as in the twenty-sixth session); 28 files, 25 whole, three
+# failures that were the tests' own (mended: Pow's float64 exponents skip where float64 stays on
+# ORT; the few-rows kernel's census missed the bias cases, which ORT's MatMulAddFusion makes Gemms,
+# now taken by the kernel too), and test_quantized stopped at its last five tests (the heavy GPU
+# ones, each a subprocess over part of the file). The few-rows kernel's A/B: batch-8 fp16 decode
+# 6.25 / 7.43 ms -> 5.07 / 4.55 ms (prefill b8 22.4 -> 23.3 ms, unexplained).
 #
-# Issue 7's "done when" asks for conformance and the parity files passing on a GPU, last run whole
-# in the eleventh (parity) and twenty-sixth (conformance) sessions; the defaults have changed many
-# times since. A whole parity run takes more than one lease (>1,500 s with a cold kernel cache,
-# seventeenth session), so it runs in two halves, one a lease: PART=0/2 (the files and
-# conformance tests k = 0 mod 2), then PART=1/2 in the lease after. Then the few-rows product
-# kernel's A/B (ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1, written after this session's lease: a batch-8
-# fp16 decode step's 89 products by the EP's kernel instead of cuBLASLt; its GPU test,
-# test_matmul.py::test_rows_product_kernel, runs in the parity half that reads test_matmul), then
-# BERT against its peers (the softmax kernel's default: the issue's BERT goal) with what is left.
-export BG_STEPS="parity rows bert" PART="${PART:-0/2}" BG_BUDGET=1050 BERT_TIMEOUT=240
-# A lease with ~1,100-1,400 s: the half of parity alone, a shorter budget.
+# This lease: the second half (PART=1/2), then a split of what the first half left (test_quantized's
+# heavy GPU tests, the few-rows kernel's tests with the Gemm cases) and test_llm, all with
+# ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1: the evidence to make the few-rows kernel a default (its values
+# held in the first half's parity; the bias cases, through Gemm, have not run on a GPU).
+export BG_STEPS="parity split" PART="${PART:-1/2}" BG_BUDGET=1000 SPLIT_TIMEOUT=360 SPLIT_JOBS=12
+export ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1
+Q=tests/python/ops/test_quantized.py
+export SPLIT_TESTS="$Q::test_gpu_decode_kernel_and_quantized_matmul $Q::test_gpu_decode_kernel_word_loads \
+$Q::test_gpu_prefill_dequantize_kernel $Q::test_transposed_a_reaches_the_kernel_as_a_view \
+tests/python/ops/test_matmul.py::test_rows_product_kernel tests/python/ops/test_matmul.py::test_few_rows_by_constant_weights \
+tests/python/test_llm.py"
+# A lease with ~1,100-1,400 s: the half of parity alone.
 if [ "${1:-}" = mid ]; then
   export BG_STEPS="parity" BG_BUDGET=900
 fi
-# Under ~1,100 s: BERT and the LLM peers at the new defaults (the ratios), no parity.
+# Under ~1,100 s: the split alone.
 if [ "${1:-}" = short ]; then
-  export BG_STEPS="rows bert llm"
+  export BG_STEPS="split"
 fi
