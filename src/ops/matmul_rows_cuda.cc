@@ -26,52 +26,61 @@ struct alignas(16) Chunk {
 }  // namespace mlx_ep_rows
 )";
 
-// A warp per output column `col` (w's row): lane l reads w[col, k] for its k, x's ROWS rows at the
-// same k, and keeps ROWS float32 sums; the warp's shuffles add the lanes' sums and lane r writes
-// row r's value, rounded once to T (+ bias[col] in float32 first). WIDE (K a whole number of
-// 16-byte pieces): 16-byte loads of w and x where both are 16-byte aligned (checked at run time:
-// x may be a view at any offset), one value a lane otherwise. ROWS, K and N are the trace's.
+// A warp per output column `col` (w's row): lane l reads w[col, k] for its k, x's rows at the same
+// k, and keeps a float32 sum a row; the warp's shuffles add the lanes' sums and lane r writes row
+// r's value, rounded once to T (+ bias[col] in float32 first). K, N and the rows are read from the
+// shapes at run time, not made constants: MLX compiles a custom kernel once per process and set of
+// constants (NVRTC, no disk cache: mlx/backend/cuda/custom_kernel.cpp), ~1 s each, and a TinyLlama
+// batch-8 step's five (K, N) pairs cost its first run 4-5 s more than without the kernel (thirty-
+// third session). 16-byte loads of w and x where K is a whole number of 16-byte pieces and both
+// start 16-byte aligned (x may be a view at any offset), one value a lane otherwise.
 constexpr const char* kBody = R"(
   constexpr int kWarp = 32;
   constexpr int VEC = 16 / sizeof(T);
+  const int N = w_shape[0], K = w_shape[1];
+  int rows = 1;
+  for (int d = 0; d + 1 < x_ndim; ++d) rows *= x_shape[d];
   const int lane = threadIdx.x & (kWarp - 1);
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (col >= N) return;
   const T* wr = w + col * K;
-  float acc[ROWS];
+  float acc[MAX_ROWS];
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r) acc[r] = 0.f;
+  for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.f;
   const unsigned long long addresses =
       reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w);
-  const bool aligned = (addresses & 15ull) == 0;
-  if (WIDE && aligned) {
+  if (K % VEC == 0 && (addresses & 15ull) == 0) {
     using Chunk = mlx_ep_rows::Chunk<T, VEC>;
+#pragma unroll 4  // loads of several steps in flight, as a constant K's full unrolling gave
     for (int k = lane * VEC; k < K; k += kWarp * VEC) {
       const Chunk wv = *reinterpret_cast<const Chunk*>(wr + k);
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
+      for (int r = 0; r < MAX_ROWS; ++r) {
+        if (r >= rows) break;
         const Chunk xv = *reinterpret_cast<const Chunk*>(x + static_cast<int64_t>(r) * K + k);
 #pragma unroll
         for (int v = 0; v < VEC; ++v) acc[r] += static_cast<float>(xv.v[v]) * static_cast<float>(wv.v[v]);
       }
     }
   } else {
+#pragma unroll 4
     for (int k = lane; k < K; k += kWarp) {
       const float wk = static_cast<float>(wr[k]);
 #pragma unroll
-      for (int r = 0; r < ROWS; ++r) {
+      for (int r = 0; r < MAX_ROWS; ++r) {
+        if (r >= rows) break;
         acc[r] += static_cast<float>(x[static_cast<int64_t>(r) * K + k]) * wk;
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < ROWS; ++r)
-#pragma unroll
-    for (int o = kWarp / 2; o > 0; o /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
   const float b = HAS_BIAS ? static_cast<float>(bias[col]) : 0.f;
 #pragma unroll
-  for (int r = 0; r < ROWS; ++r)
+  for (int r = 0; r < MAX_ROWS; ++r) {
+    if (r >= rows) break;  // the same for every lane: the shuffles see the whole warp
+#pragma unroll
+    for (int o = kWarp / 2; o > 0; o /= 2) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
     if (lane == r) y[static_cast<int64_t>(r) * N + col] = static_cast<T>(acc[r] + b);
+  }
 )";
 
 const mx::fast::CustomKernelFunction& RowsKernel() {
@@ -99,7 +108,6 @@ std::optional<KernelLaunch> PlanRowsProduct(const mx::array& x, const mx::array&
   if (bias && (bias->dtype() != t || bias->shape() != mx::Shape{N})) return std::nullopt;
   const std::optional<int> threads = WholeBlocks(static_cast<int64_t>(N) * kWarp, kThreadsPerBlock);
   if (!threads) return std::nullopt;
-  const int vec = 16 / static_cast<int>(mx::size_of(t));
   mx::Shape out = x.shape();
   out.back() = N;
   KernelLaunch plan;
@@ -108,9 +116,8 @@ std::optional<KernelLaunch> PlanRowsProduct(const mx::array& x, const mx::array&
   plan.output_dtypes = {t};
   plan.threads = *threads;
   plan.per_block = kThreadsPerBlock;
-  const bool wide = K % vec == 0;
-  plan.constants = {{"ROWS", static_cast<int>(rows)}, {"K", K}, {"N", N}, {"WIDE", wide},
-                    {"HAS_BIAS", bias.has_value()},   {"T", t}};
+  // K, N and the rows from the shapes (kBody); MAX_ROWS the same for every launch
+  plan.constants = {{"MAX_ROWS", kRowsProductMaxRows}, {"HAS_BIAS", bias.has_value()}, {"T", t}};
   return plan;
 }
 

@@ -21,9 +21,10 @@ std::string Source() { return RowsProductSourceForTests(); }
 std::string Header() { return Source().substr(0, Source().find("// kernel body:")); }
 std::string Body() { return Source().substr(Source().find("// kernel body:")); }
 
-// MLX's parameters: the inputs (x, w, bias), then the output.
+// MLX's parameters: the inputs (x with its shape and rank, w with its shape, bias), then the output.
 std::string Parameters(const std::string& t) {
-  return "const " + t + "* x, const " + t + "* w, const " + t + "* bias, " + t + "* y";
+  return "const " + t + "* x, const __grid_constant__ Shape x_shape, const __grid_constant__ int x_ndim, const " + t +
+         "* w, const __grid_constant__ Shape w_shape, const " + t + "* bias, " + t + "* y";
 }
 
 TEST(RowsProductKernel, CompilesLikeMlx) {
@@ -31,17 +32,15 @@ TEST(RowsProductKernel, CompilesLikeMlx) {
   std::string text = MlxKernelsBegin(Header());
   int count = 0;
   std::map<std::string, int> threads;
+  // Every variant the EP launches: K, N and the rows are read at run time.
   for (const char* t : {"__half", "__nv_bfloat16", "float"})
-    for (int rows : {2, 8})
-      for (bool wide : {false, true})
-        for (bool bias : {false, true}) {
-          const std::string name = "r" + std::to_string(count++);
-          threads[name] = 256;
-          text += "__global__ void " + name + "(" + Parameters(t) + ") {\n  using T = " + t +
-                  ";\n  constexpr int ROWS = " + std::to_string(rows) + ";\n  constexpr int K = 2048;\n" +
-                  "  constexpr int N = 5632;\n  constexpr bool WIDE = " + (wide ? "true" : "false") +
-                  ";\n  constexpr bool HAS_BIAS = " + (bias ? "true" : "false") + ";\n" + Body() + "\n}\n";
-        }
+    for (bool bias : {false, true}) {
+      const std::string name = "r" + std::to_string(count++);
+      threads[name] = 256;
+      text += "__global__ void " + name + "(" + Parameters(t) + ") {\n  using T = " + t +
+              ";\n  constexpr int MAX_ROWS = " + std::to_string(kRowsProductMaxRows) +
+              ";\n  constexpr bool HAS_BIAS = " + (bias ? "true" : "false") + ";\n" + Body() + "\n}\n";
+    }
   text += kMlxKernelsEnd;
   EXPECT_EQ(CompileLikeMlx("mlx_ep_rows_product_compile", text, threads), "");
 }
@@ -54,7 +53,7 @@ TEST(RowsProductKernel, ValuesOnTheHostEmulation) {
   // value takes the one-value loop of a WIDE kernel (16-byte loads need aligned rows).
   const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
                               "#include <cmath>\n#include <cstdio>\n#include <random>\n#include <vector>\n"
-                              "template <class T, int ROWS, int K, int N, bool WIDE, bool HAS_BIAS>\n"
+                              "template <class T, int MAX_ROWS, bool HAS_BIAS>\n"
                               "void rows_kernel(" +
                               Parameters("T") + ") {\n" + Body() + "\n}\n" + R"(
 int failures = 0, checks = 0;
@@ -63,8 +62,8 @@ double Ulp(double v) {
   const double unit = sizeof(T) == 4 ? std::ldexp(1.0, -23) : (std::is_same_v<T, __half> ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7));
   return std::max(std::ldexp(1.0, -24), unit * std::ldexp(1.0, std::ilogb(v == 0 ? 1e-30 : v)));
 }
-template <class T, int ROWS, int K, int N, bool WIDE, bool HAS_BIAS>
-void Check(const char* name, int offset) {
+template <class T, int ROWS, int K, int N, bool HAS_BIAS>
+void Check(const char* name, int offset, int ndim = 2) {
   std::mt19937 rng(ROWS * 977 + K * 31 + N + offset);
   std::uniform_real_distribution<float> value(-1.f, 1.f);
   std::vector<T> xs(size_t{ROWS} * K + 8), w(size_t{N} * K), bias(N);
@@ -72,9 +71,17 @@ void Check(const char* name, int offset) {
   for (T& v : w) v = static_cast<T>(value(rng) / 8.f);
   for (T& v : bias) v = static_cast<T>(value(rng));
   const T* x = xs.data() + offset;
-  std::vector<T> y(size_t{ROWS} * N, static_cast<T>(-7.f));
-  EmulatedLaunch((int64_t{N} * 32 + 255) / 256 * 256, 256,
-                 [&] { rows_kernel<T, ROWS, K, N, WIDE, HAS_BIAS>(x, w.data(), bias.data(), y.data()); });
+  // Room for 8 rows: the kernel must write x's ROWS only (the rest stays -7).
+  std::vector<T> y(size_t{8} * N, static_cast<T>(-7.f));
+  // x [ROWS, K] or [ROWS, 1, K] (a batch of decode steps), w [N, K]
+  Shape x_shape, w_shape;
+  x_shape.v[0] = ROWS, x_shape.v[ndim - 2] = ndim == 3 ? 1 : ROWS, x_shape.v[ndim - 1] = K;
+  w_shape.v[0] = N, w_shape.v[1] = K;
+  EmulatedLaunch((int64_t{N} * 32 + 255) / 256 * 256, 256, [&] {
+    rows_kernel<T, 8, HAS_BIAS>(x, x_shape, ndim, w.data(), w_shape, bias.data(), y.data());
+  });
+  for (size_t i = size_t{ROWS} * N; i < y.size(); ++i)
+    if (static_cast<float>(y[i]) != -7.f && failures++ < 20) std::printf("WRITTEN %s: row %zu\n", name, i / N);
   for (int r = 0; r < ROWS; ++r)
     for (int n = 0; n < N; ++n) {
       double want = HAS_BIAS ? static_cast<double>(static_cast<float>(bias[n])) : 0.0;
@@ -88,13 +95,16 @@ void Check(const char* name, int offset) {
     }
 }
 int main() {
-  Check<__half, 2, 64, 40, true, false>("float16 wide", 0);
-  Check<__half, 8, 136, 33, true, true>("float16 wide, 8 rows, bias", 0);
-  Check<__half, 3, 64, 17, true, false>("float16 wide, x misaligned", 1);
-  Check<__half, 5, 100, 21, false, true>("float16 one value a lane", 0);
-  Check<__nv_bfloat16, 4, 96, 19, true, true>("bfloat16", 0);
-  Check<float, 2, 52, 23, true, false>("float32 wide", 0);
-  Check<float, 7, 50, 9, false, true>("float32 one value a lane", 0);
+  // Wide (16-byte loads) where K holds whole 16-byte pieces and x is aligned, one value a lane
+  // otherwise: both decided at run time, as K and the rows are.
+  Check<__half, 2, 64, 40, false>("float16 wide", 0);
+  Check<__half, 8, 136, 33, true>("float16 wide, 8 rows, bias", 0);
+  Check<__half, 6, 64, 25, false>("float16 wide, x [6, 1, K]", 0, 3);
+  Check<__half, 3, 64, 17, false>("float16 wide, x misaligned", 1);
+  Check<__half, 5, 100, 21, true>("float16 one value a lane", 0);
+  Check<__nv_bfloat16, 4, 96, 19, true>("bfloat16", 0);
+  Check<float, 2, 52, 23, false>("float32 wide", 0);
+  Check<float, 7, 50, 9, true>("float32 one value a lane", 0);
   std::printf("checked %d values, %d mismatches\n", checks, failures);
   return failures == 0 && checks > 0 ? 0 : 1;
 }
@@ -107,8 +117,9 @@ TEST(RowsProductKernel, PlanOfTheLaunch) {
   const mx::array x = mx::zeros({8, 1, K}, mx::float16), w = mx::zeros({N, K}, mx::float16);
   auto plan = PlanRowsProduct(x, w, std::nullopt);
   ASSERT_TRUE(plan);
-  EXPECT_EQ(Ints(*plan),
-            (std::map<std::string, int>{{"ROWS", 8}, {"K", K}, {"N", N}, {"WIDE", 1}, {"HAS_BIAS", 0}}));
+  // One variant a dtype and bias: K, N and the rows are the kernel's to read (MLX compiles each set
+  // of constants anew in every process).
+  EXPECT_EQ(Ints(*plan), (std::map<std::string, int>{{"MAX_ROWS", kRowsProductMaxRows}, {"HAS_BIAS", 0}}));
   EXPECT_EQ(plan->output_shapes, (std::vector<mx::Shape>{{8, 1, N}}));
   EXPECT_EQ(plan->output_dtypes, (std::vector<mx::Dtype>{mx::float16}));
   EXPECT_EQ(plan->threads, (N * 32 + 255) / 256 * 256);
@@ -116,12 +127,8 @@ TEST(RowsProductKernel, PlanOfTheLaunch) {
   auto biased = PlanRowsProduct(mx::zeros({2, 36}, mx::float32), mx::zeros({N, 36}, mx::float32),
                                 mx::zeros({N}, mx::float32));
   ASSERT_TRUE(biased);
-  EXPECT_EQ(Ints(*biased),
-            (std::map<std::string, int>{{"ROWS", 2}, {"K", 36}, {"N", N}, {"WIDE", 1}, {"HAS_BIAS", 1}}));
-  EXPECT_EQ(
-      Ints(*PlanRowsProduct(mx::zeros({2, 36}, mx::float16), mx::zeros({N, 36}, mx::float16), std::nullopt))
-          .at("WIDE"),
-      0);  // 36 float16 values: not whole 16-byte pieces
+  EXPECT_EQ(Ints(*biased), (std::map<std::string, int>{{"MAX_ROWS", kRowsProductMaxRows}, {"HAS_BIAS", 1}}));
+  EXPECT_EQ(biased->inputs.size(), 3u);
   // Declined: one row (MLX's gemv) or nine, another dtype, another K, a bias of another shape.
   EXPECT_FALSE(PlanRowsProduct(mx::zeros({1, K}, mx::float16), w, std::nullopt));
   EXPECT_FALSE(PlanRowsProduct(mx::zeros({9, K}, mx::float16), w, std::nullopt));
