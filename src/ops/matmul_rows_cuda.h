@@ -1,8 +1,10 @@
 // A product of a few rows by a constant weight as one custom CUDA kernel of the EP's
 // (matmul_rows_cuda.cc; opt-in ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1): x [..., K] with 2 to 8 rows
-// times w, the weight held as [N, K] row-major (weight_layout.h: graphs with a KV-cache attention
-// op), plus an optional bias [N]. A warp per output column reads w's row once, 16 bytes a lane
-// where aligned, and keeps each of x's rows' sum in float32; the output is rounded once to T.
+// times w, the weight held as [N, K] row-major (a MatMul's or a transB=0 Gemm's B in the layout of
+// weight_layout.h: graphs with a KV-cache attention op; a transB=1 Gemm's B as stored), plus an
+// optional bias [N] (a MatMul's Add, a Gemm's C). A warp per output column reads w's row once, 16
+// bytes a lane where aligned, and keeps each of x's rows' sum in float32; the output is rounded
+// once to T. K, N and the rows are read at run time: one compiled kernel a dtype and bias.
 //
 // Why: MLX takes its gemv kernel for one row only (mlx/backend/cuda/matmul.cpp, can_use_gemv:
 // M == 1); a batch-8 decode step's 89 products go to cuBLASLt, which costs ~18 us of host time a
