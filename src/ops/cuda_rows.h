@@ -47,6 +47,14 @@ inline int RowKernelThreads(int n) {
   return 1024;
 }
 
+/** The most values a thread holds in blocks of `threads` (RowKernelThreads'): its longest row's,
+ *  so that a kernel reading its row's length at run time compiles once a block size. */
+inline int RowKernelValuesPerThread(int threads) {
+  const int longest = threads <= 64 ? threads : threads == 128 ? 1024 : threads == 256 ? 4096 : threads == 512 ? 8192
+                                                                                                              : kMaxKernelRow;
+  return (longest + threads - 1) / threads;
+}
+
 /** `kernel` launched as `launch` plans it, on `s`. */
 inline std::vector<mx::array> LaunchKernel(const mx::fast::CustomKernelFunction& kernel,
                                            const KernelLaunch& launch, mx::Stream s) {

@@ -23,7 +23,7 @@
 // inf - inf = NaN.
 //
 // Layout: one block a row (RowKernelThreads), thread t holding values t, t + TPB, ... of the row
-// in registers (PER <= 16 of them), so x is read once.
+// in registers (up to PER <= 16 of them: the block size's longest row), so x is read once.
 #include <climits>
 #include <string>
 #include <vector>
@@ -65,11 +65,11 @@ __device__ __forceinline__ int64_t mask_row_offset(int64_t row, const S& x_shape
 
 // Row blockIdx.x of x (s, when the scores' terms are fused: SCALE 1 s / factor, 2 s * factor, then
 // + mask when MASK; mask_row its row of the mask, mask_step 0 where the mask has one value a row),
-// each of those steps rounded to T as MLX's ops round it; then the (Log)Softmax.
-template <int N, int TPB, bool LOG, bool BODY16, int SCALE, bool MASK, typename T>
-__device__ void row_softmax(const T* x, const T* factor, const T* mask_row, int mask_step, T* y) {
+// each of those steps rounded to T as MLX's ops round it; then the (Log)Softmax. Rows of N <= PER *
+// TPB values.
+template <int PER, int TPB, bool LOG, bool BODY16, int SCALE, bool MASK, typename T>
+__device__ void row_softmax(const T* x, int N, const T* factor, const T* mask_row, int mask_step, T* y) {
   static_assert(!(LOG && BODY16), "the float16 body is Softmax's");
-  constexpr int PER = (N + TPB - 1) / TPB;
   __shared__ float partial[TPB / 32];
   const int64_t row = blockIdx.x;
   const int tid = threadIdx.x;
@@ -112,15 +112,20 @@ __device__ void row_softmax(const T* x, const T* factor, const T* mask_row, int 
 )";
 
 // The body MLX's cuda_kernel wraps: inputs x (or s), factor and mask (placeholders where SCALE or
-// MASK say they are absent; MLX passes x's and the mask's shapes), output y.
+// MASK say they are absent; MLX passes x's and the mask's shapes), output y. The row's length is
+// read from x's shape, not made a constant: MLX compiles a custom kernel once per process and set
+// of constants (NVRTC, ~1 s, no disk cache: mlx/backend/cuda/custom_kernel.cpp), and attention's
+// rows grow by one every decode step of a model whose KV cache grows, or change with a prompt's
+// length.
 constexpr const char* kSource = R"(
+  const int N = x_shape[x_ndim - 1];
   const auto* mask_row = mask;
   int mask_step = 0;
   if (MASK) {
     mask_row += mlx_ep_softmax::mask_row_offset(blockIdx.x, x_shape, x_ndim, mask_shape, mask_ndim);
     mask_step = mask_shape[mask_ndim - 1] != 1;
   }
-  mlx_ep_softmax::row_softmax<N, TPB, LOG, BODY16, SCALE, MASK>(x, factor, mask_row, mask_step, y);
+  mlx_ep_softmax::row_softmax<PER, TPB, LOG, BODY16, SCALE, MASK>(x, N, factor, mask_row, mask_step, y);
 )";
 
 const std::string& Header() {
@@ -161,7 +166,7 @@ std::optional<KernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::Strea
   launch.threads = static_cast<int>(rows * tpb);
   launch.per_block = tpb;
   const int scale = terms.scale == ScoreTerms::Scale::kDivide ? 1 : terms.scale == ScoreTerms::Scale::kMultiply ? 2 : 0;
-  launch.constants = {{"N", n},
+  launch.constants = {{"PER", RowKernelValuesPerThread(tpb)},
                       {"TPB", tpb},
                       {"LOG", in.log},
                       {"BODY16", in.float16_body},

@@ -24,7 +24,7 @@ std::string Body() { return Source().substr(Source().find("// kernel body:")); }
 
 // MLX's parameters for the kernel's inputs (x and the mask with their shapes and ranks, the body
 // names them; the scale factor one value, rank 0) and output, then the constants it declares.
-std::string Kernel(const std::string& name, const std::string& t, int n, int tpb, bool log, bool body16, int scale,
+std::string Kernel(const std::string& name, const std::string& t, int tpb, bool log, bool body16, int scale,
                    bool mask) {
   auto flag = [](const char* c, bool v) {
     return std::string("  constexpr bool ") + c + (v ? " = true;\n" : " = false;\n");
@@ -32,7 +32,8 @@ std::string Kernel(const std::string& name, const std::string& t, int n, int tpb
   return "__global__ void " + name + "(const " + t +
          "* x, const __grid_constant__ Shape x_shape, const __grid_constant__ int x_ndim, const " + t +
          "* factor, const " + t + "* mask, const __grid_constant__ Shape mask_shape, const __grid_constant__ int "
-         "mask_ndim, " + t + "* y) {\n  constexpr int N = " + std::to_string(n) + ";\n  constexpr int TPB = " +
+         "mask_ndim, " + t + "* y) {\n  constexpr int PER = " + std::to_string(RowKernelValuesPerThread(tpb)) +
+         ";\n  constexpr int TPB = " +
          std::to_string(tpb) + ";\n  constexpr int SCALE = " + std::to_string(scale) + ";\n" + flag("LOG", log) +
          flag("BODY16", body16) + flag("MASK", mask) + Body() + "\n}\n";
 }
@@ -42,16 +43,17 @@ TEST(SoftmaxKernel, CompilesLikeMlx) {
   std::string text = MlxKernelsBegin(Header());
   int count = 0;
   std::map<std::string, int> threads;  // a kernel's block
+  // Every block size (the row's length is read at run time: one kernel a block size and form).
   for (const char* t : {"__half", "__nv_bfloat16", "float"})
-    for (int n : {7, 128, 3000, 16384})
+    for (int tpb : {32, 64, 128, 256, 512, 1024})
       for (int variant = 0; variant < 3; ++variant) {
         const bool log = variant == 1, body16 = variant == 2;
         if (body16 && std::string(t) != "__half") continue;
         for (int scale : {0, 1, 2}) {
           std::string name = "k";  // not "k" + ...: GCC 12's -Wrestrict false positive
           name += std::to_string(count++);
-          threads[name] = RowKernelThreads(n);
-          text += Kernel(name, t, n, RowKernelThreads(n), log, body16, scale, scale != 1);
+          threads[name] = tpb;
+          text += Kernel(name, t, tpb, log, body16, scale, scale != 1);
         }
       }
   text += kMlxKernelsEnd;
@@ -63,7 +65,7 @@ TEST(SoftmaxKernel, ValuesOnTheHostEmulation) {
   if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
   const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
-                              "template <class T, int N, int TPB, bool LOG, bool BODY16, int SCALE, bool MASK>\n"
+                              "template <class T, int PER, int TPB, bool LOG, bool BODY16, int SCALE, bool MASK>\n"
                               "void softmax_kernel(const T* x, Shape x_shape, int x_ndim, const T* factor, const T* "
                               "mask, Shape mask_shape, int mask_ndim, T* y) {\n" +
                               Body() + "\n}\n#include \"" + (tests / "softmax_kernel_driver.inc").string() + "\"\n";
@@ -75,7 +77,7 @@ TEST(SoftmaxKernel, PlanOfTheLaunch) {
   const mx::array scores = mx::zeros({8, 12, 128, 128}, mx::float16);
   auto plan = PlanRowSoftmax({scores, false, true});
   ASSERT_TRUE(plan);
-  const std::map<std::string, int> want = {{"N", 128}, {"TPB", 128}, {"LOG", 0},
+  const std::map<std::string, int> want = {{"PER", 8}, {"TPB", 128}, {"LOG", 0},
                                            {"BODY16", 1}, {"SCALE", 0}, {"MASK", 0}};
   EXPECT_EQ(Ints(*plan), want);
   EXPECT_EQ(plan->threads, 8 * 12 * 128 * 128);
@@ -87,6 +89,16 @@ TEST(SoftmaxKernel, PlanOfTheLaunch) {
   ASSERT_EQ(plan->output_shapes.size(), 1u);
   EXPECT_EQ(plan->output_shapes[0], scores.shape());
   EXPECT_EQ(plan->output_dtypes[0], mx::float16);
+
+  // One kernel for every row length of a block size (a decode step's rows grow by one): the
+  // constants of rows of 129 and of 1,024 are those of 128, and every length fits its block's.
+  EXPECT_EQ(Ints(*PlanRowSoftmax({mx::zeros({8, 12, 128, 129}, mx::float16), false, true})), want);
+  EXPECT_EQ(Ints(*PlanRowSoftmax({mx::zeros({2, 1024}, mx::float16), false, true})), want);
+  for (int n = 1; n <= kMaxKernelRow; ++n) {
+    const int tpb = RowKernelThreads(n);
+    ASSERT_LE(n, tpb * RowKernelValuesPerThread(tpb)) << n;
+    ASSERT_LE(RowKernelValuesPerThread(tpb), 16) << n;  // registers: CompilesLikeMlx's blocks
+  }
 
   // bfloat16 LogSoftmax rows of 3,000 in blocks of 256; rows of 20 in one warp.
   plan = PlanRowSoftmax({mx::zeros({5, 3000}, mx::bfloat16), true, false});

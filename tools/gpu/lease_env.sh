@@ -12,7 +12,8 @@
 # 6.25 / 7.43 ms -> 5.07 / 4.55 ms (prefill b8 22.4 -> 23.3 ms, unexplained).
 #
 # This lease: the second half (PART=1/2), then a split of what the first half left (test_quantized's
-# heavy GPU tests, the few-rows kernel's tests with the Gemm cases) and test_llm, all with
+# heavy GPU tests, the few-rows kernel's tests with the Gemm cases), the softmax kernel's test (the
+# row's length now read at run time: written after the lease) and test_llm, all with
 # ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1: the evidence to make the few-rows kernel a default (its values
 # held in the first half's parity; the bias cases, through Gemm, have not run on a GPU); then one
 # round of the kernel's A/B (`rows`, ~2 min): K, N and the rows are now read at run time (one
@@ -23,7 +24,7 @@ Q=tests/python/ops/test_quantized.py
 export SPLIT_TESTS="$Q::test_gpu_decode_kernel_and_quantized_matmul $Q::test_gpu_decode_kernel_word_loads \
 $Q::test_gpu_prefill_dequantize_kernel $Q::test_transposed_a_reaches_the_kernel_as_a_view \
 tests/python/ops/test_matmul.py::test_rows_product_kernel tests/python/ops/test_matmul.py::test_few_rows_by_constant_weights \
-tests/python/test_llm.py"
+tests/python/ops/test_fused_gpu_paths.py::test_softmax_kernel tests/python/test_llm.py"
 # A lease with ~1,100-1,400 s: the half of parity alone.
 if [ "${1:-}" = mid ]; then
   export BG_STEPS="parity" BG_BUDGET=900

@@ -268,7 +268,9 @@ SOFTMAX_KERNEL_CASES = ["test_softmax13_float16_follows_function_body[13]",
                         "test_softmax_float32[LogSoftmax-(3, 4, 5)-axisNone-13]",
                         "test_softmax_bf16[Softmax]", "test_softmax_bf16[LogSoftmax]",
                         "test_softmax_special_values[Softmax]", "test_softmax_special_values[LogSoftmax]",
-                        "test_softmax_of_scaled_masked_scores[Softmax-div-mask-b11s]"]
+                        "test_softmax_of_scaled_masked_scores[Softmax-div-mask-b11s]",
+                        "test_softmax_rows_of_changing_length[Softmax]",
+                        "test_softmax_rows_of_changing_length[LogSoftmax]"]
 # Attention's scores, (s / k or s * k) + mask: read by the kernel (softmax_scores.h), no kernel of
 # their own.
 SOFTMAX_SCORES_CASES = ["test_softmax_of_scaled_masked_scores[Softmax-div-mask-b11s]",

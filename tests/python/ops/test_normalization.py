@@ -4,8 +4,8 @@ import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
-from harness import (BF16, assert_close, check_parity, make_graph_model, make_model, mlx_device, random_array, run_cpu,
-                     run_mlx)
+from harness import (BF16, assert_close, check_parity, make_graph_model, make_model, mlx_device, mlx_session,
+                     random_array, run_cpu, run_mlx)
 from harness_bf16 import check_bf16
 
 
@@ -61,6 +61,21 @@ def test_softmax_long_rows(op, shape, axis):
     """Long rows: the sum of exp() must stay as accurate as ORT's."""
     x = random_array(shape, np.float32, np.random.default_rng(3), low=-5, high=5)
     check_parity(softmax_model(op, np.float32, shape, axis), {"x": x})
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_rows_of_changing_length(op):
+    """One session, rows whose length changes from run to run as a growing KV cache's or a new
+    prompt's attention rows do (across the GPU kernel's block sizes, which read the length at run
+    time): each run ORT's values, on MLX."""
+    model = make_model(op, [("x", np.float32, [3, "n"])], [("y", None, None)], opset=13)
+    sess = mlx_session(model)
+    rng = np.random.default_rng(4)
+    for n in (7, 64, 65, 128, 129, 1000, 1024, 1025, 4097):
+        x = random_array((3, n), np.float32, rng, low=-6, high=6)
+        assert_close(sess.run(None, {"x": x})[0], run_cpu(model, {"x": x})[0], rtol=1e-5, atol=1e-6, what=f"n={n}")
+    _, mlx, total = run_mlx(model, {"x": x})
+    assert mlx == total == 1
 
 
 @pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
