@@ -18,7 +18,7 @@
 # held in the first half's parity; the bias cases, through Gemm, have not run on a GPU); then one
 # round of the kernel's A/B (`rows`, ~2 min): K, N and the rows are now read at run time (one
 # compile a dtype instead of one a (K, N) pair), which may cost the kernel some speed.
-export BG_STEPS="parity split rows" PART="${PART:-1/2}" BG_BUDGET=1000 SPLIT_TIMEOUT=360 SPLIT_JOBS=12 ROWS_ROUNDS=1
+export BG_STEPS="parity split rows" PART="${PART:-1/2}" BG_BUDGET=960 SPLIT_TIMEOUT=400 SPLIT_JOBS=12 ROWS_ROUNDS=1
 export ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1
 Q=tests/python/ops/test_quantized.py
 export SPLIT_TESTS="$Q::test_gpu_decode_kernel_and_quantized_matmul $Q::test_gpu_decode_kernel_word_loads \
