@@ -11,7 +11,7 @@
 # ones, each a subprocess over part of the file). The few-rows kernel's A/B: batch-8 fp16 decode
 # 6.25 / 7.43 ms -> 5.07 / 4.55 ms (prefill b8 22.4 -> 23.3 ms, unexplained).
 #
-# This lease: the second half (PART=1/2), then a split of what the first half left (test_quantized's
+# This lease: the second half (conformance PART=1/2; the parity files by name, PARITY_ONLY), then a split of what the first half left (test_quantized's
 # heavy GPU tests, the few-rows kernel's tests with the Gemm cases), the softmax kernel's test (the
 # row's length now read at run time: written after the lease) and test_llm, all with
 # ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1: the evidence to make the few-rows kernel a default (its values
@@ -20,6 +20,13 @@
 # compile a dtype instead of one a (K, N) pair), which may cost the kernel some speed.
 export BG_STEPS="parity split rows" PART="${PART:-1/2}" BG_BUDGET=960 SPLIT_TIMEOUT=400 SPLIT_JOBS=12 ROWS_ROUNDS=1
 export ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1
+# The parity files the first half did not run, by name: PART's every other file follows the shell's
+# collation, and the GPU image's is not this machine's (parity_files in device_session.sh).
+export PARITY_ONLY="test_torch_models test_real_models test_dynamic_shapes test_constant_fold test_folding \
+test_kernel_reuse test_package_and_diagnostics test_provider_options test_activation_extra test_attention \
+test_attention_contrib_gqa test_attention_contrib_rotary test_bitwise test_contrib_matmul test_control_flow test_conv \
+test_einsum test_gather_elements test_logical test_normalization_image test_pad test_pool test_recurrent test_resize \
+test_rotary_embedding test_tensor_misc test_unary"
 Q=tests/python/ops/test_quantized.py
 export SPLIT_TESTS="$Q::test_gpu_decode_kernel_and_quantized_matmul $Q::test_gpu_decode_kernel_word_loads \
 $Q::test_gpu_prefill_dequantize_kernel $Q::test_transposed_a_reaches_the_kernel_as_a_view \
