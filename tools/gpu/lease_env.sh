@@ -11,13 +11,14 @@
 # ones, each a subprocess over part of the file). The few-rows kernel's A/B: batch-8 fp16 decode
 # 6.25 / 7.43 ms -> 5.07 / 4.55 ms (prefill b8 22.4 -> 23.3 ms, unexplained).
 #
-# This lease: the second half (conformance PART=1/2; the parity files by name, PARITY_ONLY), then a split of what the first half left (test_quantized's
-# heavy GPU tests, the few-rows kernel's tests with the Gemm cases), the softmax kernel's test (the
-# row's length now read at run time: written after the lease) and test_llm, all with
-# ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1: the evidence to make the few-rows kernel a default (its values
-# held in the first half's parity; the bias cases, through Gemm, have not run on a GPU); then one
-# round of the kernel's A/B (`rows`, ~2 min): K, N and the rows are now read at run time (one
-# compile a dtype instead of one a (K, N) pair), which may cost the kernel some speed.
+# This lease: the second half (conformance's PART=1/2, the parity files the first half left, named in
+# PARITY_ONLY), then a split of test_quantized's heavy GPU tests (cut in the first half), the few-rows
+# kernel's tests with the Gemm cases, the softmax kernel's test (the row's length now read at run
+# time: written after the lease) and test_llm, all with ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1: the
+# evidence to make the few-rows kernel a default (its values held in the first half's parity; the
+# bias cases, through Gemm, have not run on a GPU); then one round of the kernel's A/B (`rows`, ~2
+# min): K, N and the rows are now read at run time (one compile a dtype instead of one a (K, N)
+# pair), which may cost the kernel some speed.
 export BG_STEPS="parity split rows" PART="${PART:-1/2}" BG_BUDGET=960 SPLIT_TIMEOUT=400 SPLIT_JOBS=12 ROWS_ROUNDS=1
 export ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1
 # The parity files the first half did not run, by name: PART's every other file follows the shell's
