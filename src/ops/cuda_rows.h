@@ -50,8 +50,11 @@ inline int RowKernelThreads(int n) {
 /** The most values a thread holds in blocks of `threads` (RowKernelThreads'): its longest row's,
  *  so that a kernel reading its row's length at run time compiles once a block size. */
 inline int RowKernelValuesPerThread(int threads) {
-  const int longest = threads <= 64 ? threads : threads == 128 ? 1024 : threads == 256 ? 4096 : threads == 512 ? 8192
-                                                                                                              : kMaxKernelRow;
+  const int longest = threads <= 64    ? threads
+                      : threads == 128 ? 1024
+                      : threads == 256 ? 4096
+                      : threads == 512 ? 8192
+                                       : kMaxKernelRow;
   return (longest + threads - 1) / threads;
 }
 

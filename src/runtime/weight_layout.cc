@@ -61,7 +61,8 @@ std::unordered_set<std::string> ProductOnlyWeights(const Graph& graph) {
   for (const Node& n : graph.nodes) {
     const bool onnx = n.domain.empty() || n.domain == "ai.onnx";
     // Gemm's B untransposed is [K, N] as MatMul's is (ORT's MatMulAddFusion makes such Gemms).
-    const bool product = onnx && (n.op_type == "MatMul" || (n.op_type == "Gemm" && n.AttrInt("transB", 0) == 0));
+    const bool product =
+        onnx && (n.op_type == "MatMul" || (n.op_type == "Gemm" && n.AttrInt("transB", 0) == 0));
     const std::vector<std::string> all = n.AllInputs();
     for (size_t i = 0; i < all.size(); ++i) see(all[i], product && i == 1);
   }

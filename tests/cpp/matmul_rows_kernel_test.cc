@@ -23,7 +23,8 @@ std::string Body() { return Source().substr(Source().find("// kernel body:")); }
 
 // MLX's parameters: the inputs (x with its shape and rank, w with its shape, bias), then the output.
 std::string Parameters(const std::string& t) {
-  return "const " + t + "* x, const __grid_constant__ Shape x_shape, const __grid_constant__ int x_ndim, const " + t +
+  return "const " + t +
+         "* x, const __grid_constant__ Shape x_shape, const __grid_constant__ int x_ndim, const " + t +
          "* w, const __grid_constant__ Shape w_shape, const " + t + "* bias, " + t + "* y";
 }
 

@@ -31,10 +31,12 @@ std::string Kernel(const std::string& name, const std::string& t, int tpb, bool 
   };
   return "__global__ void " + name + "(const " + t +
          "* x, const __grid_constant__ Shape x_shape, const __grid_constant__ int x_ndim, const " + t +
-         "* factor, const " + t + "* mask, const __grid_constant__ Shape mask_shape, const __grid_constant__ int "
-         "mask_ndim, " + t + "* y) {\n  constexpr int PER = " + std::to_string(RowKernelValuesPerThread(tpb)) +
-         ";\n  constexpr int TPB = " +
-         std::to_string(tpb) + ";\n  constexpr int SCALE = " + std::to_string(scale) + ";\n" + flag("LOG", log) +
+         "* factor, const " + t +
+         "* mask, const __grid_constant__ Shape mask_shape, const __grid_constant__ int "
+         "mask_ndim, " +
+         t + "* y) {\n  constexpr int PER = " + std::to_string(RowKernelValuesPerThread(tpb)) +
+         ";\n  constexpr int TPB = " + std::to_string(tpb) +
+         ";\n  constexpr int SCALE = " + std::to_string(scale) + ";\n" + flag("LOG", log) +
          flag("BODY16", body16) + flag("MASK", mask) + Body() + "\n}\n";
 }
 
@@ -64,11 +66,12 @@ TEST(SoftmaxKernel, CompilesLikeMlx) {
 TEST(SoftmaxKernel, ValuesOnTheHostEmulation) {
   if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
-  const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
-                              "template <class T, int PER, int TPB, bool LOG, bool BODY16, int SCALE, bool MASK>\n"
-                              "void softmax_kernel(const T* x, Shape x_shape, int x_ndim, const T* factor, const T* "
-                              "mask, Shape mask_shape, int mask_ndim, T* y) {\n" +
-                              Body() + "\n}\n#include \"" + (tests / "softmax_kernel_driver.inc").string() + "\"\n";
+  const std::string program =
+      "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
+      "template <class T, int PER, int TPB, bool LOG, bool BODY16, int SCALE, bool MASK>\n"
+      "void softmax_kernel(const T* x, Shape x_shape, int x_ndim, const T* factor, const T* "
+      "mask, Shape mask_shape, int mask_ndim, T* y) {\n" +
+      Body() + "\n}\n#include \"" + (tests / "softmax_kernel_driver.inc").string() + "\"\n";
   EXPECT_EQ(BuildAndRun("mlx_ep_softmax_emulation", program, "g++", EmulationFlags()), "");
 }
 
@@ -77,7 +80,7 @@ TEST(SoftmaxKernel, PlanOfTheLaunch) {
   const mx::array scores = mx::zeros({8, 12, 128, 128}, mx::float16);
   auto plan = PlanRowSoftmax({scores, false, true});
   ASSERT_TRUE(plan);
-  const std::map<std::string, int> want = {{"PER", 8}, {"TPB", 128}, {"LOG", 0},
+  const std::map<std::string, int> want = {{"PER", 8},    {"TPB", 128}, {"LOG", 0},
                                            {"BODY16", 1}, {"SCALE", 0}, {"MASK", 0}};
   EXPECT_EQ(Ints(*plan), want);
   EXPECT_EQ(plan->threads, 8 * 12 * 128 * 128);
