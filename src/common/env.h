@@ -124,7 +124,7 @@ constexpr const char* kSoftmaxKernel =
 constexpr const char* kRowsKernel =
     "ONNXRUNTIME_EP_MLX_ROWS_KERNEL";  // "1": GPU products of 2-8 rows by a gemv-layout constant
                                        // weight as the EP's CUDA kernel, not cuBLASLt (opt-in;
-                                       // matmul_rows_cuda.h)
+                                       // matmul_rows_cuda.h); "all": 1-8 rows (not MLX's gemv)
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls (and MatMulNBits) on one input stay one product each
 constexpr const char* kMatmulBias =

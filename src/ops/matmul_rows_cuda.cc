@@ -89,10 +89,11 @@ const mx::fast::CustomKernelFunction& RowsKernel() {
   return kernel;
 }
 
-bool RowsKernelWanted() {
-  // Opt-in until a GPU has run it: NVRTC and the host emulation pass (matmul_rows_kernel_test.cc).
-  static const bool on = EnvFlag(env::kRowsKernel);
-  return on && UseFusedGpuPaths();
+/** The fewest rows the kernel takes (0: off). Opt-in until its GPU parity is whole: "1" from two
+ *  rows (one row stays MLX's gemv), "all" from one (an A/B of the kernel against MLX's gemv). */
+int RowsKernelLeastRows() {
+  static const int least = EnvString(env::kRowsKernel) == "all" ? 1 : EnvFlag(env::kRowsKernel) ? 2 : 0;
+  return UseFusedGpuPaths() ? least : 0;
 }
 
 }  // namespace
@@ -104,7 +105,7 @@ std::optional<KernelLaunch> PlanRowsProduct(const mx::array& x, const mx::array&
   const int N = w.shape(0), K = w.shape(1);
   if (K < 1 || N < 1 || x.shape(-1) != K) return std::nullopt;
   const int64_t rows = static_cast<int64_t>(x.size()) / K;
-  if (rows < 2 || rows > kRowsProductMaxRows) return std::nullopt;
+  if (rows < 1 || rows > kRowsProductMaxRows) return std::nullopt;
   if (bias && (bias->dtype() != t || bias->shape() != mx::Shape{N})) return std::nullopt;
   const std::optional<int> threads = WholeBlocks(static_cast<int64_t>(N) * kWarp, kThreadsPerBlock);
   if (!threads) return std::nullopt;
@@ -135,11 +136,12 @@ std::optional<mx::array> RowMajorWeightOf(const mx::array& b) {
 
 std::optional<mx::array> RowsProductByKernel(const mx::array& x, const mx::array& b,
                                              const std::optional<mx::array>& bias, mx::Stream s) {
-  if (!RowsKernelWanted() || !CudaKernelsAvailable(s)) return std::nullopt;
+  const int least = RowsKernelLeastRows();
+  if (!least || !CudaKernelsAvailable(s)) return std::nullopt;
   const std::optional<mx::array> w = RowMajorWeightOf(b);
   if (!w) return std::nullopt;
   const std::optional<KernelLaunch> plan = PlanRowsProduct(x, *w, bias);
-  if (!plan) return std::nullopt;
+  if (!plan || static_cast<int64_t>(x.size()) / x.shape(-1) < least) return std::nullopt;  // K >= 1: planned
   return LaunchKernel(RowsKernel(), *plan, s)[0];
 }
 

@@ -47,8 +47,8 @@ std::optional<mx::array> BiasedProduct(const mx::array& a, const mx::array& b, c
     return std::nullopt;
   if (a.size() == 0 || b.size() == 0) return std::nullopt;  // NumpyMatmul's zeros, then the Add
   const size_t rows = a.size() / static_cast<size_t>(a.shape(-1));
-  if (s.device == mx::Device::gpu && rows == 1) return std::nullopt;  // MLX's GEMV kernel
   if (std::optional<mx::array> y = RowsProductByKernel(a, b, bias, s)) return y;  // 2-8 rows on a GPU
+  if (s.device == mx::Device::gpu && rows == 1) return std::nullopt;  // MLX's GEMV kernel, then the Add
   return mx::addmm(bias, a, b, 1.0f, 1.0f, s);
 }
 

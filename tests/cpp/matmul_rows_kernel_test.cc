@@ -98,6 +98,7 @@ void Check(const char* name, int offset, int ndim = 2) {
 int main() {
   // Wide (16-byte loads) where K holds whole 16-byte pieces and x is aligned, one value a lane
   // otherwise: both decided at run time, as K and the rows are.
+  Check<__half, 1, 64, 40, false>("float16 wide, one row: =all", 0);
   Check<__half, 2, 64, 40, false>("float16 wide", 0);
   Check<__half, 8, 136, 33, true>("float16 wide, 8 rows, bias", 0);
   Check<__half, 6, 64, 25, false>("float16 wide, x [6, 1, K]", 0, 3);
@@ -130,8 +131,9 @@ TEST(RowsProductKernel, PlanOfTheLaunch) {
   ASSERT_TRUE(biased);
   EXPECT_EQ(Ints(*biased), (std::map<std::string, int>{{"MAX_ROWS", kRowsProductMaxRows}, {"HAS_BIAS", 1}}));
   EXPECT_EQ(biased->inputs.size(), 3u);
-  // Declined: one row (MLX's gemv) or nine, another dtype, another K, a bias of another shape.
-  EXPECT_FALSE(PlanRowsProduct(mx::zeros({1, K}, mx::float16), w, std::nullopt));
+  // One row is planned too (taken only with ONNXRUNTIME_EP_MLX_ROWS_KERNEL=all: RowsProductByKernel).
+  // Declined: nine rows, another dtype, another K, a bias of another shape.
+  EXPECT_TRUE(PlanRowsProduct(mx::zeros({1, K}, mx::float16), w, std::nullopt));
   EXPECT_FALSE(PlanRowsProduct(mx::zeros({9, K}, mx::float16), w, std::nullopt));
   EXPECT_FALSE(PlanRowsProduct(mx::zeros({4, K}, mx::float32), w, std::nullopt));
   EXPECT_FALSE(PlanRowsProduct(mx::zeros({4, K + 1}, mx::float16), w, std::nullopt));

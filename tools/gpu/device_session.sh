@@ -287,14 +287,15 @@ run_step() {
         && env ${LLM_ENV:-} timeout "${LLM_TIMEOUT:-500}" $PY "$ROOT/bench/bench_llm_gpu.py" bench --work "$W/llm" --json "$R/bench_llm_gpu.json" \
         ${LLM_ARGS:-} 2>&1 | tee "$R/bench_llm_gpu.log" );;
     rows)  # batch-8 decode with and without the few-rows product kernel (ROWS_KERNEL=1), A B A B
-      # (each setting a process of its own: the EP reads its variables once); ROWS_ROUNDS rounds (2)
+      # (each setting a process of its own: the EP reads its variables once); ROWS_ROUNDS rounds (2),
+      # ROWS_SETTINGS the values of ROWS_KERNEL ("0 1"; "all": one row too), ROWS_BATCHES ("8"; "1,8")
       wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; return 1; }
       local round setting
       for round in $(seq 1 "${ROWS_ROUNDS:-2}"); do
-        for setting in 0 1; do
+        for setting in ${ROWS_SETTINGS:-0 1}; do
           ( ort_gpu_env && ONNXRUNTIME_EP_MLX_ROWS_KERNEL=$setting timeout "${ROWS_TIMEOUT:-200}" $PY "$ROOT/bench/bench_llm_gpu.py" \
-              bench --work "$W/llm" --peers mlx_loop --batch 8 --precisions "${ROWS_MODELS:-fp16}" \
-              --json "$R/bench_rows_${setting}_$round.json" 2>&1 | tail -8 | sed "s/^/[ROWS_KERNEL=$setting round $round] /" | tee -a "$R/bench_rows.log" )
+              bench --work "$W/llm" --peers mlx_loop --batch "${ROWS_BATCHES:-8}" --precisions "${ROWS_MODELS:-fp16}" \
+              --json "$R/bench_rows_${setting}_$round.json" 2>&1 | grep -E "mlx_loop|floor|rror" | sed "s/^/[ROWS_KERNEL=$setting round $round] /" | tee -a "$R/bench_rows.log" )
         done
       done;;
     paged)  # PagedAttention against ORT's CUDA EP too (onnxruntime-gpu's schema; skipped on 1.30)

@@ -16,10 +16,13 @@
 # kernel's tests with the Gemm cases, the softmax kernel's test (the row's length now read at run
 # time: written after the lease) and test_llm, all with ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1: the
 # evidence to make the few-rows kernel a default (its values held in the first half's parity; the
-# bias cases, through Gemm, have not run on a GPU); then one round of the kernel's A/B (`rows`, ~2
-# min): K, N and the rows are now read at run time (one compile a dtype instead of one a (K, N)
-# pair), which may cost the kernel some speed.
-export BG_STEPS="parity split rows" PART="${PART:-1/2}" BG_BUDGET=960 SPLIT_TIMEOUT=400 SPLIT_JOBS=12 ROWS_ROUNDS=1
+# bias cases, through Gemm, have not run on a GPU); then one round of the kernel's A/B (`rows`, ~3
+# min) at batch 1 and 8, MLX's gemv and cuBLASLt (0) against the kernel for every product of 1-8
+# rows (all): K, N and the rows are now read at run time (one compile a dtype instead of one a
+# (K, N) pair), which may cost the kernel some speed, and batch 1 says whether it reads weights as
+# fast as MLX's gemv (what fusing the norms and SiLU into the products would need).
+export BG_STEPS="parity split rows" PART="${PART:-1/2}" BG_BUDGET=960 SPLIT_TIMEOUT=400 SPLIT_JOBS=12
+export ROWS_ROUNDS=1 ROWS_SETTINGS="0 all" ROWS_BATCHES=1,8
 export ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1
 # The parity files the first half did not run, by name: PART's every other file follows the shell's
 # collation, and the GPU image's is not this machine's (parity_files in device_session.sh).

@@ -420,7 +420,8 @@ def test_matmul_bias_is_one_product(dtype):
 
 ROWS_CASES = [(np.float32, 2, 64, False, False), (np.float32, 8, 36, True, False), (np.float16, 5, 64, True, False),
               (np.float16, 8, 36, False, False), (np.float16, 3, 2048, False, False),
-              (np.float32, 4, 64, True, True), (np.float16, 6, 36, False, True)]
+              (np.float32, 4, 64, True, True), (np.float16, 6, 36, False, True),
+              (np.float16, 1, 2048, False, False), (np.float32, 1, 64, True, False)]
 ROWS_IDS = [f"{np.dtype(c[0]).name}-{c[1]}x{c[2]}{'-bias' if c[3] else ''}{'-gemm' if c[4] else ''}" for c in ROWS_CASES]
 
 
@@ -450,7 +451,7 @@ def rows_model(dtype, rows, k, bias, n=40, gemm=False):
 
 @pytest.mark.parametrize("dtype,rows,k,bias,gemm", ROWS_CASES, ids=ROWS_IDS)
 def test_few_rows_by_constant_weights(dtype, rows, k, bias, gemm):
-    """A batch of decode steps' product: 2 to 8 rows by a constant weight, with and without its
+    """A batch of decode steps' product: 1 to 8 rows by a constant weight, with and without its
     bias, K whole 16-byte pieces or not, as a MatMul (+ Add) or a Gemm. On every device the values
     are ORT's; on MLX's CUDA backend with ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 and the weight in the
     gemv layout these are the cases test_rows_product_kernel runs through the EP's kernel
@@ -463,18 +464,23 @@ def test_few_rows_by_constant_weights(dtype, rows, k, bias, gemm):
 def test_rows_product_kernel():
     """ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 on MLX's CUDA backend, weights in the gemv layout
     (ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS=1: every graph): each few-rows case above holds its tolerance
-    as one CustomKernel a run, with no Matmul or AddMM (cuBLASLt) left; without the switch, no
-    CustomKernel. tests/cpp/matmul_rows_kernel_test.cc runs the kernel's text on the host."""
+    as one CustomKernel a run, with no Matmul or AddMM (cuBLASLt) left, but one row, which stays
+    MLX's gemv; =all takes one row too; without the switch, no CustomKernel.
+    tests/cpp/matmul_rows_kernel_test.cc runs the kernel's text on the host."""
     from harness import census_of_tests
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
     cases = [f"test_few_rows_by_constant_weights[{i}]" for i in ROWS_IDS]
+    one_row = [c[1] == 1 for c in ROWS_CASES]
     layout = {"ONNXRUNTIME_EP_MLX_GEMV_WEIGHTS": "1"}
-    census, _ = census_of_tests(__file__, cases, env={**layout, "ONNXRUNTIME_EP_MLX_ROWS_KERNEL": "1"})
-    assert len(census) == len(cases), census
-    # The census lines come in the cases' order (one process, the file's order).
-    missed = [(i, line.split(": MLX primitives")[1]) for i, line in zip(ROWS_IDS, census) if "CustomKernel" not in line]
-    assert not missed, missed
-    assert not any("Matmul" in line or "AddMM" in line for line in census), census
+    for setting in ("1", "all"):
+        census, _ = census_of_tests(__file__, cases, env={**layout, "ONNXRUNTIME_EP_MLX_ROWS_KERNEL": setting})
+        assert len(census) == len(cases), census
+        # The census lines come in the cases' order (one process, the file's order).
+        kernel = [("CustomKernel" in line, "Matmul" in line or "AddMM" in line) for line in census]
+        want = [(setting == "all" or not one, one and setting == "1") for one in one_row]
+        wrong = [(i, line.split(": MLX primitives")[1]) for i, line, got, w in zip(ROWS_IDS, census, kernel, want)
+                 if got != w]
+        assert not wrong, (setting, wrong)
     plain, _ = census_of_tests(__file__, cases, env={**layout, "ONNXRUNTIME_EP_MLX_ROWS_KERNEL": "0"})
     assert len(plain) == len(cases) and not any("CustomKernel" in line for line in plain), plain
