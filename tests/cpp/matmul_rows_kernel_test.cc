@@ -51,7 +51,8 @@ TEST(RowsProductKernel, ValuesOnTheHostEmulation) {
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
   // Every output against a double sum rounded to T: within one unit in T's last place (the
   // float32 sums' order is the kernel's); float32 within 1e-5 relative. x at an offset of one
-  // value takes the one-value loop of a WIDE kernel (16-byte loads need aligned rows).
+  // value takes the one-value loop though K holds whole 16-byte pieces (16-byte loads need aligned
+  // rows).
   const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
                               "#include <cmath>\n#include <cstdio>\n#include <random>\n#include <vector>\n"
                               "template <class T, int MAX_ROWS, bool HAS_BIAS>\n"
