@@ -249,6 +249,13 @@ run_step() {
           timeout "${PARITY_TIMEOUT:-$left}" bash -c "$(declare -f pytest_files stall_watch gpu_count log); OUT=$OUT; \
           pytest_files $(parity_files | awk -v k="$k" -v n="$n" '(NR - 1) % n == k' | tr '\n' ' ')" )
       wait $conf; log "conformance rc=$?: $(tail -3 "$R/conformance.log" | tr '\n' ' ')"
+      # CONF_AGAIN: a test name (a --filter substring) an earlier share left undecided (a time-out),
+      # run again once this share is done: its out-dir is conformance_again.
+      if [ -n "${CONF_AGAIN:-}" ]; then
+        ( ort_gpu_env && CONFORMANCE_GPUS=$G timeout 300 $PY "$ROOT/tests/conformance/run_conformance.py" --filter "$CONF_AGAIN" \
+            --timeout "$(conf_test_timeout)" --out-dir "$R/conformance_again" >"$R/conformance_again.log" 2>&1 )
+        log "conformance again ($CONF_AGAIN) rc=$?: $(tail -2 "$R/conformance_again.log" | tr '\n' ' ')"
+      fi
       # Files still running when the step's time ran out: each file's `timeout` made a process
       # group of its own, out of reach of the step's timeout, so they ran on beside the steps after
       # it (the seventeenth session's decode steps measured 21-24 ms beside four of them, 5.9 ms in
