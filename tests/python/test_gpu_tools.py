@@ -1,6 +1,7 @@
 """tools/gpu/kernel_times.py's reading of Nsight Compute's CSV, on text laid out as `ncu --csv`
 prints it (its "raw" page: a header, a units row, a row a kernel; its "details" page: a row a
-metric). The tool runs on the H200 only; these samples are written here, not captured there."""
+metric). The tool runs on the H200 only; these samples are written here, not captured there.
+And the names tools/gpu/lease_env.sh gives a lease (its parity files and split tests)."""
 import sys
 from pathlib import Path
 
@@ -148,3 +149,21 @@ def test_copies_named_with_the_kernels_around_them(tmp_path):
     (before, copy, after), n = kernel_census.neighbours([f]).most_common(1)[0]
     assert n == 1 and "copy_g_nd" in copy and "gemv_single" in before and "gemv_single" in after
     assert not kernel_census.neighbours([f], pattern="no such kernel")
+
+
+def test_lease_names_files_that_exist():
+    """tools/gpu/lease_env.sh's PARITY_ONLY (the parity files a lease runs, by name) and SPLIT_TESTS:
+    a misspelt name would drop its file without a word (parity_files keeps the names it finds), so
+    every name must be a parity file of device_session.sh and every split node id collectable."""
+    import subprocess
+    root = Path(__file__).resolve().parents[2]
+    script = ('. tools/gpu/lease_env.sh && ROOT=$PWD && '
+              'source <(sed -n "/^parity_files()/,/^}/p" tools/gpu/device_session.sh) && '
+              'echo "$PARITY_ONLY" | wc -w && parity_files | wc -l && echo "$SPLIT_TESTS"')
+    out = subprocess.run(["bash", "-c", script], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    named, found, split = int(out[0]), int(out[1]), out[2:]
+    assert named == 0 or found == named, (named, found)
+    for node in split:
+        path, _, name = node.partition("::")
+        assert (root / path).is_file(), node
+        assert not name or f"def {name.split('[')[0]}(" in (root / path).read_text(), node
