@@ -390,6 +390,9 @@ finish() {
   # The kernel cache (80 MB and more) is over what one call brings back: only on request.
   [ -n "${KEEP_PTX:-}" ] && [ -d "$W/ptx" ] && tar -czf "$OUT/ptx.tar.gz" -C "$W" ptx && log "ptx cache $(du -sh "$OUT/ptx.tar.gz" | cut -f1)"
   cp "$W"/make.log "$W"/bg.log "$OUT/reports/" 2>/dev/null
+  # A call that logged nothing has no run.log: tar then failed and left the reports unpacked
+  # (brought back one by one, past the device tool's count of files: the thirty-third session).
+  touch "$OUT/run.log"
   [ -d "$OUT/reports" ] && tar -czf "$OUT/gpu-reports.tar.gz" -C "$OUT" reports run.log && rm -rf "$OUT/reports"
 }
 
