@@ -243,19 +243,17 @@ run_step() {
       local part="${PART:-0/1}" k n && k=${part%/*} && n=${part#*/}
       [ -n "${PARITY_ONLY:-}" ] && k=0 && n=1
       ( ort_gpu_env && CONFORMANCE_GPUS=$G timeout "${CONF_TIMEOUT:-$left}" $PY "$ROOT/tests/conformance/run_conformance.py" \
-          --shard "$part" --timeout "$(conf_test_timeout)" --budget $((left - 20 - $(conf_test_timeout))) --jobs "${CONF_JOBS:-$((C / 3 > 6 ? C / 3 : 6))}" --out-dir "$R" --floor "$ROOT/tests/conformance/floor_gpu.txt" --list-failures >"$R/conformance.log" 2>&1 ) &
+          --shard "$part" --timeout "$(conf_test_timeout)" --budget $((left - 20 - $(conf_test_timeout))) --jobs "${CONF_JOBS:-$((C / 3 > 6 ? C / 3 : 6))}" --out-dir "$R" --floor "$ROOT/tests/conformance/floor_gpu.txt" --list-failures >"$R/conformance.log" 2>&1
+        # CONF_AGAIN: a test name (a --filter substring) an earlier share left undecided (a time-out),
+        # run again once this share is done, beside the parity files: out-dir conformance_again.
+        [ -z "${CONF_AGAIN:-}" ] || timeout 300 $PY "$ROOT/tests/conformance/run_conformance.py" --filter "$CONF_AGAIN" \
+          --timeout "$(conf_test_timeout)" --out-dir "$R/conformance_again" >"$R/conformance_again.log" 2>&1 ) &
       local conf=$!
       ( ort_gpu_env && PARALLEL="${PARALLEL:-$((C / 3 > 5 ? C / 3 : 5))}" FILE_TIMEOUT="${FILE_TIMEOUT:-$((left < 420 ? left : 420))}" \
           timeout "${PARITY_TIMEOUT:-$left}" bash -c "$(declare -f pytest_files stall_watch gpu_count log); OUT=$OUT; \
           pytest_files $(parity_files | awk -v k="$k" -v n="$n" '(NR - 1) % n == k' | tr '\n' ' ')" )
-      wait $conf; log "conformance rc=$?: $(tail -3 "$R/conformance.log" | tr '\n' ' ')"
-      # CONF_AGAIN: a test name (a --filter substring) an earlier share left undecided (a time-out),
-      # run again once this share is done: its out-dir is conformance_again.
-      if [ -n "${CONF_AGAIN:-}" ]; then
-        ( ort_gpu_env && CONFORMANCE_GPUS=$G timeout 300 $PY "$ROOT/tests/conformance/run_conformance.py" --filter "$CONF_AGAIN" \
-            --timeout "$(conf_test_timeout)" --out-dir "$R/conformance_again" >"$R/conformance_again.log" 2>&1 )
-        log "conformance again ($CONF_AGAIN) rc=$?: $(tail -2 "$R/conformance_again.log" | tr '\n' ' ')"
-      fi
+      wait $conf; log "conformance: $(tail -3 "$R/conformance.log" | tr '\n' ' ')"
+      [ -z "${CONF_AGAIN:-}" ] || log "conformance again ($CONF_AGAIN): $(tail -2 "$R/conformance_again.log" | tr '\n' ' ')"
       # Files still running when the step's time ran out: each file's `timeout` made a process
       # group of its own, out of reach of the step's timeout, so they ran on beside the steps after
       # it (the seventeenth session's decode steps measured 21-24 ms beside four of them, 5.9 ms in
