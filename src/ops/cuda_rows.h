@@ -36,25 +36,24 @@ inline std::optional<int> WholeBlocks(int64_t threads, int per_block) {
 /** The most values a row kernel takes a row: 16 a thread in blocks of 1,024. */
 constexpr int kMaxKernelRow = 16384;
 
+/** The row kernels' block sizes, each with the longest row it takes: {longest, threads}. */
+constexpr std::pair<int, int> kRowKernelBlocks[] = {{32, 32},    {64, 64},    {1024, 128},
+                                                    {4096, 256}, {8192, 512}, {kMaxKernelRow, 1024}};
+
 /** A block's threads for rows of n values (n <= kMaxKernelRow): a multiple of 32 (the block
  *  reduction's warps), at most 16 values a thread. */
 inline int RowKernelThreads(int n) {
-  if (n <= 32) return 32;
-  if (n <= 64) return 64;
-  if (n <= 1024) return 128;
-  if (n <= 4096) return 256;
-  if (n <= 8192) return 512;
+  for (const auto& [longest, threads] : kRowKernelBlocks)
+    if (n <= longest) return threads;
   return 1024;
 }
 
 /** The most values a thread holds in blocks of `threads` (RowKernelThreads'): its longest row's,
  *  so that a kernel reading its row's length at run time compiles once a block size. */
 inline int RowKernelValuesPerThread(int threads) {
-  const int longest = threads <= 64    ? threads
-                      : threads == 128 ? 1024
-                      : threads == 256 ? 4096
-                      : threads == 512 ? 8192
-                                       : kMaxKernelRow;
+  int longest = kMaxKernelRow;
+  for (const auto& [row, block] : kRowKernelBlocks)
+    if (block == threads) longest = row;
   return (longest + threads - 1) / threads;
 }
 

@@ -66,8 +66,14 @@ TEST(SoftmaxKernel, CompilesLikeMlx) {
 TEST(SoftmaxKernel, ValuesOnTheHostEmulation) {
   if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
+  // The plan's values a thread (RowKernelValuesPerThread) for the driver, which g++ builds alone.
+  std::string per_thread = "constexpr int PerThreadOf(int tpb) {\n";
+  for (const auto& [longest, tpb] : kRowKernelBlocks)
+    per_thread += "  if (tpb == " + std::to_string(tpb) + ") return " +
+                  std::to_string(RowKernelValuesPerThread(tpb)) + ";\n";
+  per_thread += "  return 0;\n}\n";
   const std::string program =
-      "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
+      "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() + per_thread +
       "template <class T, int PER, int TPB, bool LOG, bool BODY16, int SCALE, bool MASK>\n"
       "void softmax_kernel(const T* x, Shape x_shape, int x_ndim, const T* factor, const T* "
       "mask, Shape mask_shape, int mask_ndim, T* y) {\n" +
