@@ -23,6 +23,50 @@ template <typename T, int VEC>
 struct alignas(16) Chunk {
   T v[VEC];
 };
+
+// acc[r] += x[r, k] * wr[k] over lane `lane`'s k, for x's ROWS rows of K values. ROWS is a
+// constant so that a step's loads, w's and every row's, are issued before its sums: with the rows
+// read at run time each row's load sat behind a branch (`if (r >= rows) break`), one load of a
+// warp in flight (the PTX), and a batch-8 step took 7.09 ms against 4.55-5.07 with ROWS a
+// constant (an H100, thirty-fourth session). `wide`: 16-byte loads (K a whole number of them,
+// x and w 16-byte aligned), one value a lane otherwise.
+template <int ROWS, typename T>
+__device__ __forceinline__ void add_products(const T* x, const T* wr, int K, int lane, bool wide, float* acc) {
+  constexpr int kWarp = 32;
+  constexpr int VEC = 16 / sizeof(T);
+  if (wide) {
+    using C = Chunk<T, VEC>;
+#pragma unroll 4
+    for (int k = lane * VEC; k < K; k += kWarp * VEC) {
+      const C wv = *reinterpret_cast<const C*>(wr + k);
+      C xv[ROWS];
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) xv[r] = *reinterpret_cast<const C*>(x + static_cast<int64_t>(r) * K + k);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r)
+#pragma unroll
+        for (int v = 0; v < VEC; ++v) acc[r] += static_cast<float>(xv[r].v[v]) * static_cast<float>(wv.v[v]);
+    }
+  } else {
+#pragma unroll 4
+    for (int k = lane; k < K; k += kWarp) {
+      const float wk = static_cast<float>(wr[k]);
+#pragma unroll
+      for (int r = 0; r < ROWS; ++r) acc[r] += static_cast<float>(x[static_cast<int64_t>(r) * K + k]) * wk;
+    }
+  }
+}
+
+// add_products for `rows` (1 ... MAX_ROWS, the same for the whole launch): one instance a row
+// count in the one compiled kernel.
+template <int ROWS, int MAX_ROWS, typename T>
+__device__ __forceinline__ void add_products_of(int rows, const T* x, const T* wr, int K, int lane, bool wide,
+                                                float* acc) {
+  if constexpr (ROWS < MAX_ROWS) {
+    if (rows != ROWS) return add_products_of<ROWS + 1, MAX_ROWS>(rows, x, wr, K, lane, wide, acc);
+  }
+  add_products<ROWS>(x, wr, K, lane, wide, acc);
+}
 }  // namespace mlx_ep_rows
 )";
 
@@ -32,8 +76,9 @@ struct alignas(16) Chunk {
 // shapes at run time, not made constants: MLX compiles a custom kernel once per process and set of
 // constants (NVRTC, no disk cache: mlx/backend/cuda/custom_kernel.cpp), ~1 s each, and a TinyLlama
 // batch-8 step's five (K, N) pairs cost its first run 4-5 s more than without the kernel (thirty-
-// third session). 16-byte loads of w and x where K is a whole number of 16-byte pieces and both
-// start 16-byte aligned (x may be a view at any offset), one value a lane otherwise.
+// third session); the row count picks one of MAX_ROWS instances of the loop (add_products_of).
+// 16-byte loads of w and x where K is a whole number of 16-byte pieces and both start 16-byte
+// aligned (x may be a view at any offset), one value a lane otherwise.
 constexpr const char* kBody = R"(
   constexpr int kWarp = 32;
   constexpr int VEC = 16 / sizeof(T);
@@ -42,37 +87,14 @@ constexpr const char* kBody = R"(
   for (int d = 0; d + 1 < x_ndim; ++d) rows *= x_shape[d];
   const int lane = threadIdx.x & (kWarp - 1);
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  if (col >= N) return;
-  const T* wr = w + col * K;
+  if (col >= N || rows < 1 || rows > MAX_ROWS) return;
   float acc[MAX_ROWS];
 #pragma unroll
   for (int r = 0; r < MAX_ROWS; ++r) acc[r] = 0.f;
   const unsigned long long addresses =
       reinterpret_cast<unsigned long long>(x) | reinterpret_cast<unsigned long long>(w);
-  if (K % VEC == 0 && (addresses & 15ull) == 0) {
-    using Chunk = mlx_ep_rows::Chunk<T, VEC>;
-#pragma unroll 4  // loads of several steps in flight, as a constant K's full unrolling gave
-    for (int k = lane * VEC; k < K; k += kWarp * VEC) {
-      const Chunk wv = *reinterpret_cast<const Chunk*>(wr + k);
-#pragma unroll
-      for (int r = 0; r < MAX_ROWS; ++r) {
-        if (r >= rows) break;
-        const Chunk xv = *reinterpret_cast<const Chunk*>(x + static_cast<int64_t>(r) * K + k);
-#pragma unroll
-        for (int v = 0; v < VEC; ++v) acc[r] += static_cast<float>(xv.v[v]) * static_cast<float>(wv.v[v]);
-      }
-    }
-  } else {
-#pragma unroll 4
-    for (int k = lane; k < K; k += kWarp) {
-      const float wk = static_cast<float>(wr[k]);
-#pragma unroll
-      for (int r = 0; r < MAX_ROWS; ++r) {
-        if (r >= rows) break;
-        acc[r] += static_cast<float>(x[static_cast<int64_t>(r) * K + k]) * wk;
-      }
-    }
-  }
+  const bool wide = K % VEC == 0 && (addresses & 15ull) == 0;
+  mlx_ep_rows::add_products_of<1, MAX_ROWS>(rows, x, w + col * K, K, lane, wide, acc);
   const float b = HAS_BIAS ? static_cast<float>(bias[col]) : 0.f;
 #pragma unroll
   for (int r = 0; r < MAX_ROWS; ++r) {

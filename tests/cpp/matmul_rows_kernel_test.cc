@@ -103,6 +103,11 @@ int main() {
   Check<__half, 2, 64, 40, false>("float16 wide", 0);
   Check<__half, 8, 136, 33, true>("float16 wide, 8 rows, bias", 0);
   Check<__half, 6, 64, 25, false>("float16 wide, x [6, 1, K]", 0, 3);
+  // Every row count has its own instance of the loop (add_products_of): the rest of 1 ... 8.
+  Check<__half, 3, 64, 11, false>("float16 wide, 3 rows", 0);
+  Check<__half, 4, 64, 11, true>("float16 wide, 4 rows", 0);
+  Check<__half, 5, 64, 11, false>("float16 wide, 5 rows", 0);
+  Check<__half, 7, 64, 11, true>("float16 wide, 7 rows", 0);
   Check<__half, 3, 64, 17, false>("float16 wide, x misaligned", 1);
   Check<__half, 5, 100, 21, true>("float16 one value a lane", 0);
   Check<__nv_bfloat16, 4, 96, 19, true>("bfloat16", 0);
