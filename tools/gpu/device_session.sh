@@ -325,7 +325,8 @@ run_step() {
       wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; tail -40 "$W/make.log"; return 1; }
       local m
       for m in ${PHASES_MODELS:-fp16 int4}; do
-        timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm --model "$W/llm/$m" \
+        # PHASES_BATCH=8: eight rows a decode step (kernel_census.llm_run's BENCH_BATCH)
+        BENCH_BATCH="${PHASES_BATCH:-1}" timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm --model "$W/llm/$m" \
           ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} ${PHASES_ROUNDS:+--rounds "$PHASES_ROUNDS"} --json "$R/phases_llm_$m.json" 2>&1 | tee -a "$R/phases.log"
         # PHASES_PROMPT=512: the same for a prompt of that many tokens (no past)
         [ -n "${PHASES_PROMPT:-}" ] && timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm \
