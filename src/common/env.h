@@ -125,6 +125,10 @@ constexpr const char* kRowsKernel =
     "ONNXRUNTIME_EP_MLX_ROWS_KERNEL";  // "1": GPU products of 2-8 rows by a gemv-layout constant
                                        // weight as the EP's CUDA kernel, not cuBLASLt (opt-in;
                                        // matmul_rows_cuda.h); "all": 1-8 rows (not MLX's gemv)
+constexpr const char* kHeadsAttention =
+    "ONNXRUNTIME_EP_MLX_HEADS_ATTENTION";  // "1": GPU Softmax(Q K^T scaled + mask) @ V over heads
+                                           // as the EP's CUDA kernel, not two MLX products and the
+                                           // softmax kernel (opt-in; attention_heads_cuda.h)
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls (and MatMulNBits) on one input stay one product each
 constexpr const char* kMatmulBias =

@@ -9,6 +9,7 @@
 //    attribute) is declined: ORT's CPU EP has no kernel.
 #include <algorithm>
 
+#include "ops/attention_heads_cuda.h"
 #include "ops/claim_util.h"
 #include "ops/matmul_internal.h"
 #include "ops/matmul_rows_cuda.h"
@@ -61,6 +62,8 @@ Claim ClaimMatMul(const NodeView& v) {
 
 std::vector<mx::array> TranslateMatMul(const OpContext& c) {
   const mx::Stream s = c.stream;
+  // P @ V where P is the softmax kernel's over Q @ K^T, on a GPU (opt-in): one kernel for the three
+  if (std::optional<mx::array> y = HeadsAttentionByKernel(c.input(0), c.input(1), s)) return {*y};
   return {NumpyMatmul(c, c.input(0), c.input(1), [&](const mx::array& a, const mx::array& b) {
     return IsFloating(FromMlxDtype(a.dtype())) ? FlatFreeMatmul(a, b, s) : IntegerMatmul(a, b, s);
   })};

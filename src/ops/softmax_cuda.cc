@@ -24,7 +24,10 @@
 //
 // Layout: one block a row (RowKernelThreads), thread t holding values t, t + TPB, ... of the row
 // in registers (up to PER <= 16 of them: the block size's longest row), so x is read once.
+#include <algorithm>
 #include <climits>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -139,7 +142,48 @@ const mx::fast::CustomKernelFunction& SoftmaxKernel() {
   return kernel;
 }
 
+/** A launch of the kernel as RowSoftmaxLaunchOf tells it: the output's primitive, held weakly
+ *  (a trace's graph lives as long as its compiled function), and what the constants say. */
+struct Launched {
+  std::weak_ptr<mx::Primitive> primitive;
+  ScoreTerms terms;
+  bool log;
+  bool float16_body;
+};
+
+std::mutex launched_mutex;
+std::vector<Launched> launched;  // under launched_mutex
+
+int IntConstant(const KernelLaunch& plan, const char* name) {
+  for (const auto& [key, value] : plan.constants)
+    if (key == name) return std::holds_alternative<int>(value) ? std::get<int>(value) : std::get<bool>(value);
+  return 0;
+}
+
+/** Records `y`'s launch for RowSoftmaxLaunchOf (only where its reader is on). */
+void RecordLaunch(const mx::array& y, const KernelLaunch& plan) {
+  if (!EnvFlag(env::kHeadsAttention)) return;
+  ScoreTerms terms;
+  const int scale = IntConstant(plan, "SCALE");
+  terms.scale = scale == 1 ? ScoreTerms::Scale::kDivide : scale == 2 ? ScoreTerms::Scale::kMultiply
+                                                                     : ScoreTerms::Scale::kNone;
+  terms.mask = IntConstant(plan, "MASK") != 0;
+  std::lock_guard<std::mutex> lock(launched_mutex);
+  std::erase_if(launched, [](const Launched& l) { return l.primitive.expired(); });
+  launched.push_back({y.primitive_ptr(), terms, IntConstant(plan, "LOG") != 0, IntConstant(plan, "BODY16") != 0});
+}
+
 }  // namespace
+
+std::optional<RowSoftmaxLaunch> RowSoftmaxLaunchOf(const mx::array& y) {
+  if (!y.has_primitive()) return std::nullopt;
+  const mx::Primitive* p = &y.primitive();
+  std::lock_guard<std::mutex> lock(launched_mutex);
+  for (const Launched& l : launched)
+    if (const std::shared_ptr<mx::Primitive> held = l.primitive.lock(); held.get() == p)
+      return RowSoftmaxLaunch{y.inputs(), l.terms, l.log, l.float16_body};
+  return std::nullopt;
+}
 
 std::optional<KernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::StreamOrDevice s) {
   const mx::array& x = in.x;
@@ -187,7 +231,9 @@ std::optional<mx::array> RowSoftmaxByKernel(const RowSoftmaxInputs& in, mx::Stre
   if (!RowSoftmaxKernelWanted(s)) return std::nullopt;
   std::optional<KernelLaunch> plan = PlanRowSoftmax(in, s);
   if (!plan) return std::nullopt;
-  return LaunchKernel(SoftmaxKernel(), *plan, s)[0];
+  mx::array y = LaunchKernel(SoftmaxKernel(), *plan, s)[0];
+  RecordLaunch(y, *plan);
+  return y;
 }
 
 const char* RowSoftmaxKernelSourceForTests() {

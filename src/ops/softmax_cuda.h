@@ -9,9 +9,11 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "ops/cuda_rows.h"
 #include "ops/op.h"
+#include "ops/softmax_scores.h"
 
 namespace mlx_ep {
 
@@ -40,6 +42,18 @@ bool RowSoftmaxKernelWanted(mx::Stream s);
 
 /** y (x's shape and type); nullopt off MLX's CUDA backend or where PlanRowSoftmax declines. */
 std::optional<mx::array> RowSoftmaxByKernel(const RowSoftmaxInputs& in, mx::Stream s);
+
+/** What RowSoftmaxByKernel launched for `y` (its output), while y's primitive lives: the kernel's
+ *  inputs (x or the scores, the scaling's value, the mask; placeholders where `terms` says they
+ *  are absent), the scores' terms and the body. nullopt for any other array, and unless
+ *  ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 (attention_heads_cuda.h, its one reader). */
+struct RowSoftmaxLaunch {
+  std::vector<mx::array> inputs;
+  ScoreTerms terms;
+  bool log = false;
+  bool float16_body = false;
+};
+std::optional<RowSoftmaxLaunch> RowSoftmaxLaunchOf(const mx::array& y);
 
 /** The kernel's device code as NVRTC compiles it (header, then "// kernel body:" and the body). */
 const char* RowSoftmaxKernelSourceForTests();

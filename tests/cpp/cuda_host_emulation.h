@@ -36,6 +36,7 @@ thread_local EmulatedWarp* current_warp = nullptr;
 thread_local std::barrier<>* current_block = nullptr;
 
 inline void __syncthreads() { current_block->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { current_warp->meet.arrive_and_wait(); }
 
 inline float __int_as_float(int bits) {
   float f;
@@ -101,4 +102,10 @@ void EmulatedLaunch(int64_t total, int per_block, Body body, int grid_y = 1) {
 struct Shape {
   int32_t v[8] = {};
   int32_t operator[](int i) const { return v[i]; }
+};
+
+/** MLX's Strides argument: the array's strides in elements. */
+struct Strides {
+  int64_t v[8] = {};
+  int64_t operator[](int i) const { return v[i]; }
 };

@@ -312,6 +312,30 @@ def test_softmax_kernel():
     assert census_total(with_kernel[-1]) < census_total(without[-1]), (with_kernel[-1], without[-1])
 
 
+HEADS_ATTENTION_CASES = ["test_heads_attention_as_exported[float16-div-mask]",
+                         "test_heads_attention_as_exported[float16-mul-d80]",
+                         "test_heads_attention_as_exported[float32-div-mask]",
+                         "test_heads_attention_as_exported[float32-mask-d32]",
+                         "test_attention_float16_matches_onnx_reference[2]",
+                         "test_attention_float16_matches_onnx_reference[3]"]
+
+
+def test_heads_attention_kernel():
+    """With ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 on MLX's CUDA backend, Softmax(Q @ K^T scaled +
+    mask) @ V is one kernel of the EP's (src/ops/attention_heads_cuda.cc) reading Q, K^T and V where
+    they are (head views of one QKV input, or inputs of their own): the normalization file's
+    attention cases hold their tolerances with no Matmul left in their graphs, where the default
+    has the two products. tests/cpp/heads_attention_kernel_test.cc runs the kernel's text on the host."""
+    if mlx_device() != "gpu":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    normalization = os.path.join(os.path.dirname(__file__), "test_normalization.py")
+    on, _ = census_of_tests(normalization, HEADS_ATTENTION_CASES, env={"ONNXRUNTIME_EP_MLX_HEADS_ATTENTION": "1"})
+    assert len(on) >= len(HEADS_ATTENTION_CASES) and all("CustomKernel" in line for line in on), on
+    assert not any("Matmul" in line for line in on), on
+    off, _ = census_of_tests(normalization, HEADS_ATTENTION_CASES[:1], env={"ONNXRUNTIME_EP_MLX_HEADS_ATTENTION": None})
+    assert "Matmul 2" in off[-1] and census_total(on[0]) < census_total(off[-1]), (on[0], off[-1])
+
+
 def query_doublings(log):
     """Concatenate lines of an MLX graph print that join an array to itself along the query axis,
     excluding the bool mask's (the decode query's duplicate row for cuDNN's masked path)."""

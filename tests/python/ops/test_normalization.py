@@ -202,6 +202,54 @@ def test_attention_float16_matches_onnx_reference(seed):
     assert_close(got[0], expected[0], **ONNX_RUNNER_TOL)
 
 
+def heads_attention_model(dtype, scale, mask, heads=2, head_size=64, seq=37):
+    """Attention over heads as torch exports BERT's, from the QKV product's output [B, S, 3E]: split
+    in three, each Reshape [B, S, H, D] + Transpose (K's to [B, H, D, S]), Q @ K^T scaled ("div" by
+    sqrt(D) or "mul" by its inverse, or none) + a [B, 1, 1, S] padding mask (or none), Softmax,
+    @ V, and the heads joined again. On a GPU with ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 the two
+    products and the softmax are one kernel reading the head views (src/ops/attention_heads_cuda.cc;
+    test_fused_gpu_paths). The values are eighths in [-1, 1]: every score is exact in any summation
+    order (float16 too), where a float16 score of ~8 rounded one way or the other moves its
+    probability by 0.8% and the output by about the tolerance."""
+    e = heads * head_size
+    rng = np.random.default_rng(3)
+    inits = {"split": np.array([e, e, e], np.int64),
+             "heads": np.array([0, 0, heads, head_size], np.int64),
+             "joined": np.array([0, 0, e], np.int64)}
+    nodes = [helper.make_node("Split", ["qkv", "split"], ["q0", "k0", "v0"], axis=-1)]
+    for name, perm in (("q", [0, 2, 1, 3]), ("k", [0, 2, 3, 1]), ("v", [0, 2, 1, 3])):
+        nodes += [helper.make_node("Reshape", [f"{name}0", "heads"], [f"{name}1"]),
+                  helper.make_node("Transpose", [f"{name}1"], [name], perm=perm)]
+    nodes.append(helper.make_node("MatMul", ["q", "k"], ["s0"]))
+    last = "s0"
+    if scale:
+        inits["scale"] = np.array(np.sqrt(head_size) if scale == "div" else 1 / np.sqrt(head_size), dtype)
+        nodes.append(helper.make_node("Div" if scale == "div" else "Mul", [last, "scale"], ["s1"]))
+        last = "s1"
+    inputs = [("qkv", dtype, [2, seq, 3 * e])]
+    if mask:
+        inputs.append(("mask", dtype, [2, 1, 1, seq]))
+        nodes.append(helper.make_node("Add", [last, "mask"], ["s2"]))
+        last = "s2"
+    nodes += [helper.make_node("Softmax", [last], ["p"], axis=-1), helper.make_node("MatMul", ["p", "v"], ["o"]),
+              helper.make_node("Transpose", ["o"], ["o1"], perm=[0, 2, 1, 3]),
+              helper.make_node("Reshape", ["o1", "joined"], ["y"])]
+    model = make_graph_model(nodes, inputs, [("y", dtype, [2, seq, e])], inits, opset=13)
+    feeds = {"qkv": (rng.integers(-8, 9, (2, seq, 3 * e)) / 8).astype(dtype)}
+    if mask:  # the second entry's last 5 keys are padding
+        m = np.zeros((2, 1, 1, seq), dtype)
+        m[1, ..., -5:] = -10000
+        feeds["mask"] = m
+    return model, feeds
+
+
+@pytest.mark.parametrize("dtype,scale,mask,head_size", [
+    (np.float16, "div", True, 64), (np.float16, "mul", False, 80), (np.float32, "div", True, 64),
+    (np.float32, None, True, 32)], ids=["float16-div-mask", "float16-mul-d80", "float32-div-mask", "float32-mask-d32"])
+def test_heads_attention_as_exported(dtype, scale, mask, head_size):
+    check_parity(*heads_attention_model(dtype, scale, mask, head_size=head_size))
+
+
 # ---- LayerNormalization ------------------------------------------------------------------------
 
 def layer_norm_model(dtype, shape, axis=-1, bias=True, outputs=("y",), **attrs):

@@ -1,0 +1,146 @@
+// The heads-attention kernel (src/ops/attention_heads_cuda.cc) compiled by NVRTC as MLX's
+// cuda_kernel wraps it, its text run on the host through cuda_host_emulation.h against a reference
+// of the composed ops (tests/cpp/heads_attention_driver.inc), and the launch it plans. On a GPU:
+// test_fused_gpu_paths.py::test_heads_attention_kernel.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include "mlx/ops.h"
+
+#include "host_program.h"
+#include "kernel_constants.h"
+#include "ops/attention_heads_cuda.h"
+
+namespace mlx_ep {
+namespace {
+
+std::string Source() { return HeadsAttentionSourceForTests(); }
+std::string Header() { return Source().substr(0, Source().find("// kernel body:")); }
+std::string Body() { return Source().substr(Source().find("// kernel body:")); }
+
+// MLX's parameters as it generates them for the names the body uses: q, kt and v with shape and
+// strides (q's rank too), the scaling's value, the mask with shape, strides and rank, then the
+// output.
+std::string Parameters(const std::string& t) {
+  const std::string in = "const " + t + "* ";
+  const std::string shape = "const __grid_constant__ Shape ", strides = "const __grid_constant__ Strides ";
+  return in + "q, " + shape + "q_shape, " + strides + "q_strides, const __grid_constant__ int q_ndim, " + in +
+         "kt, " + shape + "kt_shape, " + strides + "kt_strides, " + in + "v, " + shape + "v_shape, " + strides +
+         "v_strides, " + in + "factor, " + in + "mask, " + shape + "mask_shape, " + strides +
+         "mask_strides, const __grid_constant__ int mask_ndim, " + t + "* out";
+}
+
+std::string Constants(const std::string& t, int d, int scale, bool mask, bool body16) {
+  auto flag = [](const char* c, bool v) { return std::string("  constexpr bool ") + c + (v ? " = true;\n" : " = false;\n"); };
+  return "  using T = " + t + ";\n  constexpr int D = " + std::to_string(d) + ";\n  constexpr int SCALE = " +
+         std::to_string(scale) + ";\n" + flag("MASK", mask) + flag("BODY16", body16);
+}
+
+TEST(HeadsAttentionKernel, CompilesLikeMlx) {
+  if (!NvrtcAvailable()) GTEST_SKIP() << "no NVRTC (the CUDA toolkit)";
+  std::string text = MlxKernelsBegin(Header()) +
+                     "struct Strides { int64_t v[8]; __device__ int64_t operator[](int i) const { return v[i]; } };\n";
+  int count = 0;
+  std::map<std::string, int> threads;
+  for (const char* t : {"__half", "__nv_bfloat16", "float"})
+    for (int d : {32, 64, 80, 128})
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool body16 = variant == 2;
+        if (body16 && std::string(t) != "__half") continue;
+        std::string name = "h";
+        name += std::to_string(count++);
+        threads[name] = 128;
+        text += "__global__ void " + name + "(" + Parameters(t) + ") {\n" +
+                Constants(t, d, variant, variant != 1, body16) + Body() + "\n}\n";
+      }
+  text += kMlxKernelsEnd;
+  EXPECT_EQ(CompileLikeMlx("mlx_ep_heads_attention_compile", text, threads), "");
+  // No thread-local arrays in memory (each lane's 32 partial dots and its values stay registers).
+  for (const auto& [kernel, bytes] : KernelStackBytes("mlx_ep_heads_attention_compile"))
+    EXPECT_EQ(bytes, 0) << kernel;
+}
+
+TEST(HeadsAttentionKernel, ValuesOnTheHostEmulation) {
+  if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
+  const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
+  const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
+                              "template <class T, int D, int SCALE, bool MASK, bool BODY16>\n"
+                              "void heads_kernel(" +
+                              Parameters("T") + ") {\n" + Body() + "\n}\n#include \"" +
+                              (tests / "heads_attention_driver.inc").string() + "\"\n";
+  EXPECT_EQ(BuildAndRun("mlx_ep_heads_attention_emulation", program, "g++", EmulationFlags()), "");
+}
+
+TEST(HeadsAttentionKernel, PlanOfTheLaunch) {
+  // BERT-base's heads: [8, 12, 128, 64] float16 views, scores / 8 + a [8, 1, 1, 128] mask.
+  const mx::array q = mx::zeros({8, 12, 128, 64}, mx::float16), kt = mx::zeros({8, 12, 64, 128}, mx::float16);
+  const mx::array v = mx::zeros({8, 12, 128, 64}, mx::float16), factor = mx::array(8.f, mx::float16);
+  const mx::array mask = mx::zeros({8, 1, 1, 128}, mx::float16);
+  ScoreTerms terms;
+  terms.scale = ScoreTerms::Scale::kDivide;
+  terms.mask = true;
+  auto plan = PlanHeadsAttention({q, kt, v, factor, mask, terms, true});
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(Ints(*plan), (std::map<std::string, int>{{"D", 64}, {"SCALE", 1}, {"MASK", 1}, {"BODY16", 1}}));
+  EXPECT_EQ(plan->threads, 8 * 12 * 128 * 32);  // a warp a query row
+  EXPECT_EQ(plan->per_block, 128);
+  EXPECT_EQ(plan->output_shapes, (std::vector<mx::Shape>{{8, 12, 128, 64}}));
+  ASSERT_EQ(plan->inputs.size(), 5u);
+  EXPECT_EQ(plan->inputs[4].id(), mask.id());
+  // A rank-0 mask is read as [1]; no terms: placeholders are not looked at.
+  plan = PlanHeadsAttention({q, kt, v, q, mx::array(0.f, mx::float16), {.mask = true}, false});
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->inputs[4].shape(), (mx::Shape{1}));
+  EXPECT_TRUE(PlanHeadsAttention({q, kt, v, q, q, {}, false}));
+  // Declined: keys past kHeadsAttentionMaxKeys, D over 128, other leading dims, mixed types, a
+  // float16 body of float32, a scaling of several values.
+  EXPECT_FALSE(PlanHeadsAttention({mx::zeros({1, 1, 1}, mx::float32), mx::zeros({1, 1, kHeadsAttentionMaxKeys + 1}, mx::float32),
+                                   mx::zeros({1, kHeadsAttentionMaxKeys + 1, 1}, mx::float32), q, q, {}, false}));
+  EXPECT_FALSE(PlanHeadsAttention({mx::zeros({2, 4, 129}, mx::float32), mx::zeros({2, 129, 4}, mx::float32),
+                                   mx::zeros({2, 4, 129}, mx::float32), q, q, {}, false}));
+  EXPECT_FALSE(PlanHeadsAttention({q, mx::zeros({8, 6, 64, 128}, mx::float16), v, q, q, {}, false}));
+  EXPECT_FALSE(PlanHeadsAttention({q, kt, mx::zeros({8, 12, 128, 64}, mx::float32), q, q, {}, false}));
+  const mx::array q32 = mx::zeros({2, 3, 64}, mx::float32), kt32 = mx::zeros({2, 64, 3}, mx::float32);
+  EXPECT_FALSE(PlanHeadsAttention({q32, kt32, q32, q32, q32, {}, true}));
+  EXPECT_FALSE(PlanHeadsAttention({q, kt, v, mx::zeros({2}, mx::float16), q, terms, true}));
+  EXPECT_TRUE(PlanHeadsAttention({q32, kt32, q32, q32, q32, {}, false}));
+}
+
+TEST(HeadsAttentionKernel, FindsQAndKBehindTheSoftmaxScores) {
+  // BERT's layout as the EP traces it: a merged QKV product [B, S, 3E] split in three, heads of
+  // [B, S, H, D] transposed (K's to [B, H, D, S]); the scores are MLX's Matmul of the two views.
+  const int B = 2, S = 5, H = 3, D = 8;
+  const mx::array qkv = mx::zeros({B, S, 3 * H * D}, mx::float16);
+  const std::vector<mx::array> parts = mx::split(qkv, 3, -1);
+  auto heads = [&](const mx::array& a, std::vector<int> perm) {
+    return mx::transpose(mx::reshape(a, {B, S, H, D}), perm);
+  };
+  const mx::array q = heads(parts[0], {0, 2, 1, 3}), kt = heads(parts[1], {0, 2, 3, 1});
+  const mx::array v = heads(parts[2], {0, 2, 1, 3});
+  const mx::array scores = mx::matmul(q, kt), factor = mx::array(2.f, mx::float16);
+  const mx::array mask = mx::zeros({B, 1, 1, S}, mx::float16), p = mx::zeros({B, H, S, S}, mx::float16);
+  ScoreTerms terms;
+  terms.scale = ScoreTerms::Scale::kDivide;
+  terms.mask = true;
+  const RowSoftmaxLaunch softmax{{scores, factor, mask}, terms, false, true};
+  const std::optional<HeadsAttentionInputs> in = HeadsAttentionInputsOf(softmax, p, v);
+  ASSERT_TRUE(in);
+  EXPECT_EQ(in->q.id(), q.id());
+  EXPECT_EQ(in->kt.id(), kt.id());
+  EXPECT_EQ(in->v.id(), v.id());
+  EXPECT_EQ(in->factor.id(), factor.id());
+  EXPECT_EQ(in->mask.id(), mask.id());
+  EXPECT_EQ(in->terms, terms);
+  EXPECT_TRUE(in->float16_body);
+  EXPECT_TRUE(PlanHeadsAttention(*in));
+  // Not: a LogSoftmax, scores that are not a product, a P of another shape.
+  EXPECT_FALSE(HeadsAttentionInputsOf({{scores, factor, mask}, terms, true, false}, p, v));
+  EXPECT_FALSE(HeadsAttentionInputsOf({{mx::multiply(scores, factor), factor, mask}, terms, false, true}, p, v));
+  EXPECT_FALSE(HeadsAttentionInputsOf(softmax, mx::zeros({B, H, S, S + 1}, mx::float16), v));
+}
+
+}  // namespace
+}  // namespace mlx_ep
