@@ -329,7 +329,7 @@ run_step() {
         BENCH_BATCH="${PHASES_BATCH:-1}" timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm --model "$W/llm/$m" \
           ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} ${PHASES_ROUNDS:+--rounds "$PHASES_ROUNDS"} --json "$R/phases_llm_$m.json" 2>&1 | tee -a "$R/phases.log"
         # PHASES_PROMPT=512: the same for a prompt of that many tokens (no past)
-        [ -n "${PHASES_PROMPT:-}" ] && timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm \
+        [ -n "${PHASES_PROMPT:-}" ] && BENCH_BATCH="${PHASES_BATCH:-1}" timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm \
           --model "$W/llm/$m" --past 0 --prompt "$PHASES_PROMPT" ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} ${PHASES_ROUNDS:+--rounds "$PHASES_ROUNDS"} \
           --json "$R/phases_llm_${m}_prompt$PHASES_PROMPT.json" 2>&1 | tee -a "$R/phases.log"
       done
