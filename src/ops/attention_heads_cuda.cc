@@ -1,13 +1,12 @@
 // Softmax(Q K^T scaled + mask) @ V over heads as one custom CUDA kernel (attention_heads_cuda.h).
 #include "ops/attention_heads_cuda.h"
 
-#include <cstring>
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "common/env.h"
 #include "mlx/ops.h"
-#include "mlx/primitives.h"
 #include "ops/cuda_block_reduce.h"
 #include "ops/fused_gpu_internal.h"
 #include "ops/softmax_cuda.h"
@@ -193,10 +192,6 @@ const mx::fast::CustomKernelFunction& HeadsKernel() {
   return kernel;
 }
 
-bool Is(const mx::array& a, const char* primitive) {
-  return a.has_primitive() && std::strcmp(a.primitive().name(), primitive) == 0;
-}
-
 bool SameLeadingDims(const mx::array& a, const mx::array& b) {
   return a.ndim() == b.ndim() && std::equal(a.shape().begin(), a.shape().end() - 2, b.shape().begin());
 }
@@ -206,7 +201,8 @@ bool SameLeadingDims(const mx::array& a, const mx::array& b) {
 std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, mx::StreamOrDevice s) {
   const mx::Dtype t = in.q.dtype();
   if (!IsCudaKernelFloat(t) || in.kt.dtype() != t || in.v.dtype() != t) return std::nullopt;
-  if (in.q.ndim() < 2 || in.q.ndim() > kMaxDims || !SameLeadingDims(in.q, in.kt) || !SameLeadingDims(in.q, in.v))
+  if (in.q.ndim() < 2 || in.q.ndim() > kMaxDims || !SameLeadingDims(in.q, in.kt) ||
+      !SameLeadingDims(in.q, in.v))
     return std::nullopt;
   const int S = in.q.shape(-2), D = in.q.shape(-1), keys = in.kt.shape(-1);
   if (D < 1 || D > kMaxHeadSize || in.kt.shape(-2) != D || in.v.shape(-2) != keys || in.v.shape(-1) != D)
@@ -232,18 +228,21 @@ std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, m
   plan.output_dtypes = {t};
   plan.threads = *threads;
   plan.per_block = kWarp * kWarpsPerBlock;
-  const int scale = in.terms.scale == ScoreTerms::Scale::kDivide ? 1 : in.terms.scale == ScoreTerms::Scale::kMultiply ? 2 : 0;
-  plan.constants = {{"D", D}, {"SCALE", scale}, {"MASK", in.terms.mask}, {"BODY16", in.float16_body}, {"T", t}};
+  const int scale = in.terms.scale == ScoreTerms::Scale::kDivide     ? 1
+                    : in.terms.scale == ScoreTerms::Scale::kMultiply ? 2
+                                                                     : 0;
+  plan.constants = {
+      {"D", D}, {"SCALE", scale}, {"MASK", in.terms.mask}, {"BODY16", in.float16_body}, {"T", t}};
   return plan;
 }
 
-std::optional<HeadsAttentionInputs> HeadsAttentionInputsOf(const RowSoftmaxLaunch& softmax, const mx::array& p,
-                                                          const mx::array& v) {
+std::optional<HeadsAttentionInputs> HeadsAttentionInputsOf(const RowSoftmaxLaunch& softmax,
+                                                           const mx::array& p, const mx::array& v) {
   if (softmax.log || softmax.inputs.size() != 3) return std::nullopt;
   const mx::array& scores = softmax.inputs[0];
-  if (!Is(scores, "Matmul") || scores.inputs().size() != 2) return std::nullopt;
-  HeadsAttentionInputs in{scores.inputs()[0], scores.inputs()[1], v,           softmax.inputs[1],
-                          softmax.inputs[2],  softmax.terms,      softmax.float16_body};
+  if (!IsPrimitive(scores, "Matmul") || scores.inputs().size() != 2) return std::nullopt;
+  HeadsAttentionInputs in{scores.inputs()[0], scores.inputs()[1],  v, softmax.inputs[1], softmax.inputs[2],
+                          softmax.terms,      softmax.float16_body};
   // P is the scores' softmax: its rows and keys are the product's
   if (p.shape() != scores.shape() || in.q.shape(-2) != p.shape(-2) || in.kt.shape(-1) != p.shape(-1))
     return std::nullopt;

@@ -45,8 +45,8 @@ std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, m
 /** The kernel's inputs for P @ V when `softmax` (RowSoftmaxLaunchOf(p)) is a Softmax (not a
  *  LogSoftmax) over an MLX Matmul's scores of P's shape: Q and K^T are that Matmul's operands;
  *  else nullopt. */
-std::optional<HeadsAttentionInputs> HeadsAttentionInputsOf(const RowSoftmaxLaunch& softmax, const mx::array& p,
-                                                          const mx::array& v);
+std::optional<HeadsAttentionInputs> HeadsAttentionInputsOf(const RowSoftmaxLaunch& softmax,
+                                                           const mx::array& p, const mx::array& v);
 
 /** P @ V by the kernel: ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1, MLX's CUDA backend on `s`, P the
  *  softmax kernel's output (not a LogSoftmax) over an MLX Matmul's scores, and PlanHeadsAttention's

@@ -24,11 +24,11 @@
 //
 // Layout: one block a row (RowKernelThreads), thread t holding values t, t + TPB, ... of the row
 // in registers (up to PER <= 16 of them: the block size's longest row), so x is read once.
-#include <algorithm>
 #include <climits>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/env.h"
@@ -165,12 +165,14 @@ void RecordLaunch(const mx::array& y, const KernelLaunch& plan) {
   if (!EnvFlag(env::kHeadsAttention)) return;
   ScoreTerms terms;
   const int scale = IntConstant(plan, "SCALE");
-  terms.scale = scale == 1 ? ScoreTerms::Scale::kDivide : scale == 2 ? ScoreTerms::Scale::kMultiply
-                                                                     : ScoreTerms::Scale::kNone;
+  terms.scale = scale == 1   ? ScoreTerms::Scale::kDivide
+                : scale == 2 ? ScoreTerms::Scale::kMultiply
+                             : ScoreTerms::Scale::kNone;
   terms.mask = IntConstant(plan, "MASK") != 0;
   std::lock_guard<std::mutex> lock(launched_mutex);
   std::erase_if(launched, [](const Launched& l) { return l.primitive.expired(); });
-  launched.push_back({y.primitive_ptr(), terms, IntConstant(plan, "LOG") != 0, IntConstant(plan, "BODY16") != 0});
+  launched.push_back(
+      {y.primitive_ptr(), terms, IntConstant(plan, "LOG") != 0, IntConstant(plan, "BODY16") != 0});
 }
 
 }  // namespace

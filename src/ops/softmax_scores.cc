@@ -8,21 +8,22 @@
 #include "mlx/primitives.h"
 
 namespace mlx_ep {
-namespace {
-
-bool Is(const mx::array& a, const char* primitive) {
+bool IsPrimitive(const mx::array& a, const char* primitive) {
   return a.has_primitive() && std::strcmp(a.primitive().name(), primitive) == 0;
 }
 
+namespace {
+
 /** `a` without the Broadcast primitives MLX's binary ops put around an operand of another shape. */
 mx::array Unbroadcast(mx::array a) {
-  while (Is(a, "Broadcast") && a.inputs().size() == 1) a = mx::array(a.inputs()[0]);
+  while (IsPrimitive(a, "Broadcast") && a.inputs().size() == 1) a = mx::array(a.inputs()[0]);
   return a;
 }
 
 /** `a` widened from `t` (an AsType of a `t` array to float32): that array. */
 std::optional<mx::array> WidenedFrom(const mx::array& a, mx::Dtype t) {
-  if (!Is(a, "AsType") || a.inputs().size() != 1 || a.dtype() != mx::float32 || a.inputs()[0].dtype() != t)
+  if (!IsPrimitive(a, "AsType") || a.inputs().size() != 1 || a.dtype() != mx::float32 ||
+      a.inputs()[0].dtype() != t)
     return std::nullopt;
   return a.inputs()[0];
 }
@@ -33,13 +34,13 @@ std::optional<std::pair<std::vector<mx::array>, ScoreTerms::Scale>> Scaled(const
   const mx::Dtype t = a.dtype();
   mx::array op = a;
   bool widened = false;
-  if (Is(a, "AsType") && a.inputs().size() == 1 && t != mx::float32 && Is(a.inputs()[0], "Divide") &&
-      a.inputs()[0].dtype() == mx::float32) {
+  if (IsPrimitive(a, "AsType") && a.inputs().size() == 1 && t != mx::float32 &&
+      IsPrimitive(a.inputs()[0], "Divide") && a.inputs()[0].dtype() == mx::float32) {
     op = a.inputs()[0];
     widened = true;
   }
-  const bool divide = Is(op, "Divide");
-  if ((!divide && !Is(op, "Multiply")) || op.inputs().size() != 2) return std::nullopt;
+  const bool divide = IsPrimitive(op, "Divide");
+  if ((!divide && !IsPrimitive(op, "Multiply")) || op.inputs().size() != 2) return std::nullopt;
   for (int side : {0, 1}) {
     if (divide && side == 1) break;  // k / s is not a scaling
     std::optional<mx::array> s = op.inputs()[side];
@@ -67,7 +68,7 @@ bool BroadcastsTo(const mx::array& mask, const mx::array& x) {
 }  // namespace
 
 std::vector<mx::array> ScoreInputs(const mx::array& x, ScoreTerms& terms) {
-  if (Is(x, "Add") && x.inputs().size() == 2) {
+  if (IsPrimitive(x, "Add") && x.inputs().size() == 2) {
     int best = -1;  // the side that is the scores: a scaled one first
     std::optional<std::pair<std::vector<mx::array>, ScoreTerms::Scale>> scaled[2];
     for (int side : {0, 1}) {

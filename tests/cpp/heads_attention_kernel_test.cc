@@ -28,21 +28,25 @@ std::string Parameters(const std::string& t) {
   const std::string in = "const " + t + "* ";
   const std::string shape = "const __grid_constant__ Shape ", strides = "const __grid_constant__ Strides ";
   return in + "q, " + shape + "q_shape, " + strides + "q_strides, const __grid_constant__ int q_ndim, " + in +
-         "kt, " + shape + "kt_shape, " + strides + "kt_strides, " + in + "v, " + shape + "v_shape, " + strides +
-         "v_strides, " + in + "factor, " + in + "mask, " + shape + "mask_shape, " + strides +
+         "kt, " + shape + "kt_shape, " + strides + "kt_strides, " + in + "v, " + shape + "v_shape, " +
+         strides + "v_strides, " + in + "factor, " + in + "mask, " + shape + "mask_shape, " + strides +
          "mask_strides, const __grid_constant__ int mask_ndim, " + t + "* out";
 }
 
 std::string Constants(const std::string& t, int d, int scale, bool mask, bool body16) {
-  auto flag = [](const char* c, bool v) { return std::string("  constexpr bool ") + c + (v ? " = true;\n" : " = false;\n"); };
-  return "  using T = " + t + ";\n  constexpr int D = " + std::to_string(d) + ";\n  constexpr int SCALE = " +
-         std::to_string(scale) + ";\n" + flag("MASK", mask) + flag("BODY16", body16);
+  auto flag = [](const char* c, bool v) {
+    return std::string("  constexpr bool ") + c + (v ? " = true;\n" : " = false;\n");
+  };
+  return "  using T = " + t + ";\n  constexpr int D = " + std::to_string(d) +
+         ";\n  constexpr int SCALE = " + std::to_string(scale) + ";\n" + flag("MASK", mask) +
+         flag("BODY16", body16);
 }
 
 TEST(HeadsAttentionKernel, CompilesLikeMlx) {
   if (!NvrtcAvailable()) GTEST_SKIP() << "no NVRTC (the CUDA toolkit)";
-  std::string text = MlxKernelsBegin(Header()) +
-                     "struct Strides { int64_t v[8]; __device__ int64_t operator[](int i) const { return v[i]; } };\n";
+  std::string text =
+      MlxKernelsBegin(Header()) +
+      "struct Strides { int64_t v[8]; __device__ int64_t operator[](int i) const { return v[i]; } };\n";
   int count = 0;
   std::map<std::string, int> threads;
   for (const char* t : {"__half", "__nv_bfloat16", "float"})
@@ -97,10 +101,20 @@ TEST(HeadsAttentionKernel, PlanOfTheLaunch) {
   EXPECT_TRUE(PlanHeadsAttention({q, kt, v, q, q, {}, false}));
   // Declined: keys past kHeadsAttentionMaxKeys, D over 128, other leading dims, mixed types, a
   // float16 body of float32, a scaling of several values.
-  EXPECT_FALSE(PlanHeadsAttention({mx::zeros({1, 1, 1}, mx::float32), mx::zeros({1, 1, kHeadsAttentionMaxKeys + 1}, mx::float32),
-                                   mx::zeros({1, kHeadsAttentionMaxKeys + 1, 1}, mx::float32), q, q, {}, false}));
-  EXPECT_FALSE(PlanHeadsAttention({mx::zeros({2, 4, 129}, mx::float32), mx::zeros({2, 129, 4}, mx::float32),
-                                   mx::zeros({2, 4, 129}, mx::float32), q, q, {}, false}));
+  EXPECT_FALSE(PlanHeadsAttention({mx::zeros({1, 1, 1}, mx::float32),
+                                   mx::zeros({1, 1, kHeadsAttentionMaxKeys + 1}, mx::float32),
+                                   mx::zeros({1, kHeadsAttentionMaxKeys + 1, 1}, mx::float32),
+                                   q,
+                                   q,
+                                   {},
+                                   false}));
+  EXPECT_FALSE(PlanHeadsAttention({mx::zeros({2, 4, 129}, mx::float32),
+                                   mx::zeros({2, 129, 4}, mx::float32),
+                                   mx::zeros({2, 4, 129}, mx::float32),
+                                   q,
+                                   q,
+                                   {},
+                                   false}));
   EXPECT_FALSE(PlanHeadsAttention({q, mx::zeros({8, 6, 64, 128}, mx::float16), v, q, q, {}, false}));
   EXPECT_FALSE(PlanHeadsAttention({q, kt, mx::zeros({8, 12, 128, 64}, mx::float32), q, q, {}, false}));
   const mx::array q32 = mx::zeros({2, 3, 64}, mx::float32), kt32 = mx::zeros({2, 64, 3}, mx::float32);
@@ -138,7 +152,8 @@ TEST(HeadsAttentionKernel, FindsQAndKBehindTheSoftmaxScores) {
   EXPECT_TRUE(PlanHeadsAttention(*in));
   // Not: a LogSoftmax, scores that are not a product, a P of another shape.
   EXPECT_FALSE(HeadsAttentionInputsOf({{scores, factor, mask}, terms, true, false}, p, v));
-  EXPECT_FALSE(HeadsAttentionInputsOf({{mx::multiply(scores, factor), factor, mask}, terms, false, true}, p, v));
+  EXPECT_FALSE(
+      HeadsAttentionInputsOf({{mx::multiply(scores, factor), factor, mask}, terms, false, true}, p, v));
   EXPECT_FALSE(HeadsAttentionInputsOf(softmax, mx::zeros({B, H, S, S + 1}, mx::float16), v));
 }
 
