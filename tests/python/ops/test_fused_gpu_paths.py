@@ -325,7 +325,8 @@ def test_heads_attention_kernel():
     mask) @ V is one kernel of the EP's (src/ops/attention_heads_cuda.cc) reading Q, K^T and V where
     they are (head views of one QKV input, or inputs of their own): the normalization file's
     attention cases hold their tolerances with no Matmul left in their graphs, where the default
-    has the two products. tests/cpp/heads_attention_kernel_test.cc runs the kernel's text on the host."""
+    has the two products; so do torch's BERT exports. tests/cpp/heads_attention_kernel_test.cc runs
+    the kernel's text on the host."""
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
     normalization = os.path.join(os.path.dirname(__file__), "test_normalization.py")
@@ -334,6 +335,15 @@ def test_heads_attention_kernel():
     assert not any("Matmul" in line for line in on), on
     off, _ = census_of_tests(normalization, HEADS_ATTENTION_CASES[:1], env={"ONNXRUNTIME_EP_MLX_HEADS_ATTENTION": None})
     assert "Matmul 2" in off[-1] and census_total(on[0]) < census_total(off[-1]), (on[0], off[-1])
+    # Real exports (torch's BERT, Q K^T * k + mask; float32 and its float16 conversion) hold their
+    # tolerances through it, with fewer primitives a run.
+    exports = os.path.join(os.path.dirname(os.path.dirname(__file__)), "test_torch_models.py")
+    cases = ["test_exported_model_is_one_mlx_partition[bert_dynamo]",
+             "test_float16_conversion_is_one_mlx_partition[bert_torchscript]"]
+    on, _ = census_of_tests(exports, cases, env={"ONNXRUNTIME_EP_MLX_HEADS_ATTENTION": "1"}, timeout=600)
+    off, _ = census_of_tests(exports, cases, env={"ONNXRUNTIME_EP_MLX_HEADS_ATTENTION": None}, timeout=600)
+    assert len(on) == len(off) and on, (on, off)
+    assert all(census_total(a) < census_total(b) for a, b in zip(on, off)), (on, off)
 
 
 def query_doublings(log):
