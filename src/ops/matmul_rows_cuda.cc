@@ -27,9 +27,10 @@ struct alignas(16) Chunk {
 // acc[r] += x[r, k] * wr[k] over lane `lane`'s k, for x's ROWS rows of K values. ROWS is a
 // constant so that a step's loads, w's and every row's, are issued before its sums: with the rows
 // read at run time each row's load sat behind a branch (`if (r >= rows) break`), one load of a
-// warp in flight (the PTX), and a batch-8 step took 7.09 ms against 4.55-5.07 with ROWS a
-// constant (an H100, thirty-fourth session). `wide`: 16-byte loads (K a whole number of them,
-// x and w 16-byte aligned), one value a lane otherwise.
+// warp in flight (the PTX), and a batch-8 step took 7.09 ms against cuBLASLt's 6.08 (thirty-
+// fourth session's H100, one round), where with ROWS a constant the kernel had won (5.07 / 4.55
+// against 6.25 / 7.43, thirty-third). `wide`: 16-byte loads (K a whole number of them, x and w
+// 16-byte aligned), one value a lane otherwise.
 template <int ROWS, typename T>
 __device__ __forceinline__ void add_products(const T* x, const T* wr, int K, int lane, bool wide, float* acc) {
   constexpr int kWarp = 32;
