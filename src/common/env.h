@@ -129,6 +129,10 @@ constexpr const char* kHeadsAttention =
     "ONNXRUNTIME_EP_MLX_HEADS_ATTENTION";  // "1": GPU Softmax(Q K^T scaled + mask) @ V over heads
                                            // as the EP's CUDA kernel, not two MLX products and the
                                            // softmax kernel (opt-in; attention_heads_cuda.h)
+constexpr const char* kNormAdd =
+    "ONNXRUNTIME_EP_MLX_NORM_ADD";  // "1": on a GPU, a LayerNormalization whose input is an Add
+                                    // only it reads takes the Add's operands into the norm kernel
+                                    // (opt-in; normalization.cc, normalization_cuda.h)
 constexpr const char* kMergeMatmuls =
     "ONNXRUNTIME_EP_MLX_MERGE_MATMULS";  // "0": MatMuls (and MatMulNBits) on one input stay one product each
 constexpr const char* kMatmulBias =

@@ -9,6 +9,7 @@
 #include "mlx/ops.h"
 #include "ops/cuda_block_reduce.h"
 #include "ops/fused_gpu_internal.h"
+#include "ops/primitive_name.h"
 #include "ops/softmax_cuda.h"
 #include "runtime/device.h"
 

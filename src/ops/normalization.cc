@@ -23,12 +23,16 @@
 //    EP's kernel on CUDA with ONNXRUNTIME_EP_MLX_NORM_KERNEL=1, normalization_cuda.h).
 #include <cmath>
 #include <numeric>
+#include <optional>
+#include <utility>
 
+#include "common/env.h"
 #include "mlx/fast.h"
 #include "ops/claim_util.h"
 #include "ops/fused_gpu_internal.h"
 #include "ops/normalization_cpu.h"
 #include "ops/normalization_cuda.h"
+#include "ops/primitive_name.h"
 #include "ops/reduction_internal.h"
 #include "ops/registry.h"
 #include "ops/shape_internal.h"
@@ -167,6 +171,21 @@ Claim ClaimLayerNorm(const NodeView& v) {
   return Claim::Yes();
 }
 
+/** x's two operands [rows, n] when x (the norm's input) is an Add of two arrays of x's shape and
+ *  type that only this norm reads (post-LN BERT's residual sum), for the norm kernel's skip input
+ *  with the sum rounded to T as the Add rounds it; opt-in (ONNXRUNTIME_EP_MLX_NORM_ADD=1). */
+std::optional<std::pair<mx::array, mx::array>> ResidualAddends(const OpContext& c, const mx::array& x,
+                                                               const mx::Shape& flat, mx::Stream s) {
+  static const bool enabled = EnvFlag(env::kNormAdd);
+  if (!enabled || c.readers(0) != 1 || !IsPrimitive(x, "Add") || x.inputs().size() != 2) return std::nullopt;
+  const mx::array &a = x.inputs()[0], &b = x.inputs()[1];
+  if (a.shape() != x.shape() || b.shape() != x.shape() || a.dtype() != x.dtype() || b.dtype() != x.dtype())
+    return std::nullopt;
+  // A broadcast operand (a bias row) would be copied whole for the kernel: the Add is cheaper.
+  if (IsPrimitive(a, "Broadcast") || IsPrimitive(b, "Broadcast")) return std::nullopt;
+  return std::make_pair(mx::reshape(a, flat, s), mx::reshape(b, flat, s));
+}
+
 std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
   const Node& n = c.node;
   const mx::Stream s = c.stream;
@@ -221,7 +240,11 @@ std::vector<mx::array> TranslateLayerNorm(const OpContext& c) {
   if (bias) b = mx::reshape(*bias, {static_cast<int>(norm_size)}, s);
 
   if (!want_mean && !want_inv) {  // where wanted, one kernel of the EP's (normalization_cuda.h)
-    if (auto r = RowNormByKernel({xf, std::nullopt, std::nullopt, w, b, eps, false, dt, false}, s)) {
+    const std::optional<std::pair<mx::array, mx::array>> addends = ResidualAddends(c, x, flat, s);
+    const mx::array& first = addends ? addends->first : xf;
+    const std::optional<mx::array> skip = addends ? std::optional<mx::array>(addends->second) : std::nullopt;
+    if (auto r = RowNormByKernel(
+            {first, skip, std::nullopt, w, b, eps, false, dt, false, addends.has_value()}, s)) {
       outs.push_back(mx::reshape((*r)[0], x.shape(), s));
       if (c.num_outputs() > 1) outs.push_back(mx::zeros(stat_shape, mx::float32, s));
       return outs;

@@ -35,8 +35,8 @@ namespace {
 constexpr const char* kHeader = R"(
 namespace mlx_ep_norm {
 
-template <int N, int TPB, bool SIMPLIFIED, bool SKIP, bool BIAS, bool BETA, bool SUM, typename T,
-          typename S, typename B, typename W, typename Z, typename O, typename U>
+template <int N, int TPB, bool SIMPLIFIED, bool SKIP, bool BIAS, bool BETA, bool SUM, bool ROUND_SUM,
+          typename T, typename S, typename B, typename W, typename Z, typename O, typename U>
 __device__ void row_norm(const T* x, const S* skip, const B* bias, const W* scale, const Z* beta, O* y,
                          U* sum, float eps) {
   constexpr int PER = (N + TPB - 1) / TPB;
@@ -61,6 +61,7 @@ __device__ void row_norm(const T* x, const S* skip, const B* bias, const W* scal
     }
     float a = static_cast<float>(x[row * N + i]);
     if constexpr (SKIP) a = __fadd_rn(a, static_cast<float>(skip[row * N + i]));
+    if constexpr (ROUND_SUM) a = static_cast<float>(static_cast<T>(a));  // an Add node's output
     if constexpr (BIAS) a = __fadd_rn(a, static_cast<float>(bias[i]));
     v[k] = a;
     if constexpr (SUM) sum[row * N + i] = static_cast<U>(a);
@@ -102,11 +103,11 @@ __device__ void row_norm(const T* x, const S* skip, const B* bias, const W* scal
 
 // The bodies MLX's cuda_kernel wraps: inputs x, skip, bias, scale, beta; outputs y (and sum).
 constexpr const char* kSource = R"(
-  mlx_ep_norm::row_norm<N, TPB, SIMPLIFIED, SKIP, BIAS, BETA, false>(
+  mlx_ep_norm::row_norm<N, TPB, SIMPLIFIED, SKIP, BIAS, BETA, false, ROUND_SUM>(
       x, skip, bias, scale, beta, y, static_cast<float*>(nullptr), __int_as_float(EPS_BITS));
 )";
 constexpr const char* kSumSource = R"(
-  mlx_ep_norm::row_norm<N, TPB, SIMPLIFIED, SKIP, BIAS, BETA, true>(
+  mlx_ep_norm::row_norm<N, TPB, SIMPLIFIED, SKIP, BIAS, BETA, true, ROUND_SUM>(
       x, skip, bias, scale, beta, y, sum, __int_as_float(EPS_BITS));
 )";
 
@@ -163,6 +164,7 @@ std::optional<KernelLaunch> PlanRowNorm(const RowNormInputs& in) {
                       {"SKIP", in.skip.has_value()},
                       {"BIAS", in.bias.has_value()},
                       {"BETA", in.beta.has_value()},
+                      {"ROUND_SUM", in.skip.has_value() && in.round_sum},
                       {"EPS_BITS", eps_bits}};
   return launch;
 }

@@ -32,6 +32,9 @@ struct RowNormInputs {
   bool simplified;
   mx::Dtype y_dtype;
   bool want_sum;
+  /** x + skip rounded to x's type before the bias and the norm: an Add node's output, as the
+   *  composed Add + LayerNormalization reads it (ORT's SkipLayerNormalization keeps it float32). */
+  bool round_sum = false;
 };
 
 /** The launch on any device (a test's view of it): nullopt for what the kernel does not take

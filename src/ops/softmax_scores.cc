@@ -1,17 +1,12 @@
 // Attention's scores under a softmax (softmax_scores.h).
 #include "ops/softmax_scores.h"
 
-#include <cstring>
 #include <optional>
 #include <utility>
 
-#include "mlx/primitives.h"
+#include "ops/primitive_name.h"
 
 namespace mlx_ep {
-bool IsPrimitive(const mx::array& a, const char* primitive) {
-  return a.has_primitive() && std::strcmp(a.primitive().name(), primitive) == 0;
-}
-
 namespace {
 
 /** `a` without the Broadcast primitives MLX's binary ops put around an operand of another shape. */

@@ -22,10 +22,6 @@ struct ScoreTerms {
   bool operator==(const ScoreTerms&) const = default;
 };
 
-/** True when `a` is the output of an MLX primitive named `primitive` ("Matmul", "Add", ...): by
- *  name, as MLX's shared library exports no typeinfo for its primitives. */
-bool IsPrimitive(const mx::array& a, const char* primitive);
-
 /** For `x` (a float row type T): its scores' arrays, s then k (scaled) then the mask (added; as it
  *  was before MLX broadcast it), when x's own primitives are those terms in T (an s / k of
  *  float16 or bfloat16 traced as float32 and rounded once, as arithmetic.cc divides them); else

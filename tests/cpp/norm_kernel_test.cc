@@ -27,7 +27,8 @@ constexpr const char* kEpsBits = "925353388";  // 1e-5f
 
 // MLX's parameters for the kernel's inputs and outputs, then the constants it declares.
 std::string Kernel(const std::string& name, const std::string& t, const std::string& w, const std::string& o,
-                   int n, int tpb, bool simplified, bool skip, bool bias, bool beta, bool sum) {
+                   int n, int tpb, bool simplified, bool skip, bool bias, bool beta, bool sum,
+                   bool round_sum = false) {
   auto flag = [](const char* c, bool v) {
     return std::string("  constexpr bool ") + c + (v ? " = true;\n" : " = false;\n");
   };
@@ -35,7 +36,7 @@ std::string Kernel(const std::string& name, const std::string& t, const std::str
          "* bias, const " + w + "* scale, const " + w + "* beta, " + o + "* y" +
          (sum ? ", " + t + "* sum" : std::string()) + ") {\n  constexpr int N = " + std::to_string(n) +
          ";\n  constexpr int TPB = " + std::to_string(tpb) + ";\n" + flag("SIMPLIFIED", simplified) +
-         flag("SKIP", skip) + flag("BIAS", bias) + flag("BETA", beta) +
+         flag("SKIP", skip) + flag("BIAS", bias) + flag("BETA", beta) + flag("ROUND_SUM", round_sum) +
          "  constexpr int EPS_BITS = " + kEpsBits + ";\n" +
          (sum ? std::string(RowNormSumBodyForTests()) : Body()) + "\n}\n";
 }
@@ -59,7 +60,9 @@ TEST(NormKernel, CompilesLikeMlx) {
           std::string name = "k";
           name += std::to_string(count++);
           threads[name] = tpb;
-          text += Kernel(name, ty.t, ty.w, ty.o, n, tpb, simplified, sum, sum, !simplified, sum);
+          // With the sum the skip's sum rounded to T (an Add's output: ROUND_SUM) where simplified
+          text += Kernel(name, ty.t, ty.w, ty.o, n, tpb, simplified, sum, sum, !simplified, sum,
+                         sum && simplified);
         }
   text += kMlxKernelsEnd;
   EXPECT_EQ(CompileLikeMlx("mlx_ep_norm_compile", text, threads), "");
@@ -71,7 +74,7 @@ TEST(NormKernel, ValuesOnTheHostEmulation) {
   const std::string params = "const T* x, const T* skip, const W* bias, const W* scale, const W* beta, O* y";
   const std::string tmpl =
       "template <class T, class W, class O, int N, int TPB, bool SIMPLIFIED, bool SKIP, bool BIAS, bool "
-      "BETA>\n";
+      "BETA, bool ROUND_SUM>\n";
   const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + Header() +
                               "constexpr int EPS_BITS = " + kEpsBits + ", kEpsBits = EPS_BITS;\n" + tmpl +
                               "void norm_kernel(" + params + ") {\n" + Body() + "\n}\n" + tmpl +
@@ -88,9 +91,14 @@ TEST(NormKernel, PlanOfTheLaunch) {
   const float eps = 1e-5f;
   int eps_bits = 0;
   std::memcpy(&eps_bits, &eps, sizeof eps_bits);
-  const std::map<std::string, int> want = {{"N", 2048}, {"TPB", 256}, {"SIMPLIFIED", 1},     {"SKIP", 1},
-                                           {"BIAS", 0}, {"BETA", 0},  {"EPS_BITS", eps_bits}};
+  std::map<std::string, int> want = {{"N", 2048}, {"TPB", 256}, {"SIMPLIFIED", 1}, {"SKIP", 1},
+                                     {"BIAS", 0}, {"BETA", 0},  {"ROUND_SUM", 0},  {"EPS_BITS", eps_bits}};
   EXPECT_EQ(Ints(*plan), want);
+  // An Add + LayerNormalization's sum, rounded to x's type first; no skip: nothing to round.
+  want["ROUND_SUM"] = 1;
+  EXPECT_EQ(Ints(*PlanRowNorm({x, skip, none, w, none, 1e-5f, true, mx::float16, true, true})), want);
+  EXPECT_EQ(Ints(*PlanRowNorm({x, none, none, w, none, 1e-5f, true, mx::float16, false, true}))["ROUND_SUM"],
+            0);
   EXPECT_EQ(plan->threads, 10 * 256);
   EXPECT_EQ(plan->per_block, 256);
   ASSERT_EQ(plan->output_shapes.size(), 2u);  // y and the sum

@@ -25,12 +25,13 @@ export BG_STEPS="split phases kernels bert llm" SPLIT_TIMEOUT=400 SPLIT_JOBS=12
 export ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1
 # PHASES_PROMPT: the batch-8 prefill too (the thirty-third session's two rounds and this one's had
 # it ~1 ms slower with the kernel on, though no product of a prefill has 2-8 rows)
-# BERT-base fp16 with the heads-attention kernel (new, opt-in) off and on, two rounds.
+# BERT-base fp16 with the heads-attention kernel (new, opt-in) off and on, and with the residual
+# Adds in the norm kernel too (NORM_ADD, new, opt-in), two rounds.
 export PHASES_MODELS=fp16 PHASES_BATCH=8 PHASES_PROMPT=512 PHASES_ROUNDS=2 PHASES_TIMEOUT=300 \
   PHASES_SETTINGS="ONNXRUNTIME_EP_MLX_ROWS_KERNEL=0;ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1" \
-  PHASES_BERT_SETTINGS="ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=0;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1"
+  PHASES_BERT_SETTINGS="ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=0;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1"
 export KERNELS_MODELS=fp16 KERNELS_VIA=timeline KERNELS_BATCH8=1 \
-  KERNELS_ENV="ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1"
+  KERNELS_ENV="ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1"
 T=tests/python/ops
 # test_real_models: its 14 tests skipped in the thirty-fourth session's parity (the models come from
 # PyPI, which the GPU machine cannot reach): the lease's first call carries build/models/real (34 MB,
@@ -39,7 +40,8 @@ T=tests/python/ops
 export SPLIT_TESTS="tests/python/test_real_models.py $T/test_pool.py $T/test_unary.py $T/test_conv.py $T/test_arithmetic.py \
 $T/test_matmul.py::test_rows_product_kernel $T/test_matmul.py::test_few_rows_by_constant_weights \
 $T/test_fused_gpu_paths.py::test_softmax_kernel $T/test_normalization.py::test_softmax_rows_of_changing_length \
-$T/test_fused_gpu_paths.py::test_heads_attention_kernel $T/test_normalization.py::test_heads_attention_as_exported"
+$T/test_fused_gpu_paths.py::test_heads_attention_kernel $T/test_normalization.py::test_heads_attention_as_exported \
+$T/test_fused_gpu_paths.py::test_norm_takes_its_residual_add"
 # A lease with ~900-1,200 s: the split and the A/B.
 if [ "${1:-}" = mid ]; then
   export BG_STEPS="split phases"

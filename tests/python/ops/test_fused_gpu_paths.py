@@ -346,6 +346,28 @@ def test_heads_attention_kernel():
     assert all(census_total(a) < census_total(b) for a, b in zip(on, off)), (on, off)
 
 
+def test_norm_takes_its_residual_add():
+    """With ONNXRUNTIME_EP_MLX_NORM_ADD=1 on MLX's CUDA backend an Add that only a LayerNormalization
+    reads is the norm kernel's skip input (the sum rounded to T as the Add rounds it): the
+    normalization file's cases hold their tolerances with no Add left; a sum that is also a graph
+    output keeps its Add. tests/cpp/norm_kernel_test.cc runs the kernel's text (ROUND_SUM) on the host."""
+    if mlx_device() != "gpu":
+        pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
+    normalization = os.path.join(os.path.dirname(__file__), "test_normalization.py")
+    alone = ["test_layer_norm_of_residual_sum[float16-norm-only]", "test_layer_norm_of_residual_sum[float32-norm-only]"]
+    shared = ["test_layer_norm_of_residual_sum[float16-sum-also-output]"]
+    def adds(line):  # the census's primitives that add (an Add, or a compiled kernel with one; not AddMM)
+        kinds = [entry.rsplit(" ", 1)[0] for entry in line.split(": ")[-1].split(", ")]
+        return [k for k in kinds if "Add" in k and k != "AddMM"]
+    on = {"ONNXRUNTIME_EP_MLX_NORM_ADD": "1"}
+    census, _ = census_of_tests(normalization, alone, env=on)
+    assert len(census) == len(alone) and not any(adds(line) for line in census), census
+    census, _ = census_of_tests(normalization, shared, env=on)
+    assert census and adds(census[-1]), census
+    census, _ = census_of_tests(normalization, alone[:1], env={"ONNXRUNTIME_EP_MLX_NORM_ADD": None})
+    assert adds(census[-1]), census
+
+
 def query_doublings(log):
     """Concatenate lines of an MLX graph print that join an array to itself along the query axis,
     excluding the bool mask's (the decode query's duplicate row for cuDNN's masked path)."""

@@ -269,6 +269,28 @@ def layer_norm_model(dtype, shape, axis=-1, bias=True, outputs=("y",), **attrs):
     return model
 
 
+def residual_norm_model(dtype, sum_is_output):
+    """Add (a residual) then LayerNormalization over the last axis, as post-LN BERT's layers end; with
+    `sum_is_output` the sum is a graph output too (a second reader, as a pre-LN model's residual
+    is). On a GPU with ONNXRUNTIME_EP_MLX_NORM_ADD=1 a sum only the norm reads is the norm kernel's
+    skip input, rounded to T as the Add rounds it (test_fused_gpu_paths)."""
+    n = 96
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Add", ["a", "b"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "scale", "bias"], ["y"], axis=-1, epsilon=1e-5)]
+    inits = {"scale": rng.uniform(0.5, 1.5, n).astype(dtype), "bias": rng.uniform(-0.5, 0.5, n).astype(dtype)}
+    outputs = [("y", dtype, [2, 7, n])] + ([("s", dtype, [2, 7, n])] if sum_is_output else [])
+    model = make_graph_model(nodes, [("a", dtype, [2, 7, n]), ("b", dtype, [2, 7, n])], outputs, inits, opset=17)
+    feeds = {"a": rng.standard_normal((2, 7, n)).astype(dtype), "b": (rng.standard_normal((2, 7, n)) * 0.5).astype(dtype)}
+    return model, feeds
+
+
+@pytest.mark.parametrize("sum_is_output", [False, True], ids=["norm-only", "sum-also-output"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
+def test_layer_norm_of_residual_sum(dtype, sum_is_output):
+    check_parity(*residual_norm_model(dtype, sum_is_output))
+
+
 def layer_norm_feeds(dtype, shape, axis=-1, bias=True, mean=0.0, std=1.0, seed=0):
     rng = np.random.default_rng(seed)
     norm_shape = shape[axis % len(shape):]
