@@ -16,7 +16,7 @@ import os
 import numpy as np
 import pytest
 
-from harness import BF16, census_of_tests, check_parity, mlx_device, random_array, run_cpu
+from harness import BF16, census_of_tests, census_total, check_parity, mlx_device, random_array, run_cpu
 from harness_bf16 import check_bf16
 from test_attention_contrib_gqa import check, gqa
 from test_contrib_normalization import norm_case, skip_case
@@ -356,6 +356,7 @@ def test_norm_takes_its_residual_add():
     normalization = os.path.join(os.path.dirname(__file__), "test_normalization.py")
     alone = ["test_layer_norm_of_residual_sum[float16-norm-only]", "test_layer_norm_of_residual_sum[float32-norm-only]"]
     shared = ["test_layer_norm_of_residual_sum[float16-sum-also-output]"]
+
     def adds(line):  # the census's primitives that add (an Add, or a compiled kernel with one; not AddMM)
         kinds = [entry.rsplit(" ", 1)[0] for entry in line.split(": ")[-1].split(", ")]
         return [k for k in kinds if "Add" in k and k != "AddMM"]
@@ -499,10 +500,6 @@ def test_decode_core_by_gemv():
     sdpa, sdpa_log = census_of_tests(__file__, fp16, env={"ONNXRUNTIME_EP_MLX_GRAPH_CENSUS": "graph",
                                                           "ONNXRUNTIME_EP_MLX_DECODE_ATTENTION": "sdpa"})
     assert "ScaledDotProductAttention" in sdpa[-1] or query_doublings(sdpa_log), sdpa
-
-
-def census_total(line):
-    return int(line.split("total ")[1].split(":")[0])
 
 
 def test_decode_step_by_kernel():
