@@ -229,11 +229,11 @@ std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, m
   plan.output_dtypes = {t};
   plan.threads = *threads;
   plan.per_block = kWarp * kWarpsPerBlock;
-  const int scale = in.terms.scale == ScoreTerms::Scale::kDivide     ? 1
-                    : in.terms.scale == ScoreTerms::Scale::kMultiply ? 2
-                                                                     : 0;
-  plan.constants = {
-      {"D", D}, {"SCALE", scale}, {"MASK", in.terms.mask}, {"BODY16", in.float16_body}, {"T", t}};
+  plan.constants = {{"D", D},
+                    {"SCALE", ScaleConstant(in.terms.scale)},
+                    {"MASK", in.terms.mask},
+                    {"BODY16", in.float16_body},
+                    {"T", t}};
   return plan;
 }
 

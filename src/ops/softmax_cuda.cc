@@ -28,7 +28,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <variant>
 #include <vector>
 
 #include "common/env.h"
@@ -143,7 +142,7 @@ const mx::fast::CustomKernelFunction& SoftmaxKernel() {
 }
 
 /** A launch of the kernel as RowSoftmaxLaunchOf tells it: the output's primitive, held weakly
- *  (a trace's graph lives as long as its compiled function), and what the constants say. */
+ *  (a trace's graph lives as long as its compiled function), the scores' terms and the body. */
 struct Launched {
   std::weak_ptr<mx::Primitive> primitive;
   ScoreTerms terms;
@@ -154,25 +153,13 @@ struct Launched {
 std::mutex launched_mutex;
 std::vector<Launched> launched;  // under launched_mutex
 
-int IntConstant(const KernelLaunch& plan, const char* name) {
-  for (const auto& [key, value] : plan.constants)
-    if (key == name) return std::holds_alternative<int>(value) ? std::get<int>(value) : std::get<bool>(value);
-  return 0;
-}
-
 /** Records `y`'s launch for RowSoftmaxLaunchOf (only where its reader is on). */
-void RecordLaunch(const mx::array& y, const KernelLaunch& plan) {
-  if (!EnvFlag(env::kHeadsAttention)) return;
-  ScoreTerms terms;
-  const int scale = IntConstant(plan, "SCALE");
-  terms.scale = scale == 1   ? ScoreTerms::Scale::kDivide
-                : scale == 2 ? ScoreTerms::Scale::kMultiply
-                             : ScoreTerms::Scale::kNone;
-  terms.mask = IntConstant(plan, "MASK") != 0;
+void RecordLaunch(const mx::array& y, const ScoreTerms& terms, const RowSoftmaxInputs& in) {
+  static const bool wanted = EnvFlag(env::kHeadsAttention);
+  if (!wanted) return;
   std::lock_guard<std::mutex> lock(launched_mutex);
   std::erase_if(launched, [](const Launched& l) { return l.primitive.expired(); });
-  launched.push_back(
-      {y.primitive_ptr(), terms, IntConstant(plan, "LOG") != 0, IntConstant(plan, "BODY16") != 0});
+  launched.push_back({y.primitive_ptr(), terms, in.log, in.float16_body});
 }
 
 }  // namespace
@@ -187,7 +174,8 @@ std::optional<RowSoftmaxLaunch> RowSoftmaxLaunchOf(const mx::array& y) {
   return std::nullopt;
 }
 
-std::optional<KernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::StreamOrDevice s) {
+std::optional<KernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::StreamOrDevice s,
+                                           ScoreTerms* terms_out) {
   const mx::array& x = in.x;
   if (x.ndim() == 0 || x.size() == 0 || !IsCudaKernelFloat(x.dtype())) return std::nullopt;
   if (in.float16_body && (in.log || x.dtype() != mx::float16)) return std::nullopt;
@@ -211,13 +199,13 @@ std::optional<KernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::Strea
   launch.output_dtypes = {x.dtype()};
   launch.threads = static_cast<int>(rows * tpb);
   launch.per_block = tpb;
-  const int scale = terms.scale == ScoreTerms::Scale::kDivide ? 1 : terms.scale == ScoreTerms::Scale::kMultiply ? 2 : 0;
   launch.constants = {{"PER", RowKernelValuesPerThread(tpb)},
                       {"TPB", tpb},
                       {"LOG", in.log},
                       {"BODY16", in.float16_body},
-                      {"SCALE", scale},
+                      {"SCALE", ScaleConstant(terms.scale)},
                       {"MASK", terms.mask}};
+  if (terms_out) *terms_out = terms;
   return launch;
 }
 
@@ -231,10 +219,11 @@ bool RowSoftmaxKernelWanted(mx::Stream s) {
 
 std::optional<mx::array> RowSoftmaxByKernel(const RowSoftmaxInputs& in, mx::Stream s) {
   if (!RowSoftmaxKernelWanted(s)) return std::nullopt;
-  std::optional<KernelLaunch> plan = PlanRowSoftmax(in, s);
+  ScoreTerms terms;
+  std::optional<KernelLaunch> plan = PlanRowSoftmax(in, s, &terms);
   if (!plan) return std::nullopt;
   mx::array y = LaunchKernel(SoftmaxKernel(), *plan, s)[0];
-  RecordLaunch(y, *plan);
+  RecordLaunch(y, terms, in);
   return y;
 }
 

@@ -31,10 +31,11 @@ struct RowSoftmaxInputs {
 };
 
 /** The launch on any device (a test's view of it; `s` the stream of a rank-0 mask's reshape to
- *  [1]): nullopt for what the kernel does not take (float64 and integer rows, rows over
- *  kMaxKernelRow values or of more than 10 dims, empty x, a float16 body of another type or of a
- *  LogSoftmax). */
-std::optional<KernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::StreamOrDevice s = {});
+ *  [1]; `terms`, where given, gets the scores' terms the kernel reads): nullopt for what the kernel does not
+ * take (float64 and integer rows, rows over kMaxKernelRow values or of more than 10 dims, empty x, a float16
+ * body of another type or of a LogSoftmax). */
+std::optional<KernelLaunch> PlanRowSoftmax(const RowSoftmaxInputs& in, mx::StreamOrDevice s = {},
+                                           ScoreTerms* terms = nullptr);
 
 /** True where RowSoftmaxByKernel runs: MLX's CUDA backend on `s` with the fused GPU paths on
  *  (fused_gpu_internal.h), unless ONNXRUNTIME_EP_MLX_SOFTMAX_KERNEL=0. */

@@ -22,6 +22,12 @@ struct ScoreTerms {
   bool operator==(const ScoreTerms&) const = default;
 };
 
+/** The kernels' SCALE constant for `scale` (softmax_cuda.cc, attention_heads_cuda.cc): 0 none,
+ *  1 divide, 2 multiply. */
+inline int ScaleConstant(ScoreTerms::Scale scale) {
+  return scale == ScoreTerms::Scale::kDivide ? 1 : scale == ScoreTerms::Scale::kMultiply ? 2 : 0;
+}
+
 /** For `x` (a float row type T): its scores' arrays, s then k (scaled) then the mask (added; as it
  *  was before MLX broadcast it), when x's own primitives are those terms in T (an s / k of
  *  float16 or bfloat16 traced as float32 and rounded once, as arithmetic.cc divides them); else
