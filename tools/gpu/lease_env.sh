@@ -21,15 +21,18 @@
 # spread 1 ms between rounds) and BERT's with the heads-attention kernel, the timelines (batch 1
 # and 8, BERT with the heads kernel), BERT against its peers (the softmax kernel with its run-time
 # length) and the LLM peers, all with ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 (but the A/B's 0 setting).
-export BG_STEPS="split phases kernels bert llm" SPLIT_TIMEOUT=400 SPLIT_JOBS=12
-export ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1
+export BG_STEPS="split phases kernels bert llm" SPLIT_TIMEOUT=480 SPLIT_JOBS=12
+# Thirty-fifth session: the three opt-ins on for the whole lease (the candidates for defaults), so
+# the split runs the attention, normalization and torch-export parity files with them; the A/Bs
+# name every switch in every setting.
+export ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1
 # PHASES_PROMPT: the batch-8 prefill too (the thirty-third session's two rounds and this one's had
 # it ~1 ms slower with the kernel on, though no product of a prefill has 2-8 rows)
 # BERT-base fp16 with the heads-attention kernel (new, opt-in) off and on, and with the residual
 # Adds in the norm kernel too (NORM_ADD, new, opt-in), two rounds.
 export PHASES_MODELS=fp16 PHASES_BATCH=8 PHASES_PROMPT=512 PHASES_ROUNDS=2 PHASES_TIMEOUT=300 \
   PHASES_SETTINGS="ONNXRUNTIME_EP_MLX_ROWS_KERNEL=0;ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1" \
-  PHASES_BERT_SETTINGS="ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=0;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1"
+  PHASES_BERT_SETTINGS="ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=0 ONNXRUNTIME_EP_MLX_NORM_ADD=0;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=0;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1"
 export KERNELS_MODELS=fp16 KERNELS_VIA=timeline KERNELS_BATCH8=1 \
   KERNELS_ENV="ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1"
 T=tests/python/ops
@@ -37,7 +40,7 @@ T=tests/python/ops
 # PyPI, which the GPU machine cannot reach): the lease's first call carries build/models/real (34 MB,
 # a call of its own: a part and the tree fill most of a call's 64 MiB), which stays while the
 # machine is warm.
-export SPLIT_TESTS="tests/python/test_real_models.py $T/test_pool.py $T/test_unary.py $T/test_conv.py $T/test_arithmetic.py \
+export SPLIT_TESTS="tests/python/test_real_models.py $T/test_attention.py $T/test_normalization.py tests/python/test_torch_models.py $T/test_pool.py $T/test_unary.py $T/test_conv.py $T/test_arithmetic.py \
 $T/test_matmul.py::test_rows_product_kernel $T/test_matmul.py::test_few_rows_by_constant_weights \
 $T/test_fused_gpu_paths.py::test_softmax_kernel $T/test_normalization.py::test_softmax_rows_of_changing_length \
 $T/test_fused_gpu_paths.py::test_heads_attention_kernel $T/test_normalization.py::test_heads_attention_as_exported \
