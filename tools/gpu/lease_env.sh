@@ -47,7 +47,8 @@ $T/test_fused_gpu_paths.py::test_heads_attention_kernel $T/test_normalization.py
 $T/test_fused_gpu_paths.py::test_norm_takes_its_residual_add"
 # A lease with ~900-1,200 s: the split and the A/B.
 if [ "${1:-}" = mid ]; then
-  export BG_STEPS="split phases"
+  # no prefill A/B (none of its products has 2-8 rows): the decode and BERT A/Bs fit the lease
+  export BG_STEPS="split phases" PHASES_PROMPT=
 fi
 # Under ~900 s: the split alone.
 if [ "${1:-}" = short ]; then
