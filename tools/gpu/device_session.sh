@@ -325,6 +325,7 @@ run_step() {
       wait_for "$W/make.ok" "$W/make.failed" 240 || { log "LLM models not built"; tail -40 "$W/make.log"; return 1; }
       local m
       for m in ${PHASES_MODELS:-fp16 int4}; do
+        [ "$m" = none ] && continue  # PHASES_MODELS=none: BERT's alone
         # PHASES_BATCH=8: eight rows a decode step (kernel_census.llm_run's BENCH_BATCH)
         BENCH_BATCH="${PHASES_BATCH:-1}" timeout "${PHASES_TIMEOUT:-200}" $PY "$ROOT/tools/gpu/step_phases.py" llm --model "$W/llm/$m" \
           ${PHASES_SETTINGS:+--settings "$PHASES_SETTINGS"} ${PHASES_ROUNDS:+--rounds "$PHASES_ROUNDS"} --json "$R/phases_llm_$m.json" 2>&1 | tee -a "$R/phases.log"
@@ -346,6 +347,7 @@ run_step() {
       local -a kenv=(env ${KERNELS_ENV:-})
       for v in ${KERNELS_VIA:-timeline ncu}; do
         for k in ${KERNELS_MODELS:-fp16 int4}; do
+          [ "$k" = none ] && continue  # KERNELS_MODELS=none: BERT's alone
           "${kenv[@]}" timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" llm --via "$v" --model "$W/llm/$k" \
             --json "$R/kernel_times_${v}_$k.json" 2>&1 | tee -a "$R/kernel_times.log"
           # KERNELS_BATCH8=1: the step again with eight rows (where batch 8's 2.9 ms over batch 1 go)
