@@ -54,14 +54,16 @@ __device__ __forceinline__ int64_t mask_row_offset(int64_t row, const S& x_shape
   return offset;
 }
 
-// After it, lane l holds the warp's sum of part[l] (a reduce-scatter: 31 shuffles for 32 sums,
-// where one butterfly a sum takes 160).
-__device__ __forceinline__ float warp_sums(float* part, int lane) {
+// After it, lane l holds the sum over its group of W lanes (W a power of 2, at most 32) of
+// part[l % W] (a reduce-scatter: W - 1 shuffles for W sums, where one butterfly a sum takes
+// W log2 W).
+template <int W>
+__device__ __forceinline__ float group_sums(float* part, int lane) {
 #pragma unroll
-  for (int w = 16; w >= 1; w /= 2) {
+  for (int w = W / 2; w >= 1; w /= 2) {
     const bool upper = (lane & w) != 0;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {  // j < w: a constant bound, so that part stays in registers
+    for (int j = 0; j < W / 2; ++j) {  // j < w: a constant bound, so that part stays in registers
       if (j >= w) break;
       const float send = upper ? part[j] : part[j + w];
       const float keep = upper ? part[j + w] : part[j];
@@ -80,19 +82,191 @@ __device__ __forceinline__ float warp_reduce(float v) {
   return v;
 }
 
+// The 16-byte vector path: V values of T a load, a group of G lanes (D / V rounded up to a power
+// of 2; lanes past D idle) per key's row, 32 / G keys a load instruction.
+template <typename T, int D>
+struct Vec {
+  static constexpr int V = 16 / sizeof(T);
+  static constexpr bool OK = D % V == 0;
+  static constexpr int G =
+      D / V <= 1 ? 1 : D / V <= 2 ? 2 : D / V <= 4 ? 4 : D / V <= 8 ? 8 : D / V <= 16 ? 16 : 32;
+  static constexpr int KEYS = 32 / G;
+};
+
+// Whether p may be read 16 bytes at a time (as uint4).
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
+}
+
+// Through the read-only data cache (__ldg): the kernel's inputs are not written while it runs.
+template <typename T, int V>
+__device__ __forceinline__ void load16(const T* p, float* x) {
+  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < V; ++i) x[i] = static_cast<float>(e[i]);
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store16(T* p, const float* x) {
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < V; ++i) e[i] = static_cast<T>(x[i]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// The scaling's value and the mask's row (its step along the keys: 0 where it repeats).
+template <typename T>
+struct Terms {
+  float f;
+  const T* mask_row;
+  int64_t mask_step;
+};
+
+// A key's score as the composed ops round it: the dot rounded to T (MLX's matmul), then scaled
+// and masked in T as the softmax kernel does.
+template <typename T, int SCALE, bool MASK>
+__device__ __forceinline__ float score(float dot, const Terms<T>& terms, int key) {
+  float a = rounded<T>(dot);
+  if (SCALE == 1) a = rounded<T>(__fdiv_rn(a, terms.f));
+  if (SCALE == 2) a = rounded<T>(__fmul_rn(a, terms.f));
+  if (MASK) a = rounded<T>(__fadd_rn(a, static_cast<float>(terms.mask_row[terms.mask_step * key])));
+  return a;
+}
+
+// Any layout: lane l holds Q's d = l, l + 32, ...; for each 32 keys the lanes' partial dots (a
+// key's row read along d by the warp at once, 2 or 4 bytes a lane) are summed by group_sums,
+// lane l's being key base + l's score.
+template <typename T, int D, int SCALE, bool MASK>
+__device__ void scores_by_lanes(float* sc, const T* qr, int64_t q_d, const T* kb, int64_t k_d, int64_t k_j,
+                                int keys, int lane, const Terms<T>& terms) {
+  constexpr int DT = (D + 31) / 32;
+  float qv[DT];
+#pragma unroll
+  for (int t = 0; t < DT; ++t) {
+    const int d = lane + t * 32;
+    qv[t] = d < D ? static_cast<float>(qr[d * q_d]) : 0.f;
+  }
+  for (int base = 0; base < keys; base += 32) {
+    float part[32];
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int key = base + j < keys ? base + j : keys - 1;  // past the last: read in bounds, unused
+      float acc = 0.f;
+#pragma unroll
+      for (int t = 0; t < DT; ++t) {
+        const int d = lane + t * 32;
+        if (d < D) acc += qv[t] * static_cast<float>(kb[d * k_d + key * k_j]);
+      }
+      part[j] = acc;
+    }
+    const float dot = group_sums<32>(part, lane);
+    if (base + lane < keys) sc[base + lane] = score<T, SCALE, MASK>(dot, terms, base + lane);
+  }
+}
+
+// K's rows packed and 16-byte aligned (Vec): lane l = k * G + g holds Q's d = g V ... g V + V - 1;
+// in step i < G it reads those d's of key base + i KEYS + k (one load) and sums its V products,
+// then group_sums over the G lanes leaves lane l the score of key base + g KEYS + k.
+template <typename T, int D, int SCALE, bool MASK>
+__device__ void scores_by_groups(float* sc, const T* qr, int64_t q_d, const T* kb, int64_t k_j, int keys,
+                                 int lane, const Terms<T>& terms) {
+  using W = Vec<T, D>;
+  const int g = lane % W::G, k = lane / W::G;
+  const bool live = g * W::V < D;
+  float qv[W::V];
+  if (live && q_d == 1 && aligned16(qr + g * W::V)) {
+    load16<T, W::V>(qr + g * W::V, qv);
+  } else {
+#pragma unroll
+    for (int e = 0; e < W::V; ++e) qv[e] = live ? static_cast<float>(qr[(g * W::V + e) * q_d]) : 0.f;
+  }
+  for (int base = 0; base < keys; base += 32) {
+    float part[W::G];
+#pragma unroll
+    for (int i = 0; i < W::G; ++i) {
+      const int j = base + i * W::KEYS + k;
+      const int key = j < keys ? j : keys - 1;  // past the last: read in bounds, unused
+      float kv[W::V], acc = 0.f;
+      if (live) {
+        load16<T, W::V>(kb + key * k_j + g * W::V, kv);
+#pragma unroll
+        for (int e = 0; e < W::V; ++e) acc += qv[e] * kv[e];
+      }
+      part[i] = acc;
+    }
+    const float dot = group_sums<W::G>(part, lane);
+    const int key = base + g * W::KEYS + k;
+    if (key < keys) sc[key] = score<T, SCALE, MASK>(dot, terms, key);
+  }
+}
+
+// Any layout: lane l sums out's d = l, l + 32, ... over the keys (V's rows read along d).
+template <typename T, int D>
+__device__ void pv_by_lanes(const float* sc, const T* vb, int64_t v_j, int64_t v_d, int keys, int lane,
+                            T* out) {
+  constexpr int DT = (D + 31) / 32;
+  float o[DT];
+#pragma unroll
+  for (int t = 0; t < DT; ++t) o[t] = 0.f;
+#pragma unroll 4
+  for (int j = 0; j < keys; ++j) {
+    const float p = sc[j];
+#pragma unroll
+    for (int t = 0; t < DT; ++t) {
+      const int d = lane + t * 32;
+      if (d < D) o[t] += p * static_cast<float>(vb[j * v_j + d * v_d]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < DT; ++t) {
+    const int d = lane + t * 32;
+    if (d < D) out[d] = static_cast<T>(o[t]);
+  }
+}
+
+// V's rows packed and 16-byte aligned, out too (Vec): lane l = k * G + g sums out's d = g V ...
+// g V + V - 1 over keys k, k + KEYS, ... (a load each), the groups' sums added by shuffles.
+template <typename T, int D>
+__device__ void pv_by_groups(const float* sc, const T* vb, int64_t v_j, int keys, int lane, T* out) {
+  using W = Vec<T, D>;
+  const int g = lane % W::G, k = lane / W::G;
+  const bool live = g * W::V < D;
+  float o[W::V];
+#pragma unroll
+  for (int e = 0; e < W::V; ++e) o[e] = 0.f;
+#pragma unroll 4
+  for (int j = k; j < keys; j += W::KEYS) {
+    const float p = sc[j];
+    float x[W::V];
+    if (live) {
+      load16<T, W::V>(vb + j * v_j + g * W::V, x);
+#pragma unroll
+      for (int e = 0; e < W::V; ++e) o[e] += p * x[e];
+    }
+  }
+#pragma unroll
+  for (int w = W::G; w < 32; w *= 2)
+#pragma unroll
+    for (int e = 0; e < W::V; ++e) o[e] += __shfl_xor_sync(0xffffffffu, o[e], w);
+  if (k == 0 && live) store16<T, W::V>(out + g * W::V, o);
+}
+
 }  // namespace mlx_ep_heads
 )";
 
-// A warp per query row i of matrix m (the leading dims' index): lane l holds Q's values d = l,
-// l + 32, ... in float32; for each 32 keys the lanes' partial dots (their d's, loads along d, so
-// a key's row is read by the warp at once) are summed by warp_sums, lane l's being key l's score,
-// rounded to T, then scaled and masked as the softmax kernel does; the row's softmax from the
-// scores in shared memory (P rounded to T), then P @ V with lane l's output values d = l, l + 32,
-// ... in float32 (V's rows read along d). Whole warps return together (the shuffles see every
-// lane). Constants: T, D, SCALE (0 none, 1 divide, 2 multiply), MASK, BODY16.
+// A warp per query row i of matrix m (the leading dims' index): the row's scores (Q's row dotted
+// with K^T's columns in float32, rounded to T, then scaled and masked as the softmax kernel does)
+// into shared memory, the row's softmax there (P rounded to T), then P @ V in float32 cast to T.
+// The products read 16 bytes a lane (scores_by_groups, pv_by_groups) where K's (V's) rows are
+// packed along d, start every V elements and the warp's matrix is 16-byte aligned (a warp-uniform
+// choice: strides and pointers are arguments), else 2 or 4 bytes (scores_by_lanes, pv_by_lanes).
+// Whole warps return together (the shuffles see every lane). Constants: T, D, SCALE (0 none,
+// 1 divide, 2 multiply), MASK, BODY16.
 constexpr const char* kBody = R"(
   constexpr int kWarp = 32, WARPS = 4, MAX_KEYS = 1024;
-  constexpr int DT = (D + kWarp - 1) / kWarp;
+  using Vec = mlx_ep_heads::Vec<T, D>;
   const int nd = q_ndim;
   const int S = q_shape[nd - 2], KEYS = kt_shape[nd - 1];
   int64_t matrices = 1;
@@ -107,44 +281,17 @@ constexpr const char* kBody = R"(
   const T* vb = v + mlx_ep_heads::matrix_offset(m, v_shape, v_strides, nd);
   const int64_t q_d = q_strides[nd - 1], k_d = kt_strides[nd - 2], k_j = kt_strides[nd - 1];
   const int64_t v_j = v_strides[nd - 2], v_d = v_strides[nd - 1];
-  float qv[DT];
-#pragma unroll
-  for (int t = 0; t < DT; ++t) {
-    const int d = lane + t * kWarp;
-    qv[t] = d < D ? static_cast<float>(qr[d * q_d]) : 0.f;
-  }
-  const float f = SCALE != 0 ? static_cast<float>(factor[0]) : 1.f;
-  const T* mask_row = mask;
-  int64_t mask_step = 0;
+  mlx_ep_heads::Terms<T> terms{SCALE != 0 ? static_cast<float>(factor[0]) : 1.f, mask, 0};
   if (MASK) {
-    mask_row += mlx_ep_heads::mask_row_offset(row, q_shape, nd, mask_shape, mask_strides, mask_ndim);
-    mask_step = mask_shape[mask_ndim - 1] != 1 ? mask_strides[mask_ndim - 1] : 0;
+    terms.mask_row += mlx_ep_heads::mask_row_offset(row, q_shape, nd, mask_shape, mask_strides, mask_ndim);
+    terms.mask_step = mask_shape[mask_ndim - 1] != 1 ? mask_strides[mask_ndim - 1] : 0;
   }
   __shared__ float scores[WARPS][MAX_KEYS];
   float* sc = scores[warp];
-  for (int base = 0; base < KEYS; base += kWarp) {
-    float part[kWarp];
-#pragma unroll
-    for (int j = 0; j < kWarp; ++j) {
-      const int key = base + j < KEYS ? base + j : KEYS - 1;  // past the last: read in bounds, unused
-      float acc = 0.f;
-#pragma unroll
-      for (int t = 0; t < DT; ++t) {
-        const int d = lane + t * kWarp;
-        if (d < D) acc += qv[t] * static_cast<float>(kb[d * k_d + key * k_j]);
-      }
-      part[j] = acc;
-    }
-    const float dot = mlx_ep_heads::warp_sums(part, lane);
-    const int key = base + lane;
-    if (key < KEYS) {
-      float a = mlx_ep_heads::rounded<T>(dot);
-      if (SCALE == 1) a = mlx_ep_heads::rounded<T>(__fdiv_rn(a, f));
-      if (SCALE == 2) a = mlx_ep_heads::rounded<T>(__fmul_rn(a, f));
-      if (MASK) a = mlx_ep_heads::rounded<T>(__fadd_rn(a, static_cast<float>(mask_row[mask_step * key])));
-      sc[key] = a;
-    }
-  }
+  if (Vec::OK && k_d == 1 && k_j % Vec::V == 0 && mlx_ep_heads::aligned16(kb))
+    mlx_ep_heads::scores_by_groups<T, D, SCALE, MASK>(sc, qr, q_d, kb, k_j, KEYS, lane, terms);
+  else
+    mlx_ep_heads::scores_by_lanes<T, D, SCALE, MASK>(sc, qr, q_d, kb, k_d, k_j, KEYS, lane, terms);
   __syncwarp();
   float top = mlx_ep_cuda::negative_infinity();
   for (int j = lane; j < KEYS; j += kWarp) top = fmaxf(top, sc[j]);
@@ -162,23 +309,12 @@ constexpr const char* kBody = R"(
   if (BODY16) total = mlx_ep_heads::rounded<T>(total);
   for (int j = lane; j < KEYS; j += kWarp) sc[j] = mlx_ep_heads::rounded<T>(__fdiv_rn(sc[j], total));
   __syncwarp();
-  float o[DT];
-#pragma unroll
-  for (int t = 0; t < DT; ++t) o[t] = 0.f;
-#pragma unroll 4
-  for (int j = 0; j < KEYS; ++j) {
-    const float p = sc[j];
-#pragma unroll
-    for (int t = 0; t < DT; ++t) {
-      const int d = lane + t * kWarp;
-      if (d < D) o[t] += p * static_cast<float>(vb[j * v_j + d * v_d]);
-    }
-  }
-#pragma unroll
-  for (int t = 0; t < DT; ++t) {
-    const int d = lane + t * kWarp;
-    if (d < D) out[row * D + d] = static_cast<T>(o[t]);
-  }
+  T* out_row = out + row * D;
+  if (Vec::OK && v_d == 1 && v_j % Vec::V == 0 && mlx_ep_heads::aligned16(vb) &&
+      mlx_ep_heads::aligned16(out_row))
+    mlx_ep_heads::pv_by_groups<T, D>(sc, vb, v_j, KEYS, lane, out_row);
+  else
+    mlx_ep_heads::pv_by_lanes<T, D>(sc, vb, v_j, v_d, KEYS, lane, out_row);
 )";
 
 const std::string& Header() {

@@ -12,6 +12,8 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -58,6 +60,16 @@ inline int atomicAdd(int* p, int v) {
 }
 template <class T>
 inline T __ldcg(const T* p) {
+  return *p;
+}
+// A load the device does at T's alignment (16 bytes for uint4): one past it faults there, so it
+// aborts here (the host would read it unaligned).
+template <class T>
+inline T __ldg(const T* p) {
+  if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) {
+    std::fprintf(stderr, "misaligned __ldg of %zu bytes at %p\n", sizeof(T), static_cast<const void*>(p));
+    std::abort();
+  }
   return *p;
 }
 
