@@ -15,8 +15,9 @@
 # The A/Bs of the thirty-fifth session: the few-rows kernel at batch 8 (4.41 vs 4.51 ms, within the
 # host's spread) and BERT with the heads kernel (3.31 off, 3.48 on, 3.23 on with NORM_ADD) are
 # inconclusive: the heads kernel moved BERT's bottleneck to the GPU (the run waits 1.6 ms for it,
-# 0.4 without). The BERT A/B here adds NORM_ADD alone and the timeline gives the heads kernel's GPU
-# time.
+# 0.4 without). Since the lease the heads kernel reads K's and V's rows 16 bytes a lane (~70 load
+# instructions a BERT query row where ~519; `test_heads_attention_kernel` in the split runs it).
+# The BERT A/B here adds NORM_ADD alone and the timeline gives the heads kernel's GPU time.
 export BG_STEPS="split phases kernels bert llm" SPLIT_TIMEOUT=300 SPLIT_JOBS=12
 export ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1
 T=tests/python/ops
