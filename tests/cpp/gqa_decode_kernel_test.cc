@@ -19,8 +19,8 @@ namespace mlx_ep {
 namespace {
 
 std::string Source(bool split = false) { return GqaDecodeKernelSourceForTests(split); }
-std::string Header() { return Source().substr(0, Source().find("// kernel body:")); }
-std::string Body(bool split = false) { return Source(split).substr(Source(split).find("// kernel body:")); }
+std::string Header() { return KernelHeader(Source()); }
+std::string Body(bool split = false) { return KernelBody(Source(split)); }
 
 // The parameters MLX's cuda_kernel generates for the body: the inputs (an absent cache or
 // position_ids is another input in its place: `placeholder` is its type), then the outputs.
@@ -100,8 +100,8 @@ TEST(GqaDecodeKernel, Compiles) {
 // The grouped kernel (ONNXRUNTIME_EP_MLX_DECODE_GROUPED=1, attention_gqa_grouped_cuda.cc): its
 // parameters are the split kernel's (counters after the inputs, parts after the outputs).
 std::string GroupedSource() { return GqaGroupedKernelSourceForTests(); }
-std::string GroupedHeader() { return GroupedSource().substr(0, GroupedSource().find("// kernel body:")); }
-std::string GroupedBody() { return GroupedSource().substr(GroupedSource().find("// kernel body:")); }
+std::string GroupedHeader() { return KernelHeader(GroupedSource()); }
+std::string GroupedBody() { return KernelBody(GroupedSource()); }
 
 TEST(GqaDecodeKernel, GroupedCompiles) {
   if (!NvrtcAvailable()) GTEST_SKIP() << "no NVRTC (the CUDA toolkit)";

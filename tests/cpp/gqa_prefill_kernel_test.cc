@@ -19,8 +19,8 @@ namespace mlx_ep {
 namespace {
 
 std::string Source() { return GqaPrefillRotateSourceForTests(); }
-std::string Header() { return Source().substr(0, Source().find("// kernel body:")); }
-std::string Body() { return Source().substr(Source().find("// kernel body:")); }
+std::string Header() { return KernelHeader(Source()); }
+std::string Body() { return KernelBody(Source()); }
 
 // MLX's parameters: the inputs (positions with the shape the body names), then the outputs.
 std::string Parameters(const std::string& t) {

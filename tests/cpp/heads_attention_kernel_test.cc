@@ -21,8 +21,8 @@ namespace mlx_ep {
 namespace {
 
 std::string Source() { return HeadsAttentionSourceForTests(); }
-std::string Header() { return Source().substr(0, Source().find("// kernel body:")); }
-std::string Body() { return Source().substr(Source().find("// kernel body:")); }
+std::string Header() { return KernelHeader(Source()); }
+std::string Body() { return KernelBody(Source()); }
 
 // MLX's parameters as it generates them for the names the body uses: q, kt and v with shape and
 // strides (q's rank too), the scaling's value, the mask with shape, strides and rank, then the

@@ -16,6 +16,15 @@
 
 namespace mlx_ep {
 
+/** A kernel's text as the EP hands it to its tests (`...SourceForTests()`): the header, then the
+ *  marker "// kernel body:" and the body that MLX wraps in its generated kernel. */
+inline std::string KernelHeader(const std::string& source) {
+  return source.substr(0, source.find("// kernel body:"));
+}
+inline std::string KernelBody(const std::string& source) {
+  return source.substr(source.find("// kernel body:"));
+}
+
 /** The scratch folders this process made, removed when it exits (a test run left ~25 behind in
  *  the temporary directory per kernel test before). */
 class ScratchDirs {

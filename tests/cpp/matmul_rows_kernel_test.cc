@@ -18,8 +18,8 @@ namespace mlx_ep {
 namespace {
 
 std::string Source() { return RowsProductSourceForTests(); }
-std::string Header() { return Source().substr(0, Source().find("// kernel body:")); }
-std::string Body() { return Source().substr(Source().find("// kernel body:")); }
+std::string Header() { return KernelHeader(Source()); }
+std::string Body() { return KernelBody(Source()); }
 
 // MLX's parameters: the inputs (x with its shape and rank, w with its shape, bias), then the output.
 std::string Parameters(const std::string& t) {

@@ -15,10 +15,7 @@
 namespace mlx_ep {
 namespace {
 
-std::string RowsBody() {
-  const std::string source = NBitsKernelSourceForTests();
-  return source.substr(source.find("// kernel body:"));
-}
+std::string RowsBody() { return KernelBody(NBitsKernelSourceForTests()); }
 
 // What MLX's generated kernel puts around the body (mlx/backend/cuda/custom_kernel.cpp).
 std::string Wrapper(const std::string& name, const std::string& t, const std::string& z, int bits, int block,
@@ -49,9 +46,7 @@ std::string DequantizeWrapper(const std::string& name, const std::string& t, con
 
 TEST(NBitsKernel, CompilesForEveryCase) {
   if (!NvrtcAvailable()) GTEST_SKIP() << "no NVRTC (the CUDA toolkit)";
-  const std::string source = NBitsKernelSourceForTests();
-  const std::string header = source.substr(0, source.find("// kernel body:"));
-  std::string text = MlxKernelsBegin(header);
+  std::string text = MlxKernelsBegin(KernelHeader(NBitsKernelSourceForTests()));
   int count = 0;
   std::map<std::string, int> threads;  // a kernel's block
   for (const char* t : {"__half", "__nv_bfloat16", "float"})
@@ -95,15 +90,14 @@ TEST(NBitsKernel, CompilesForEveryCase) {
 TEST(NBitsKernel, ValuesOnTheHostEmulation) {
   if (CudaIncludeDir().empty()) GTEST_SKIP() << "no CUDA headers (cuda_fp16.h)";
   const std::string source = NBitsKernelSourceForTests();
-  const size_t body = source.find("// kernel body:");
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
   const std::string program =
-      "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + source.substr(0, body) +
+      "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" + KernelHeader(source) +
       "template <int BITS, int BLOCK, int ROWS, int ZP, bool HAS_BIAS, bool WIDE, class T, class Z>\n"
       "void rows_kernel(const T* x, Shape x_shape, int x_ndim, const uint8_t* b, Shape b_shape, const T* "
       "scales,\n"
       "                 const Z* zp, const T* bias, T* y) {\n" +
-      source.substr(body) +
+      KernelBody(source) +
       "\n}\ntemplate <int BITS, int BLOCK, int K, int ZP, int OUT, bool WIDE, class T, class Z, class O>\n"
       "void dequantize_kernel(const uint8_t* b, Shape b_shape, const T* scales, const Z* zp, O* w) {\n" +
       NBitsDequantizeSourceForTests() + "\n}\n#include \"" + (tests / "nbits_kernel_driver.inc").string() +

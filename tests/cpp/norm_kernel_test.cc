@@ -20,8 +20,8 @@ namespace mlx_ep {
 namespace {
 
 std::string Source() { return RowNormKernelSourceForTests(); }
-std::string Header() { return Source().substr(0, Source().find("// kernel body:")); }
-std::string Body() { return Source().substr(Source().find("// kernel body:")); }
+std::string Header() { return KernelHeader(Source()); }
+std::string Body() { return KernelBody(Source()); }
 
 constexpr const char* kEpsBits = "925353388";  // 1e-5f
 

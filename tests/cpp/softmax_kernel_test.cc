@@ -19,8 +19,8 @@ namespace mlx_ep {
 namespace {
 
 std::string Source() { return RowSoftmaxKernelSourceForTests(); }
-std::string Header() { return Source().substr(0, Source().find("// kernel body:")); }
-std::string Body() { return Source().substr(Source().find("// kernel body:")); }
+std::string Header() { return KernelHeader(Source()); }
+std::string Body() { return KernelBody(Source()); }
 
 // MLX's parameters for the kernel's inputs (x and the mask with their shapes and ranks, the body
 // names them; the scale factor one value, rank 0) and output, then the constants it declares.
