@@ -8,6 +8,7 @@
 #include "common/env.h"
 #include "mlx/ops.h"
 #include "ops/cuda_block_reduce.h"
+#include "ops/cuda_score_terms.h"
 #include "ops/fused_gpu_internal.h"
 #include "ops/primitive_name.h"
 #include "ops/softmax_cuda.h"
@@ -24,8 +25,7 @@ constexpr size_t kMaxDims = 8;  // the host emulation's Shape and Strides hold 8
 constexpr const char* kHeader = R"(
 namespace mlx_ep_heads {
 
-template <typename T>
-__device__ __forceinline__ float rounded(float v) { return static_cast<float>(static_cast<T>(v)); }
+using mlx_ep_scores::rounded;
 
 // Where matrix `m` (an index over the leading ndim - 2 dims, row-major) starts in an array of
 // these shape and strides.
@@ -128,11 +128,7 @@ struct Terms {
 // and masked in T as the softmax kernel does.
 template <typename T, int SCALE, bool MASK>
 __device__ __forceinline__ float score(float dot, const Terms<T>& terms, int key) {
-  float a = rounded<T>(dot);
-  if (SCALE == 1) a = rounded<T>(__fdiv_rn(a, terms.f));
-  if (SCALE == 2) a = rounded<T>(__fmul_rn(a, terms.f));
-  if (MASK) a = rounded<T>(__fadd_rn(a, static_cast<float>(terms.mask_row[terms.mask_step * key])));
-  return a;
+  return mlx_ep_scores::scaled_masked<T, SCALE, MASK>(rounded<T>(dot), terms.f, terms.mask_row, terms.mask_step, key);
 }
 
 // Any layout: lane l holds Q's d = l, l + 32, ...; for each 32 keys the lanes' partial dots (a
@@ -318,7 +314,7 @@ constexpr const char* kBody = R"(
 )";
 
 const std::string& Header() {
-  static const std::string text = std::string(kBlockReduceSource) + kHeader;
+  static const std::string text = std::string(kBlockReduceSource) + kScoreTermsSource + kHeader;
   return text;
 }
 

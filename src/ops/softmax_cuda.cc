@@ -33,6 +33,7 @@
 #include "common/env.h"
 #include "mlx/ops.h"
 #include "ops/cuda_block_reduce.h"
+#include "ops/cuda_score_terms.h"
 #include "ops/fused_gpu_internal.h"
 #include "ops/softmax_cuda.h"
 #include "ops/softmax_scores.h"
@@ -47,8 +48,7 @@ constexpr size_t kMaxShapeDims = 10;
 constexpr const char* kHeader = R"(
 namespace mlx_ep_softmax {
 
-template <typename T>
-__device__ __forceinline__ float rounded(float v) { return static_cast<float>(static_cast<T>(v)); }
+using mlx_ep_scores::rounded;
 
 // Where row `row` of x's rows (its last axis) starts in a row-major mask broadcast to x's shape
 // (the mask's dims aligned with x's last ones; a dim of 1 repeats).
@@ -84,9 +84,7 @@ __device__ void row_softmax(const T* x, int N, const T* factor, const T* mask_ro
     v[k] = lowest;
     if (i >= N) continue;
     float a = static_cast<float>(x[row * N + i]);
-    if constexpr (SCALE == 1) a = rounded<T>(__fdiv_rn(a, f));
-    if constexpr (SCALE == 2) a = rounded<T>(__fmul_rn(a, f));
-    if constexpr (MASK) a = rounded<T>(__fadd_rn(a, static_cast<float>(mask_row[mask_step * i])));
+    a = mlx_ep_scores::scaled_masked<T, SCALE, MASK>(a, f, mask_row, mask_step, i);
     v[k] = a;
     local_max = fmaxf(local_max, a);
   }
@@ -131,7 +129,7 @@ constexpr const char* kSource = R"(
 )";
 
 const std::string& Header() {
-  static const std::string text = std::string(kBlockReduceSource) + kHeader;
+  static const std::string text = std::string(kBlockReduceSource) + kScoreTermsSource + kHeader;
   return text;
 }
 
