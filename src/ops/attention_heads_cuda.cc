@@ -376,6 +376,11 @@ std::optional<HeadsAttentionInputs> HeadsAttentionInputsOf(const RowSoftmaxLaunc
   if (!IsPrimitive(scores, "Matmul") || scores.inputs().size() != 2) return std::nullopt;
   HeadsAttentionInputs in{scores.inputs()[0], scores.inputs()[1],  v, softmax.inputs[1], softmax.inputs[2],
                           softmax.terms,      softmax.float16_body};
+  // Where there is no scale or no mask the softmax kernel's placeholder is its own input, the
+  // scores: an input of this kernel, it would be evaluated (the product this kernel replaces, run
+  // for nothing: the thirty-sixth session's H100 counted its Matmul). Q stands in, never read.
+  if (in.terms.scale == ScoreTerms::Scale::kNone) in.factor = in.q;
+  if (!in.terms.mask) in.mask = in.q;
   // P is the scores' softmax: its rows and keys are the product's
   if (p.shape() != scores.shape() || in.q.shape(-2) != p.shape(-2) || in.kt.shape(-1) != p.shape(-1))
     return std::nullopt;

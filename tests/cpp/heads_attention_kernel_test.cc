@@ -165,6 +165,14 @@ TEST(HeadsAttentionKernel, FindsQAndKBehindTheSoftmaxScores) {
   EXPECT_FALSE(
       HeadsAttentionInputsOf({{mx::multiply(scores, factor), factor, mask}, terms, false, true}, p, v));
   EXPECT_FALSE(HeadsAttentionInputsOf(softmax, mx::zeros({B, H, S, S + 1}, mx::float16), v));
+  // No scale, no mask: the softmax launch's placeholders are its scores, which the kernel must not
+  // take as inputs (they would be evaluated: the product it replaces).
+  const RowSoftmaxLaunch plain{{scores, scores, scores}, ScoreTerms{}, false, false};
+  const std::optional<HeadsAttentionInputs> bare = HeadsAttentionInputsOf(plain, p, v);
+  ASSERT_TRUE(bare);
+  const std::optional<KernelLaunch> launch = PlanHeadsAttention(*bare);
+  ASSERT_TRUE(launch);
+  for (const mx::array& input : launch->inputs) EXPECT_NE(input.id(), scores.id());
 }
 
 }  // namespace
