@@ -345,6 +345,9 @@ run_step() {
       local k v
       # KERNELS_ENV: variables for these runs alone ("A=1 B=2"), e.g. the opt-ins an A/B weighs
       local -a kenv=(env ${KERNELS_ENV:-})
+      # KERNELS_DETAIL=REGEX: ncu's sections for those kernels of one BERT run (kernel_times.py --via detail)
+      [ -n "${KERNELS_DETAIL:-}" ] && "${kenv[@]}" timeout "${KERNELS_TIMEOUT:-300}" $PY "$ROOT/tools/gpu/kernel_times.py" bert \
+        --via detail --kernel "$KERNELS_DETAIL" --json "$R/kernel_detail_bert.json" 2>&1 | tee -a "$R/kernel_detail.log"
       for v in ${KERNELS_VIA:-timeline ncu}; do
         for k in ${KERNELS_MODELS:-fp16 int4}; do
           [ "$k" = none ] && continue  # KERNELS_MODELS=none: BERT's alone

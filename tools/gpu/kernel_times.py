@@ -17,6 +17,12 @@ start and end: nothing is serialized or replayed, so besides each family's time 
 busy time (the union of the kernels' intervals) against the run's span and wall time, i.e. how
 long the GPU sat idle waiting for the host, and, from the host's side of the same trace, how long
 each run waited after its last launch call and for which kernels (run_tails).
+
+`--via detail --kernel REGEX` profiles the first `--launch-count` launches (after warm-up) of the
+kernels whose names match REGEX with ncu's sections on where a kernel's time goes (speed of light,
+occupancy, launch, memory workload, warp states, scheduler) and prints ncu's own text report: why
+a kernel of ours is slow (the thirty-sixth session's H100 timed the heads-attention kernel at
+72 us a BERT layer, where cuBLASLt's two products and the softmax kernel took less).
 """
 import argparse
 import collections
@@ -282,6 +288,31 @@ def parent(args):
     return report(result, args.json)
 
 
+DETAIL_SECTIONS = ["SpeedOfLight", "Occupancy", "LaunchStats", "MemoryWorkloadAnalysis", "WarpStateStats",
+                   "SchedulerStats", "ComputeWorkloadAnalysis", "SourceCounters"]
+
+
+def detail(args):
+    """ncu's sections for the first --launch-count launches of the kernels matching --kernel."""
+    ncu = find_ncu()
+    if not ncu or not args.kernel:
+        print("kernel_times: --via detail needs ncu and --kernel REGEX", flush=True)
+        return 1
+    sections = [a for name in DETAIL_SECTIONS for a in ("--section", name)]
+    cmd = [ncu, "--profile-from-start", "off", "--kernel-name", f"regex:{args.kernel}", "--launch-count",
+           str(args.launch_count)] + sections + [sys.executable, __file__, args.what, "--child", "--runs", "1",
+                                                 "--warmup", str(args.warmup), "--iters", "2", "--past",
+                                                 str(args.past), "--new", str(args.new)]
+    cmd += ["--model", args.model] if args.model else []
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    report_text = "\n".join(line for line in p.stdout.splitlines() if not line.startswith("STEP "))
+    print(report_text[-30000:], flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"what": args.what, "kernel": args.kernel, "rc": p.returncode,
+                                               "report": report_text, "stderr": p.stderr[-4000:]}, indent=1))
+    return 0 if p.returncode == 0 else 1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["bert", "llm"])
@@ -293,13 +324,16 @@ def main():
     ap.add_argument("--iters", type=int, default=20, help="unprofiled runs timed before the profile")
     ap.add_argument("--timeout", type=int, default=400)
     ap.add_argument("--json")
-    ap.add_argument("--via", choices=["ncu", "timeline"], default="ncu",
-                    help="ncu: each kernel's own time, serialized; timeline: CUPTI's real start and end")
+    ap.add_argument("--via", choices=["ncu", "timeline", "detail"], default="ncu",
+                    help="ncu: each kernel's own time, serialized; timeline: CUPTI's real start and end; "
+                         "detail: ncu's sections for the kernels matching --kernel")
+    ap.add_argument("--kernel", help="regex of the kernel names --via detail profiles")
+    ap.add_argument("--launch-count", type=int, default=2, help="launches --via detail profiles")
     ap.add_argument("--child", action="store_true")
     args = ap.parse_args()
     if args.child:
         sys.exit(child(args))
-    sys.exit(timeline(args) if args.via == "timeline" else parent(args))
+    sys.exit({"timeline": timeline, "detail": detail}.get(args.via, parent)(args))
 
 
 if __name__ == "__main__":
