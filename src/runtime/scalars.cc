@@ -74,6 +74,14 @@ mx::array Replacement(const mx::array& leaf, const std::string& key, ScalarInput
   return BehindContiguous(leaf, stream);
 }
 
+/** `leaf` as a trace taking `scalars` as inputs reads it: the input standing for it where it is
+ *  one of the recorded leaves itself, else `leaf`. */
+mx::array RecordedAs(const mx::array& leaf, const ScalarInputs& scalars) {
+  for (size_t i = 0; i < scalars.values.size() && i < scalars.inputs->size(); ++i)
+    if (scalars.values[i].id() == leaf.id()) return scalars.inputs->at(i);
+  return leaf;
+}
+
 }  // namespace
 
 mx::array BehindContiguous(const mx::array& a, mx::Stream stream) { return mx::contiguous(a, false, stream); }
@@ -93,7 +101,13 @@ void ScalarLeavesAsData(const std::vector<mx::array>& outputs, mx::Stream stream
         stack.push_back(in);
         continue;
       }
-      if (!fused) continue;
+      if (!fused) {
+        // A recorded leaf is an input of the compiled function that takes the scalars: other
+        // readers of it (a softmax primitive reading the fill that a Multiply also reads) take
+        // that function's input too, or mx::compile finds its own input in the graph and throws.
+        if (scalars && scalars->inputs) in = RecordedAs(in, *scalars);
+        continue;
+      }
       // A leaf the trace made holds its data already (host memory: MLX reads it there too, for
       // the kernel's name); a placeholder of mx::compile's trace (an input of the function) has
       // none and is an input of the fused kernels anyway.
