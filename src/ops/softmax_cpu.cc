@@ -1,7 +1,9 @@
 // The softmax primitive of unary_cpu.h on MLX's CPU stream: Softmax / LogSoftmax over the last
 // axis in one pass a row, with the attention scores' scaling and mask in the same pass when the
 // row's input is made of them ((s / k or s * k) + mask: a pass of MLX's of their own otherwise,
-// 12% of the 4x128 BERT encoder's time with its broadcast mask).
+// 12% of the 4x128 BERT encoder's time with its broadcast mask), GPT-2's causal where(c, s / k,
+// min) and second mask too (two strided compiled kernels of MLX's, 6.3% of gpt2_decoder's samples
+// each).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -55,21 +57,46 @@ MLX_EP_CLONES void SoftmaxRow(const float* x, float* y, int64_t n, bool log) {
   }
 }
 
-MLX_EP_CLONES void ScoresRow(const float* s, float k, ScoreTerms::Scale scale, const float* mask,
-                             int64_t mask_step, float* t, int64_t n) {
-  if (scale == ScoreTerms::Scale::kDivide) {
-    for (int64_t i = 0; i < n; ++i) t[i] = s[i] / k;
-  } else if (scale == ScoreTerms::Scale::kMultiply) {
-    for (int64_t i = 0; i < n; ++i) t[i] = s[i] * k;
-  } else {
-    std::memcpy(t, s, sizeof(float) * n);
-  }
-  if (!mask) return;
-  if (mask_step == 1) {
+/** A row's terms besides its scores (ScoreTerms): the scale's k, the select's condition and fill,
+ *  the masks; each read pointer at the row's start with its step along the row (1, or 0 for one
+ *  value a row), null where absent. */
+struct RowTerms {
+  ScoreTerms::Scale scale = ScoreTerms::Scale::kNone;
+  float k = 1.0f;
+  const bool* cond = nullptr;
+  int64_t cond_step = 0;
+  float fill = 0.0f;
+  const float* mask = nullptr;
+  int64_t mask_step = 0;
+  const float* mask2 = nullptr;
+  int64_t mask2_step = 0;
+};
+
+MLX_EP_CLONES void AddMask(float* t, const float* mask, int64_t step, int64_t n) {
+  if (step == 1) {
     for (int64_t i = 0; i < n; ++i) t[i] += mask[i];
   } else {
     for (int64_t i = 0; i < n; ++i) t[i] += mask[0];
   }
+}
+
+/** t = the row's scores through its terms, in the composed form's order and float32 roundings:
+ *  s / k or s * k, where(cond, that, fill), + mask, + mask2. */
+MLX_EP_CLONES void ScoresRow(const float* s, const RowTerms& r, float* t, int64_t n) {
+  if (r.scale == ScoreTerms::Scale::kDivide) {
+    for (int64_t i = 0; i < n; ++i) t[i] = s[i] / r.k;
+  } else if (r.scale == ScoreTerms::Scale::kMultiply) {
+    for (int64_t i = 0; i < n; ++i) t[i] = s[i] * r.k;
+  } else {
+    std::memcpy(t, s, sizeof(float) * n);
+  }
+  if (r.cond && r.cond_step == 1) {
+    for (int64_t i = 0; i < n; ++i) t[i] = r.cond[i] ? t[i] : r.fill;
+  } else if (r.cond && !r.cond[0]) {
+    std::fill(t, t + n, r.fill);
+  }
+  if (r.mask) AddMask(t, r.mask, r.mask_step, n);
+  if (r.mask2) AddMask(t, r.mask2, r.mask2_step, n);
 }
 
 /** Where row `row` of `shape`'s rows (its last axis) starts in a row-major mask of `mask_shape`
@@ -102,25 +129,38 @@ class MaskRows {
   std::vector<int64_t> strides_;
 };
 
-/** The rows of in[0] (then k, then the mask, as `terms` has them) into y. */
+/** The rows of in[0] (then k, the select's condition and fill, the masks, as `terms` has them)
+ *  into y. */
 void SoftmaxRows(const std::vector<mx::array>& in, mx::array& y, bool log, ScoreTerms terms) {
   const int64_t n = in[0].shape(-1), rows = static_cast<int64_t>(in[0].size()) / n;
+  const mx::Shape& shape = in[0].shape();
   const float* src = in[0].data<float>();
   float* dst = y.data<float>();
   size_t next = 1;
-  const float k = terms.scale != ScoreTerms::Scale::kNone ? in[next++].data<float>()[0] : 1.0f;
-  const float* mask = terms.mask ? in[next].data<float>() : nullptr;
-  const MaskRows mask_rows(in[0].shape(), terms.mask ? in[next].shape() : mx::Shape{});
+  RowTerms base;
+  base.scale = terms.scale;
+  if (terms.scale != ScoreTerms::Scale::kNone) base.k = in[next++].data<float>()[0];
+  const mx::array* cond = terms.select ? &in[next] : nullptr;
+  if (terms.select) base.fill = in[next + 1].data<float>()[0], next += 2;
+  const mx::array* mask = terms.mask ? &in[next++] : nullptr;
+  const mx::array* mask2 = terms.mask2 ? &in[next] : nullptr;
+  const MaskRows cond_rows(shape, cond ? cond->shape() : mx::Shape{});
+  const MaskRows mask_rows(shape, mask ? mask->shape() : mx::Shape{});
+  const MaskRows mask2_rows(shape, mask2 ? mask2->shape() : mx::Shape{});
+  base.cond_step = cond_rows.step, base.mask_step = mask_rows.step, base.mask2_step = mask2_rows.step;
   nbits_cpu::RunRanges(rows, rows * n, kMinParallelValues, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(terms.fused() ? n : 0);
-    for (int64_t r = begin; r < end; ++r) {
-      const float* row = src + r * n;
+    RowTerms r = base;
+    for (int64_t row = begin; row < end; ++row) {
+      const float* x = src + row * n;
       if (terms.fused()) {
-        ScoresRow(row, k, terms.scale, mask ? mask + mask_rows.Offset(r) : nullptr, mask_rows.step,
-                  scores.data(), n);
-        row = scores.data();
+        if (cond) r.cond = cond->data<bool>() + cond_rows.Offset(row);
+        if (mask) r.mask = mask->data<float>() + mask_rows.Offset(row);
+        if (mask2) r.mask2 = mask2->data<float>() + mask2_rows.Offset(row);
+        ScoresRow(x, r, scores.data(), n);
+        x = scores.data();
       }
-      SoftmaxRow(row, dst + r * n, n, log);
+      SoftmaxRow(x, dst + row * n, n, log);
     }
   });
 }
@@ -165,7 +205,7 @@ std::optional<mx::array> SoftmaxOnCpu(const mx::array& x, bool log, mx::Stream s
       x.shape(-1) == 0)
     return std::nullopt;
   ScoreTerms terms;
-  std::vector<mx::array> inputs = ScoreInputs(x, terms);
+  std::vector<mx::array> inputs = ScoreInputs(x, terms, /*select_and_masks=*/true);
   return mx::array(x.shape(), mx::float32, std::make_shared<SoftmaxCpu>(s, log, terms), std::move(inputs));
 }
 

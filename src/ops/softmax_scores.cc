@@ -52,42 +52,85 @@ std::optional<std::pair<std::vector<mx::array>, ScoreTerms::Scale>> Scaled(const
   return std::nullopt;
 }
 
-bool BroadcastsTo(const mx::array& mask, const mx::array& x) {
-  if (mask.dtype() != x.dtype() || mask.ndim() > x.ndim()) return false;
+bool BroadcastsTo(const mx::array& mask, const mx::array& x, mx::Dtype dtype) {
+  if (mask.dtype() != dtype || mask.ndim() > x.ndim()) return false;
   const size_t pad = x.ndim() - mask.ndim();
   for (size_t d = 0; d < mask.ndim(); ++d)
     if (mask.shape(d) != 1 && mask.shape(d) != x.shape(pad + d)) return false;
   return true;
 }
 
+/** The scores below the masks: s, s / k or s * k, or (`select`) where(cond, one of those, fill)
+ *  with cond bool broadcast to y and fill one value. */
+struct Inner {
+  std::vector<mx::array> inputs;
+  ScoreTerms terms;
+};
+
+Inner InnerScores(const mx::array& y, bool select) {
+  Inner in;
+  if (select && IsPrimitive(y, "Select") && y.inputs().size() == 3) {
+    const mx::array& chosen = y.inputs()[1];
+    const mx::array cond = Unbroadcast(y.inputs()[0]), fill = Unbroadcast(y.inputs()[2]);
+    if (chosen.shape() == y.shape() && chosen.dtype() == y.dtype() && BroadcastsTo(cond, y, mx::bool_) &&
+        fill.size() == 1 && fill.dtype() == y.dtype()) {
+      in = InnerScores(chosen, false);
+      in.terms.select = true;
+      in.inputs.push_back(cond);
+      in.inputs.push_back(fill);
+      return in;
+    }
+  }
+  if (auto scaled = Scaled(y)) {
+    in.terms.scale = scaled->second;
+    in.inputs = scaled->first;
+    return in;
+  }
+  in.inputs = {y};
+  return in;
+}
+
+/** For x = y + mask (either order; the mask broadcast to x): {y, mask as it was before MLX broadcast
+ *  it}, y the side whose own terms are fused where both could be. */
+std::optional<std::pair<mx::array, mx::array>> Masked(const mx::array& x, bool more) {
+  if (!IsPrimitive(x, "Add") || x.inputs().size() != 2) return std::nullopt;
+  int best = -1;
+  bool best_fused = false;
+  for (int side : {0, 1}) {
+    const mx::array& s = x.inputs()[side];
+    if (s.shape() != x.shape() || s.dtype() != x.dtype() ||
+        !BroadcastsTo(Unbroadcast(x.inputs()[1 - side]), x, x.dtype()))
+      continue;
+    const bool fused = InnerScores(s, more).terms.fused() || (more && Masked(s, false));
+    if (best < 0 || (fused && !best_fused)) best = side, best_fused = fused;
+  }
+  if (best < 0) return std::nullopt;
+  return std::make_pair(x.inputs()[best], Unbroadcast(x.inputs()[1 - best]));
+}
+
 }  // namespace
 
-std::vector<mx::array> ScoreInputs(const mx::array& x, ScoreTerms& terms) {
-  if (IsPrimitive(x, "Add") && x.inputs().size() == 2) {
-    int best = -1;  // the side that is the scores: a scaled one first
-    std::optional<std::pair<std::vector<mx::array>, ScoreTerms::Scale>> scaled[2];
-    for (int side : {0, 1}) {
-      const mx::array& s = x.inputs()[side];
-      if (s.shape() != x.shape() || s.dtype() != x.dtype() || !BroadcastsTo(Unbroadcast(x.inputs()[1 - side]), x))
-        continue;
-      scaled[side] = Scaled(s);
-      if (best < 0 || (scaled[side] && !scaled[best])) best = side;
-    }
-    if (best >= 0) {
-      terms.mask = true;
-      const mx::array mask = Unbroadcast(x.inputs()[1 - best]);
-      if (scaled[best]) {
-        terms.scale = scaled[best]->second;
-        return {scaled[best]->first[0], scaled[best]->first[1], mask};
+std::vector<mx::array> ScoreInputs(const mx::array& x, ScoreTerms& terms, bool select_and_masks) {
+  const bool more = select_and_masks;
+  std::vector<mx::array> masks;
+  mx::array scores = x;
+  if (auto outer = Masked(x, more)) {
+    scores = outer->first;
+    masks.push_back(outer->second);
+    if (more) {
+      if (auto inner = Masked(scores, false)) {
+        scores = inner->first;
+        masks.insert(masks.begin(), inner->second);  // added first
       }
-      return {x.inputs()[best], mask};
     }
   }
-  if (auto scaled = Scaled(x)) {
-    terms.scale = scaled->second;
-    return scaled->first;
-  }
-  return {x};
+  Inner in = InnerScores(scores, more);
+  terms = in.terms;
+  terms.mask = !masks.empty();
+  terms.mask2 = masks.size() == 2;
+  if (!terms.fused()) return {x};
+  in.inputs.insert(in.inputs.end(), masks.begin(), masks.end());
+  return in.inputs;
 }
 
 }  // namespace mlx_ep

@@ -145,16 +145,106 @@ def test_softmax_of_scaled_masked_scores(op, case):
     check_parity(scores_softmax_model(op, scale, mask_shape, mask_first), feeds)
 
 
+def gpt2_scores_model(op, form, shape=(2, 3, 5, 7)):
+    """`op` over GPT-2's exported scores (tests/models/build_models.py's gpt2_decoder): "where" is
+    older HF's where(causal, s / k, min) + padding mask; "where-min-mask" the same with the mask
+    computed from the fill's constant, (1 - keep) * min, as GPT-2 does; "where-row" one condition a
+    row; "where-alone" without the mask; "two-masks" newer HF's (s / k + causal) + padding mask. The
+    causal condition and masks are inputs, so that nothing folds them at load time."""
+    b, h, q, keys = shape
+    nodes = [helper.make_node("Div", ["s", "k"], ["scaled"])]
+    inputs = [("s", np.float32, list(shape))]
+    inits = {"k": np.array(2.828427, np.float32), "fill": np.array(np.finfo(np.float32).min, np.float32)}
+    if form.startswith("where"):
+        cond_shape = [1, 1, q, 1] if form == "where-row" else [1, 1, q, keys]
+        nodes.append(helper.make_node("Where", ["causal", "scaled", "fill"], ["w"]))
+        inputs.append(("causal", np.bool_, cond_shape))
+    else:
+        nodes.append(helper.make_node("Add", ["scaled", "triu"], ["w"]))
+        inputs.append(("triu", np.float32, [q, keys]))
+    value = "w"
+    if form == "where-min-mask":  # the padding mask (1 - attention_mask) * min, of the fill's constant
+        nodes += [helper.make_node("Sub", ["one", "keep"], ["dropped"]),
+                  helper.make_node("Mul", ["dropped", "fill"], ["m"])]
+        inputs.append(("keep", np.float32, [b, 1, 1, keys]))
+        inits["one"] = np.array(1.0, np.float32)
+    elif form != "where-alone":
+        inputs.append(("m", np.float32, [b, 1, 1, keys]))
+    if form != "where-alone":
+        nodes.append(helper.make_node("Add", [value, "m"], ["masked"]))
+        value = "masked"
+    nodes.append(helper.make_node(op, [value], ["y"], axis=-1))
+    return make_graph_model(nodes, inputs, [("y", np.float32, list(shape))], inits)
+
+
+GPT2_SCORE_FORMS = ["where", "where-min-mask", "where-row", "where-alone", "two-masks"]
+
+
+@pytest.mark.parametrize("form", GPT2_SCORE_FORMS)
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+def test_softmax_of_gpt2_scores(op, form):
+    """GPT-2's causal scores (a where or a second mask) against ORT's CPU EP; on MLX's CPU device
+    the softmax primitive reads the condition, fill and masks itself (test_softmax_scores_in_primitive)."""
+    b, h, q, keys = 2, 3, 5, 7
+    rng = np.random.default_rng(6)
+    feeds = {"s": random_array((b, h, q, keys), np.float32, rng, low=-8, high=8)}
+    causal = np.tril(np.ones((q, keys), bool), k=keys - q)
+    minimum = np.finfo(np.float32).min
+    if form == "where-row":
+        feeds["causal"] = np.array([True, False, True, True, False])[None, None, :, None]
+    elif form.startswith("where"):
+        feeds["causal"] = causal[None, None]
+    else:
+        feeds["triu"] = np.where(causal, 0.0, minimum).astype(np.float32)
+    if form == "where-min-mask":
+        keep = np.ones((b, 1, 1, keys), np.float32)
+        keep[0, ..., :2] = 0.0  # left padding in the first sequence
+        feeds["keep"] = keep
+    elif form != "where-alone":
+        padding = np.zeros((b, 1, 1, keys), np.float32)
+        padding[0, ..., :2] = minimum
+        feeds["m"] = padding
+    model = gpt2_scores_model(op, form)
+    check_parity(model, feeds)
+    # Later runs take the trace's scalar leaves (k, the fill) as inputs of a second compile
+    # (src/runtime/scalars.h): the same values as the first run's, which check_parity compared.
+    first, _, _ = run_mlx(model, feeds)
+    again, _, _ = run_mlx(model, feeds, runs=3)
+    np.testing.assert_array_equal(again[0], first[0])
+
+
+@pytest.mark.skipif(mlx_device() != "cpu", reason="the softmax primitive is MLX's CPU device's")
+def test_a_constant_read_by_the_softmax_and_a_fused_op_is_one_input():
+    """GPT-2's min constant is the where's fill (read by the softmax primitive) and a factor of the
+    padding mask (a Multiply, which mx::compile fuses): the second compile takes the scalar leaves
+    as inputs (src/runtime/scalars.h) for both readers, and its runs evaluate fewer Contiguous
+    primitives than the first trace's (3 -> 1); where the softmax primitive kept the constant itself,
+    that compile threw and every run kept all three."""
+    import os
+    import re
+    from harness import census_of_tests
+    census, _ = census_of_tests(os.path.abspath(__file__), ["test_softmax_of_gpt2_scores[Softmax-where-min-mask]"])
+
+    def contiguous(line):
+        found = re.search(r"Contiguous (\d+)", line)
+        return int(found.group(1)) if found else 0
+    assert len(census) >= 2 and all("SoftmaxCpu" in line for line in census), census
+    assert contiguous(census[-1]) < contiguous(census[0]), census
+
+
 @pytest.mark.skipif(mlx_device() != "cpu", reason="the softmax primitive is MLX's CPU device's")
 def test_softmax_scores_in_primitive():
-    """The scores' scaling and mask are inputs of the softmax primitive, not passes of their own:
-    its census has no Add, Divide or Multiply (they are, with ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0)."""
+    """The scores' scaling, mask, GPT-2's causal where and second mask are inputs of the softmax
+    primitive, not passes of their own: its census has no Add, Divide, Multiply or Select (they are,
+    with ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL=0)."""
     import os
     from harness import census_with_and_without
     cases = [f"test_softmax_of_scaled_masked_scores[{op}-{case}]" for op in ("Softmax", "LogSoftmax")
              for case in ("div-mask-b11s", "mul-mask-s", "mask-row-value", "div")]
+    cases += [f"test_softmax_of_gpt2_scores[{op}-{form}]" for op in ("Softmax", "LogSoftmax")
+              for form in GPT2_SCORE_FORMS if form != "where-min-mask"]  # its mask is a Multiply
     kernel, composed = census_with_and_without(os.path.abspath(__file__), cases, "ONNXRUNTIME_EP_MLX_UNARY_CPU_KERNEL")
-    names = ("Add", "Divide", "Multiply")
+    names = ("Add", "Divide", "Multiply", "Select")
     assert len(kernel) >= len(cases) and all("SoftmaxCpu" in line for line in kernel), kernel
     assert not any(any(n in line for n in names) for line in kernel), kernel
     assert sum(any(n in line for n in names) for line in composed) >= len(cases), composed
