@@ -4,12 +4,12 @@
 #
 # Where it stands (thirty-sixth session): conformance has run whole on an H100 (1,884 tests: 1,221
 # strict, 0 claimed wrong); the thirty-sixth session's lease ran the 109 tests never run on a GPU
-# (100 passed, 8 skipped, 1 failed), test_conv + test_arithmetic whole (310 passed, 6 skipped), test_unary whole (444
-# passed, 38 skipped), and test_fused_gpu_paths (the three opt-ins on): all passed but
-# test_heads_attention_kernel, whose census of the Softmax(Q K^T + mask) @ V case without a scale
-# counted a Matmul: the softmax launch's placeholder (its scores) was an input of the heads kernel,
-# so the product it replaces was evaluated. Mended after the lease (Q stands in); two of that file's
-# processes stopped at 120 s. So: test_fused_gpu_paths whole first (300 s), with the opt-ins on.
+# (100 passed, 8 skipped, 1 failed), test_conv + test_arithmetic whole (310 passed, 6 skipped),
+# test_unary whole (444 passed, 38 skipped) and test_fused_gpu_paths (the three opt-ins on): all
+# passed but test_heads_attention_kernel, whose census of the Softmax(Q K^T + mask) @ V case without
+# a scale counted a Matmul: the softmax launch's placeholder (its scores) was an input of the heads
+# kernel, so the product it replaces was evaluated. Mended after the lease (Q stands in); two of
+# that file's processes stopped at 120 s. So: test_fused_gpu_paths whole first (300 s), opt-ins on.
 #
 # The A/Bs of the thirty-sixth session: the few-rows kernel at batch 8 lost both rounds (4.83 / 4.79
 # ms off, 5.06 / 4.97 on); BERT with the heads kernel and NORM_ADD 3.25 / 3.23 ms against 3.63 off
