@@ -52,6 +52,10 @@ void InsideRanges(const Axis& ax, std::vector<int64_t>& first, std::vector<int64
   }
 }
 
+/** The rule's step, which WindowMax, InteriorMax and InteriorFixed take: `v` replaces `best` only where it
+ *  compares greater, so that a NaN never replaces a value and a NaN best stays. */
+MLX_EP_INLINE float Keep(float best, float v) { return v > best ? v : best; }
+
 /** Output `ox` of row `oy` by the rule: its first inside element, replaced by each later one
  *  (row-major over the window) that compares greater; float32's lowest with none inside. */
 float WindowMax(const float* x, const MaxPool2d& p, int64_t oy, int64_t ox, int64_t h0, int64_t h1,
@@ -61,8 +65,7 @@ float WindowMax(const float* x, const MaxPool2d& p, int64_t oy, int64_t ox, int6
   for (int64_t jy = h0; jy < h1; ++jy) {
     const float* row = x + p.h.Coord(oy, jy) * p.w.in;
     for (int64_t jx = w0; jx < w1; ++jx) {
-      const float v = row[p.w.Coord(ox, jx)];
-      best = v > best ? v : best;  // the first element compares equal to itself: no change
+      best = Keep(best, row[p.w.Coord(ox, jx)]);  // the first element compares equal to itself: no change
     }
   }
   return best;
@@ -81,16 +84,11 @@ MLX_EP_CLONES void InteriorMax(const float* x, const MaxPool2d& p, int64_t oy, i
     for (int64_t jx = 0; jx < p.w.kernel; ++jx) {
       const int64_t at = jx * p.w.dilation - p.w.pad_begin;  // inside the row for every ox here
       for (int64_t ox = ox0; ox < ox1; ++ox) {
-        const float v = row[ox * stride + at];
-        out[ox] = v > out[ox] ? v : out[ox];
+        out[ox] = Keep(out[ox], row[ox * stride + at]);
       }
     }
   }
 }
-
-/** The rule's step, as WindowMax and InteriorMax take it: `v` replaces `best` only where it
- *  compares greater, so that a NaN never replaces a value and a NaN best stays. */
-MLX_EP_INLINE float Keep(float best, float v) { return v > best ? v : best; }
 
 /** `best`, then w[1] ... w[sizeof...(J)] in turn: unrolled at compile time, as a loop of its own
  *  (even of one trip) keeps GCC from vectorizing the loop over outputs around it. */
