@@ -91,8 +91,9 @@ Inner InnerScores(const mx::array& y, bool select) {
 }
 
 /** For x = y + mask (either order; the mask broadcast to x): {y, mask as it was before MLX broadcast
- *  it}, y the side whose own terms are fused where both could be. */
-std::optional<std::pair<mx::array, mx::array>> Masked(const mx::array& x, bool more) {
+ *  it}, y the side whose own terms are fused where both could be (with `select_and_masks`, a
+ *  select or a masked sum counts as fused too). */
+std::optional<std::pair<mx::array, mx::array>> Masked(const mx::array& x, bool select_and_masks) {
   if (!IsPrimitive(x, "Add") || x.inputs().size() != 2) return std::nullopt;
   int best = -1;
   bool best_fused = false;
@@ -101,7 +102,8 @@ std::optional<std::pair<mx::array, mx::array>> Masked(const mx::array& x, bool m
     if (s.shape() != x.shape() || s.dtype() != x.dtype() ||
         !BroadcastsTo(Unbroadcast(x.inputs()[1 - side]), x, x.dtype()))
       continue;
-    const bool fused = InnerScores(s, more).terms.fused() || (more && Masked(s, false));
+    const bool fused =
+        InnerScores(s, select_and_masks).terms.fused() || (select_and_masks && Masked(s, false));
     if (best < 0 || (fused && !best_fused)) best = side, best_fused = fused;
   }
   if (best < 0) return std::nullopt;
@@ -111,20 +113,19 @@ std::optional<std::pair<mx::array, mx::array>> Masked(const mx::array& x, bool m
 }  // namespace
 
 std::vector<mx::array> ScoreInputs(const mx::array& x, ScoreTerms& terms, bool select_and_masks) {
-  const bool more = select_and_masks;
   std::vector<mx::array> masks;
   mx::array scores = x;
-  if (auto outer = Masked(x, more)) {
+  if (auto outer = Masked(x, select_and_masks)) {
     scores = outer->first;
     masks.push_back(outer->second);
-    if (more) {
+    if (select_and_masks) {
       if (auto inner = Masked(scores, false)) {
         scores = inner->first;
         masks.insert(masks.begin(), inner->second);  // added first
       }
     }
   }
-  Inner in = InnerScores(scores, more);
+  Inner in = InnerScores(scores, select_and_masks);
   terms = in.terms;
   terms.mask = !masks.empty();
   terms.mask2 = masks.size() == 2;
