@@ -127,8 +127,11 @@ constexpr const char* kRowsKernel =
                                        // matmul_rows_cuda.h); "all": 1-8 rows (not MLX's gemv)
 constexpr const char* kHeadsAttention =
     "ONNXRUNTIME_EP_MLX_HEADS_ATTENTION";  // "1": GPU Softmax(Q K^T scaled + mask) @ V over heads
-                                           // as the EP's CUDA kernel, not two MLX products and the
-                                           // softmax kernel (opt-in; attention_heads_cuda.h)
+                                           // as the EP's CUDA kernel (tensor cores for float16 and
+                                           // bfloat16 on compute capability 8.0+), not two MLX
+                                           // products and the softmax kernel (opt-in;
+                                           // attention_heads_cuda.h); "rows": the CUDA-core kernel
+                                           // (a warp a query row) for every type
 constexpr const char* kNormAdd =
     "ONNXRUNTIME_EP_MLX_NORM_ADD";  // "1": on a GPU, a LayerNormalization whose input is an Add
                                     // only it reads takes the Add's operands into the norm kernel

@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/env.h"
 #include "mlx/ops.h"
+#include "ops/attention_heads_cuda_internal.h"
 #include "ops/cuda_block_reduce.h"
 #include "ops/cuda_score_terms.h"
 #include "ops/fused_gpu_internal.h"
@@ -26,33 +28,6 @@ constexpr const char* kHeader = R"(
 namespace mlx_ep_heads {
 
 using mlx_ep_scores::rounded;
-
-// Where matrix `m` (an index over the leading ndim - 2 dims, row-major) starts in an array of
-// these shape and strides.
-template <typename S, typename St>
-__device__ __forceinline__ int64_t matrix_offset(int64_t m, const S& shape, const St& strides, int ndim) {
-  int64_t offset = 0;
-  for (int d = ndim - 3; d >= 0; --d) {
-    offset += (m % shape[d]) * strides[d];
-    m /= shape[d];
-  }
-  return offset;
-}
-
-// Where row `row` of the scores [..., S, S'] (x_shape: the scores' leading dims and S) starts in
-// the mask broadcast to them (the mask's dims aligned with the scores' last ones; a dim of 1
-// repeats), through the mask's strides: an operand computed in the graph need not be row-major.
-template <typename S, typename St>
-__device__ __forceinline__ int64_t mask_row_offset(int64_t row, const S& x_shape, int x_ndim, const S& mask_shape,
-                                                  const St& mask_strides, int mask_ndim) {
-  int64_t offset = 0;
-  for (int d = x_ndim - 2, m = mask_ndim - 2; d >= 0 && m >= 0; --d, --m) {
-    const int64_t i = row % x_shape[d];
-    row /= x_shape[d];
-    if (mask_shape[m] != 1) offset += i * mask_strides[m];
-  }
-  return offset;
-}
 
 // After it, lane l holds the sum over its group of W lanes (W a power of 2, at most 32) of
 // part[l % W] (a reduce-scatter: W - 1 shuffles for W sums, where one butterfly a sum takes
@@ -314,15 +289,25 @@ constexpr const char* kBody = R"(
 )";
 
 const std::string& Header() {
-  static const std::string text = std::string(kBlockReduceSource) + kScoreTermsSource + kHeader;
+  static const std::string text = std::string(kBlockReduceSource) + kScoreTermsSource + kHeadsLayoutSource + kHeader;
   return text;
 }
 
-const mx::fast::CustomKernelFunction& HeadsKernel() {
+const mx::fast::CustomKernelFunction& HeadsRowsKernel() {
   static const mx::fast::CustomKernelFunction kernel =
       mx::fast::cuda_kernel("mlx_ep_heads_attention", {"q", "kt", "v", "factor", "mask"}, {"out"}, kBody,
                             Header(), /*ensure_row_contiguous=*/false);
   return kernel;
+}
+
+// The tensor-core kernel's mma.sync.m16n8k16 needs compute capability 8.0 or later (MLX's CUDA
+// backend also runs on 7.x); ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=rows keeps the CUDA-core kernel.
+bool TensorCoresWanted(mx::Stream s) {
+  if (EnvString(env::kHeadsAttention) == "rows") return false;
+  const auto& info = mx::device_info(s.device);
+  const auto major = info.find("compute_capability_major");
+  return major != info.end() && std::holds_alternative<size_t>(major->second) &&
+         std::get<size_t>(major->second) >= 8;
 }
 
 bool SameLeadingDims(const mx::array& a, const mx::array& b) {
@@ -331,16 +316,19 @@ bool SameLeadingDims(const mx::array& a, const mx::array& b) {
 
 }  // namespace
 
-std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, mx::StreamOrDevice s) {
+std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, HeadsKernel kernel,
+                                               mx::StreamOrDevice s) {
   const mx::Dtype t = in.q.dtype();
   if (!IsCudaKernelFloat(t) || in.kt.dtype() != t || in.v.dtype() != t) return std::nullopt;
+  if (kernel == HeadsKernel::kTensorCores && t == mx::float32) return std::nullopt;
   if (in.q.ndim() < 2 || in.q.ndim() > kMaxDims || !SameLeadingDims(in.q, in.kt) ||
       !SameLeadingDims(in.q, in.v))
     return std::nullopt;
   const int S = in.q.shape(-2), D = in.q.shape(-1), keys = in.kt.shape(-1);
   if (D < 1 || D > kMaxHeadSize || in.kt.shape(-2) != D || in.v.shape(-2) != keys || in.v.shape(-1) != D)
     return std::nullopt;
-  if (S < 1 || keys < 1 || keys > kHeadsAttentionMaxKeys) return std::nullopt;
+  // the CUDA-core kernel keeps a row's scores in shared memory; the tensor-core one recomputes them
+  if (S < 1 || keys < 1 || (kernel == HeadsKernel::kRows && keys > kHeadsAttentionMaxKeys)) return std::nullopt;
   if (in.float16_body && t != mx::float16) return std::nullopt;
   if (in.terms.scale != ScoreTerms::Scale::kNone && (in.factor.size() != 1 || in.factor.dtype() != t))
     return std::nullopt;
@@ -350,9 +338,11 @@ std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, m
     // MLX passes the shapes of arrays of rank > 0 only
     if (mask.ndim() == 0) mask = mx::reshape(mask, {1}, s);
   }
-  int64_t rows = static_cast<int64_t>(S);
-  for (size_t d = 0; d + 2 < in.q.ndim(); ++d) rows *= in.q.shape(d);
-  const std::optional<int> threads = WholeBlocks(rows * kWarp, kWarp * kWarpsPerBlock);
+  int64_t matrices = 1;
+  for (size_t d = 0; d + 2 < in.q.ndim(); ++d) matrices *= in.q.shape(d);
+  // a warp a query row, or a block (4 warps of 16 rows) 64 rows of one matrix
+  const int64_t warps = kernel == HeadsKernel::kRows ? matrices * S : matrices * ((S + 63) / 64) * kWarpsPerBlock;
+  const std::optional<int> threads = WholeBlocks(warps * kWarp, kWarp * kWarpsPerBlock);
   if (!threads) return std::nullopt;
   mx::Shape out = in.q.shape();
   KernelLaunch plan;
@@ -394,14 +384,19 @@ std::optional<mx::array> HeadsAttentionByKernel(const mx::array& p, const mx::ar
   if (!softmax) return std::nullopt;
   const std::optional<HeadsAttentionInputs> in = HeadsAttentionInputsOf(*softmax, p, v);
   if (!in) return std::nullopt;
-  const std::optional<KernelLaunch> plan = PlanHeadsAttention(*in, s);
+  static const bool tensor_cores = TensorCoresWanted(s);
+  if (tensor_cores)
+    if (const std::optional<KernelLaunch> plan = PlanHeadsAttention(*in, HeadsKernel::kTensorCores, s))
+      return LaunchKernel(HeadsMmaKernel(), *plan, s)[0];
+  const std::optional<KernelLaunch> plan = PlanHeadsAttention(*in, HeadsKernel::kRows, s);
   if (!plan) return std::nullopt;
-  return LaunchKernel(HeadsKernel(), *plan, s)[0];
+  return LaunchKernel(HeadsRowsKernel(), *plan, s)[0];
 }
 
-const char* HeadsAttentionSourceForTests() {
-  static const std::string text = Header() + "\n// kernel body:\n" + kBody;
-  return text.c_str();
+const char* HeadsAttentionSourceForTests(HeadsKernel kernel) {
+  static const std::string rows = Header() + "\n// kernel body:\n" + kBody;
+  static const std::string mma = HeadsMmaHeader() + "\n// kernel body:\n" + HeadsMmaBody();
+  return kernel == HeadsKernel::kRows ? rows.c_str() : mma.c_str();
 }
 
 }  // namespace mlx_ep

@@ -25,7 +25,7 @@
 
 namespace mlx_ep {
 
-/** The most keys a row of scores may have (each warp keeps its row's scores in shared memory). */
+/** The most keys the CUDA-core kernel takes (each warp keeps its row's scores in shared memory). */
 constexpr int kHeadsAttentionMaxKeys = 1024;
 
 /** What the kernel reads: Q [..., S, D], K^T [..., D, S'], V [..., S', D] of one float type with
@@ -37,10 +37,16 @@ struct HeadsAttentionInputs {
   bool float16_body = false;
 };
 
-/** The launch on any device (a test's view): out [..., S, D] of Q's type; nullopt for what the
- *  kernel does not take (other types, mismatched dims, D over 128, over kHeadsAttentionMaxKeys
- *  keys, more than 8 dims). */
-std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, mx::StreamOrDevice s = {});
+/** The two kernels: a warp a query row on CUDA cores (float32, float16, bfloat16; at most
+ *  kHeadsAttentionMaxKeys keys), or a warp 16 query rows on tensor cores (float16 and bfloat16,
+ *  compute capability 8.0 and later; attention_heads_mma_cuda.cc), the default where it applies. */
+enum class HeadsKernel { kRows, kTensorCores };
+
+/** The launch of `kernel` on any device (a test's view): out [..., S, D] of Q's type; nullopt for
+ *  what the kernel does not take (other types, mismatched dims, D over 128, more than 8 dims; for
+ *  kRows over kHeadsAttentionMaxKeys keys; for kTensorCores float32). */
+std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, HeadsKernel kernel,
+                                               mx::StreamOrDevice s = {});
 
 /** The kernel's inputs for P @ V when `softmax` (RowSoftmaxLaunchOf(p)) is a Softmax (not a
  *  LogSoftmax) over an MLX Matmul's scores of P's shape: Q and K^T are that Matmul's operands;
@@ -48,12 +54,12 @@ std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, m
 std::optional<HeadsAttentionInputs> HeadsAttentionInputsOf(const RowSoftmaxLaunch& softmax,
                                                            const mx::array& p, const mx::array& v);
 
-/** P @ V by the kernel: ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1, MLX's CUDA backend on `s`, P the
- *  softmax kernel's output (not a LogSoftmax) over an MLX Matmul's scores, and PlanHeadsAttention's
- *  shapes; else nullopt. */
+/** P @ V by a kernel: ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 (or "rows": the CUDA-core kernel
+ *  only), MLX's CUDA backend on `s`, P the softmax kernel's output (not a LogSoftmax) over an MLX
+ *  Matmul's scores, and PlanHeadsAttention's shapes; tensor cores where they take it; else nullopt. */
 std::optional<mx::array> HeadsAttentionByKernel(const mx::array& p, const mx::array& v, mx::Stream s);
 
-/** The kernel's device code as NVRTC compiles it (header, then "// kernel body:" and the body). */
-const char* HeadsAttentionSourceForTests();
+/** A kernel's device code as NVRTC compiles it (header, then "// kernel body:" and the body). */
+const char* HeadsAttentionSourceForTests(HeadsKernel kernel);
 
 }  // namespace mlx_ep

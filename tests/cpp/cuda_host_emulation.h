@@ -33,6 +33,7 @@ EmulatedDim3 blockIdx, blockDim, gridDim;
 struct EmulatedWarp {
   std::barrier<> meet{32};
   float slot[32] = {};
+  unsigned fragments[32][6] = {};  // each lane's A and B registers of an mma
 };
 thread_local EmulatedWarp* current_warp = nullptr;
 thread_local std::barrier<>* current_block = nullptr;
@@ -46,6 +47,7 @@ inline float __int_as_float(int bits) {
   return f;
 }
 
+inline int min(int a, int b) { return a < b ? a : b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
@@ -80,6 +82,41 @@ inline float __shfl_xor_sync(unsigned, float value, int mask) {
   const float other = current_warp->slot[lane ^ static_cast<unsigned>(mask)];
   current_warp->meet.arrive_and_wait();  // nobody overwrites a slot before every lane read it
   return other;
+}
+
+// Kernel sources take this in place of PTX's mma.sync (inline assembly the host cannot run).
+#define MLX_EP_HOST_EMULATION 1
+
+/** PTX's mma.sync.aligned.m16n8k16.row.col.f32.T.T.f32 for the calling warp: c += A B, from the
+ *  fragments as the PTX ISA lays them out (lane = 4 g + t; A's registers {row g, cols 2t, 2t + 1},
+ *  {row g + 8, same}, {row g, cols 2t + 8, 2t + 9}, {row g + 8, same}; B's {rows 2t, 2t + 1 of col
+ *  g}, {rows 2t + 8, 2t + 9}; C's {row g, cols 2t, 2t + 1}, {row g + 8, same}; low half first),
+ *  each product exact in float32 and summed in float32 along k. */
+template <class T>
+inline void emulated_mma_m16n8k16(float* c, const unsigned* a, const unsigned* b) {
+  const unsigned lane = threadIdx.x & 31u;
+  unsigned* mine = current_warp->fragments[lane];
+  for (int r = 0; r < 4; ++r) mine[r] = a[r];
+  mine[4] = b[0], mine[5] = b[1];
+  current_warp->meet.arrive_and_wait();
+  auto value = [](unsigned reg, int k) {  // element k % 2 of a register of two T
+    const unsigned short half_bits = static_cast<unsigned short>(k % 2 ? reg >> 16 : reg & 0xffffu);
+    T x;
+    std::memcpy(&x, &half_bits, sizeof x);
+    return static_cast<float>(x);
+  };
+  const int g = static_cast<int>(lane >> 2), t = static_cast<int>(lane & 3u);
+  for (int e = 0; e < 4; ++e) {
+    const int row = g + 8 * (e >> 1), col = 2 * t + (e & 1);
+    float sum = c[e];
+    for (int k = 0; k < 16; ++k) {
+      const unsigned* a_lane = current_warp->fragments[4 * (row % 8) + (k % 8) / 2];
+      const unsigned* b_lane = current_warp->fragments[4 * col + (k % 8) / 2];
+      sum += value(a_lane[row / 8 + 2 * (k / 8)], k) * value(b_lane[4 + k / 8], k);
+    }
+    c[e] = sum;
+  }
+  current_warp->meet.arrive_and_wait();  // nobody overwrites its fragments before every lane read them
 }
 
 /** Runs `body` as MLX launches a custom kernel: `total` threads in blocks of `per_block` along

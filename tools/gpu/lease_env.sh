@@ -15,20 +15,20 @@
 # ms off, 5.06 / 4.97 on); BERT with the heads kernel and NORM_ADD 3.25 / 3.23 ms against 3.63 off
 # and 3.74 with NORM_ADD alone, but the timeline gave the heads kernel 862 us of BERT's 1,887 us of
 # GPU time (72 us a layer, 16-byte loads and all): why is what ncu's sections say (KERNELS_DETAIL).
-export BG_STEPS="split kernels phases bert" SPLIT_TIMEOUT=300 SPLIT_JOBS=12
+# Thirty-seventh session: the heads kernel on tensor cores (attention_heads_mma_cuda.cc, the
+# default of HEADS_ATTENTION=1 for float16 / bfloat16; "rows" keeps the CUDA-core one): its parity
+# runs in test_fused_gpu_paths (test_heads_attention_kernel, both kernels), BERT's phases compare
+# off / rows / tensor cores (NORM_ADD on with either), the timeline gives its GPU time.
+export BG_STEPS="split phases kernels" SPLIT_TIMEOUT=300 SPLIT_JOBS=12
 export ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1
 export SPLIT_TESTS="tests/python/ops/test_fused_gpu_paths.py"
-# ncu's sections for the heads kernel in one BERT run, then BERT's timeline (no LLM models needed).
-export KERNELS_DETAIL=heads_attention KERNELS_MODELS=none KERNELS_VIA=timeline \
+export KERNELS_DETAIL= KERNELS_MODELS=none KERNELS_VIA=timeline \
   KERNELS_ENV="ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1"
-# BERT alone (PHASES_MODELS=none): off, both; two rounds of 33 runs.
 export PHASES_MODELS=none PHASES_ROUNDS=2 PHASES_TIMEOUT=300 \
-  PHASES_BERT_SETTINGS="ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=0 ONNXRUNTIME_EP_MLX_NORM_ADD=0;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1"
-# A lease with ~900-1,200 s: the split and the heads kernel's profile.
+  PHASES_BERT_SETTINGS="ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=0 ONNXRUNTIME_EP_MLX_NORM_ADD=0;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=rows ONNXRUNTIME_EP_MLX_NORM_ADD=1;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1"
 if [ "${1:-}" = mid ]; then
-  export BG_STEPS="split kernels"
+  export BG_STEPS="split phases"
 fi
-# Under ~900 s: the split alone.
 if [ "${1:-}" = short ]; then
   export BG_STEPS="split"
 fi

@@ -322,11 +322,12 @@ HEADS_ATTENTION_CASES = ["test_heads_attention_as_exported[float16-div-mask]",
 
 def test_heads_attention_kernel():
     """With ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 on MLX's CUDA backend, Softmax(Q @ K^T scaled +
-    mask) @ V is one kernel of the EP's (src/ops/attention_heads_cuda.cc) reading Q, K^T and V where
-    they are (head views of one QKV input, or inputs of their own): the normalization file's
-    attention cases hold their tolerances with no Matmul left in their graphs, where the default
-    has the two products; so do torch's BERT exports. tests/cpp/heads_attention_kernel_test.cc runs
-    the kernel's text on the host."""
+    mask) @ V is one kernel of the EP's reading Q, K^T and V where they are (head views of one QKV
+    input, or inputs of their own; float16 and bfloat16 on tensor cores, src/ops/
+    attention_heads_mma_cuda.cc, float32 and =rows on CUDA cores, attention_heads_cuda.cc): the
+    normalization file's attention cases hold their tolerances with no Matmul left in their graphs,
+    with either kernel, where the default has the two products; so do torch's BERT exports.
+    tests/cpp/heads_attention_kernel_test.cc runs both kernels' text on the host."""
     if mlx_device() != "gpu":
         pytest.skip("MLX's CUDA backend only (the kernel is CUDA C++)")
     normalization = os.path.join(os.path.dirname(__file__), "test_normalization.py")
@@ -335,6 +336,10 @@ def test_heads_attention_kernel():
     assert not any("Matmul" in line for line in on), on
     off, _ = census_of_tests(normalization, HEADS_ATTENTION_CASES[:1], env={"ONNXRUNTIME_EP_MLX_HEADS_ATTENTION": None})
     assert "Matmul 2" in off[-1] and census_total(on[0]) < census_total(off[-1]), (on[0], off[-1])
+    # "rows": the CUDA-core kernel for float16 too (the default takes tensor cores there)
+    rows, _ = census_of_tests(normalization, HEADS_ATTENTION_CASES, env={"ONNXRUNTIME_EP_MLX_HEADS_ATTENTION": "rows"})
+    assert len(rows) >= len(HEADS_ATTENTION_CASES) and all("CustomKernel" in line for line in rows), rows
+    assert not any("Matmul" in line for line in rows), rows
     # Real exports (torch's BERT, Q K^T * k + mask; float32 and its float16 conversion) hold their
     # tolerances through it, with fewer primitives a run.
     exports = os.path.join(os.path.dirname(os.path.dirname(__file__)), "test_torch_models.py")
