@@ -19,15 +19,15 @@
 # default of HEADS_ATTENTION=1 for float16 / bfloat16; "rows" keeps the CUDA-core one): its parity
 # runs in test_fused_gpu_paths (test_heads_attention_kernel, both kernels), BERT's phases compare
 # off / rows / tensor cores (NORM_ADD on with either), the timeline gives its GPU time.
-export BG_STEPS="split phases kernels" SPLIT_TIMEOUT=300 SPLIT_JOBS=12
+export BG_STEPS="split kernels bert phases" SPLIT_TIMEOUT=300 SPLIT_JOBS=12
 export ONNXRUNTIME_EP_MLX_ROWS_KERNEL=1 ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1
 export SPLIT_TESTS="tests/python/ops/test_fused_gpu_paths.py"
 export KERNELS_DETAIL= KERNELS_MODELS=none KERNELS_VIA=timeline \
   KERNELS_ENV="ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1"
-export PHASES_MODELS=none PHASES_ROUNDS=2 PHASES_TIMEOUT=300 \
+export PHASES_MODELS=none PHASES_ROUNDS=1 PHASES_TIMEOUT=300 \
   PHASES_BERT_SETTINGS="ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=0 ONNXRUNTIME_EP_MLX_NORM_ADD=0;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=rows ONNXRUNTIME_EP_MLX_NORM_ADD=1;ONNXRUNTIME_EP_MLX_HEADS_ATTENTION=1 ONNXRUNTIME_EP_MLX_NORM_ADD=1"
 if [ "${1:-}" = mid ]; then
-  export BG_STEPS="split phases"
+  export BG_STEPS="split kernels"
 fi
 if [ "${1:-}" = short ]; then
   export BG_STEPS="split"
