@@ -71,23 +71,18 @@ __device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned*
 template <typename T>
 __device__ __forceinline__ void mma(float* c, const unsigned* a, const unsigned* b);
 
-template <>
-__device__ __forceinline__ void mma<__half>(float* c, const unsigned* a, const unsigned* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-template <>
-__device__ __forceinline__ void mma<__nv_bfloat16>(float* c, const unsigned* a, const unsigned* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
+// One specialization a type; the instruction's operand type is part of its literal text.
+#define MLX_EP_HEADS_MMA(T, PTX)                                                                      \
+  template <>                                                                                          \
+  __device__ __forceinline__ void mma<T>(float* c, const unsigned* a, const unsigned* b) {             \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." PTX "." PTX                                  \
+                 ".f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"              \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                      \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));                  \
+  }
+MLX_EP_HEADS_MMA(__half, "f16")
+MLX_EP_HEADS_MMA(__nv_bfloat16, "bf16")
+#undef MLX_EP_HEADS_MMA
 #endif
 
 // The scaling's value and a query row's mask row (its step along the keys: 0 where it repeats).
