@@ -1,4 +1,5 @@
-// Softmax(Q K^T scaled + mask) @ V over heads as one custom CUDA kernel (attention_heads_cuda.h).
+// Softmax(Q K^T scaled + mask) @ V over heads: the plan and launch of both kernels and the CUDA-core one,
+// a warp a query row (attention_heads_cuda.h; the tensor-core one: attention_heads_mma_cuda.cc).
 #include "ops/attention_heads_cuda.h"
 
 #include <algorithm>
@@ -289,7 +290,8 @@ constexpr const char* kBody = R"(
 )";
 
 const std::string& Header() {
-  static const std::string text = std::string(kBlockReduceSource) + kScoreTermsSource + kHeadsLayoutSource + kHeader;
+  static const std::string text =
+      std::string(kBlockReduceSource) + kScoreTermsSource + kHeadsLayoutSource + kHeader;
   return text;
 }
 
@@ -328,7 +330,8 @@ std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, H
   if (D < 1 || D > kMaxHeadSize || in.kt.shape(-2) != D || in.v.shape(-2) != keys || in.v.shape(-1) != D)
     return std::nullopt;
   // the CUDA-core kernel keeps a row's scores in shared memory; the tensor-core one recomputes them
-  if (S < 1 || keys < 1 || (kernel == HeadsKernel::kRows && keys > kHeadsAttentionMaxKeys)) return std::nullopt;
+  if (S < 1 || keys < 1 || (kernel == HeadsKernel::kRows && keys > kHeadsAttentionMaxKeys))
+    return std::nullopt;
   if (in.float16_body && t != mx::float16) return std::nullopt;
   if (in.terms.scale != ScoreTerms::Scale::kNone && (in.factor.size() != 1 || in.factor.dtype() != t))
     return std::nullopt;
@@ -341,7 +344,8 @@ std::optional<KernelLaunch> PlanHeadsAttention(const HeadsAttentionInputs& in, H
   int64_t matrices = 1;
   for (size_t d = 0; d + 2 < in.q.ndim(); ++d) matrices *= in.q.shape(d);
   // a warp a query row, or a block (4 warps of 16 rows) 64 rows of one matrix
-  const int64_t warps = kernel == HeadsKernel::kRows ? matrices * S : matrices * ((S + 63) / 64) * kWarpsPerBlock;
+  const int64_t warps =
+      kernel == HeadsKernel::kRows ? matrices * S : matrices * ((S + 63) / 64) * kWarpsPerBlock;
   const std::optional<int> threads = WholeBlocks(warps * kWarp, kWarp * kWarpsPerBlock);
   if (!threads) return std::nullopt;
   mx::Shape out = in.q.shape();

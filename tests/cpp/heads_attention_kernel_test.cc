@@ -66,7 +66,8 @@ void ExpectCompilesLikeMlx(HeadsKernel kernel, const std::vector<std::string>& t
         std::string function = "h";
         function += std::to_string(count++);
         threads[function] = 128;
-        variants.emplace_back(function, t + " D " + std::to_string(d) + " variant " + std::to_string(variant));
+        variants.emplace_back(function,
+                              t + " D " + std::to_string(d) + " variant " + std::to_string(variant));
         text += "__global__ void " + function + "(" + Parameters(t) + ") {\n" +
                 Constants(t, d, variant, variant != 1, body16) + Body(kernel) + "\n}\n";
       }
@@ -75,8 +76,10 @@ void ExpectCompilesLikeMlx(HeadsKernel kernel, const std::vector<std::string>& t
   EXPECT_EQ(CompileLikeMlx(program, text, threads), "");
   const std::map<std::string, int> registers = KernelRegisters(program);
   for (const auto& [function, variant] : variants)
-    if (registers.count(function)) std::printf("%s %s: %d registers\n", name.c_str(), variant.c_str(), registers.at(function));
-  for (const auto& [function, bytes] : KernelStackBytes(program)) EXPECT_EQ(bytes, 0) << name << " " << function;
+    if (registers.count(function))
+      std::printf("%s %s: %d registers\n", name.c_str(), variant.c_str(), registers.at(function));
+  for (const auto& [function, bytes] : KernelStackBytes(program))
+    EXPECT_EQ(bytes, 0) << name << " " << function;
 }
 
 TEST(HeadsAttentionKernel, CompilesLikeMlx) {
@@ -91,12 +94,13 @@ void ExpectValuesOnTheHostEmulation(HeadsKernel kernel) {
   const std::filesystem::path tests = MLX_EP_TEST_SOURCE_DIR;
   const bool mma = kernel == HeadsKernel::kTensorCores;
   const std::string program = "#include \"" + (tests / "cuda_host_emulation.h").string() + "\"\n" +
-                              Header(kernel) + "template <class T, int D, int SCALE, bool MASK, bool BODY16>\n" +
+                              Header(kernel) +
+                              "template <class T, int D, int SCALE, bool MASK, bool BODY16>\n" +
                               "void heads_kernel(" + Parameters("T") + ") {\n" + Body(kernel) + "\n}\n" +
                               "constexpr bool kTensorCores = " + (mma ? "true" : "false") + ";\n#include \"" +
                               (tests / "heads_attention_driver.inc").string() + "\"\n";
-  EXPECT_EQ(BuildAndRun(std::string("mlx_ep_heads_attention_emulation_") + (mma ? "mma" : "rows"), program, "g++",
-                        EmulationFlags()),
+  EXPECT_EQ(BuildAndRun(std::string("mlx_ep_heads_attention_emulation_") + (mma ? "mma" : "rows"), program,
+                        "g++", EmulationFlags()),
             "");
 }
 
@@ -138,11 +142,12 @@ TEST(HeadsAttentionKernel, PlanOfTheLaunch) {
   // 17 rows: a block a matrix; keys past kHeadsAttentionMaxKeys (the scores are recomputed, not
   // held); float32 is the CUDA cores' alone (tensor cores would round it to TF32).
   const mx::array q17 = mx::zeros({2, 17, 64}, mx::float16);
-  plan = mma({q17, mx::zeros({2, 64, 2000}, mx::float16), mx::zeros({2, 2000, 64}, mx::float16), q17, q17, {}, false});
+  const mx::array kt2000 = mx::zeros({2, 64, 2000}, mx::float16),
+                  v2000 = mx::zeros({2, 2000, 64}, mx::float16);
+  plan = mma({q17, kt2000, v2000, q17, q17, {}, false});
   ASSERT_TRUE(plan);
   EXPECT_EQ(plan->threads, 2 * 128);
-  EXPECT_FALSE(rows({q17, mx::zeros({2, 64, 2000}, mx::float16), mx::zeros({2, 2000, 64}, mx::float16), q17, q17,
-                     {}, false}));
+  EXPECT_FALSE(rows({q17, kt2000, v2000, q17, q17, {}, false}));
   const mx::array q32 = mx::zeros({2, 3, 64}, mx::float32), kt32 = mx::zeros({2, 64, 3}, mx::float32);
   EXPECT_FALSE(mma({q32, kt32, q32, q32, q32, {}, false}));
   // A rank-0 mask is read as [1]; no terms: placeholders are not looked at.
@@ -153,19 +158,19 @@ TEST(HeadsAttentionKernel, PlanOfTheLaunch) {
   // Declined: keys past kHeadsAttentionMaxKeys, D over 128, other leading dims, mixed types, a
   // float16 body of float32, a scaling of several values.
   EXPECT_FALSE(rows({mx::zeros({1, 1, 1}, mx::float32),
-                                   mx::zeros({1, 1, kHeadsAttentionMaxKeys + 1}, mx::float32),
-                                   mx::zeros({1, kHeadsAttentionMaxKeys + 1, 1}, mx::float32),
-                                   q,
-                                   q,
-                                   {},
-                                   false}));
+                     mx::zeros({1, 1, kHeadsAttentionMaxKeys + 1}, mx::float32),
+                     mx::zeros({1, kHeadsAttentionMaxKeys + 1, 1}, mx::float32),
+                     q,
+                     q,
+                     {},
+                     false}));
   EXPECT_FALSE(rows({mx::zeros({2, 4, 129}, mx::float32),
-                                   mx::zeros({2, 129, 4}, mx::float32),
-                                   mx::zeros({2, 4, 129}, mx::float32),
-                                   q,
-                                   q,
-                                   {},
-                                   false}));
+                     mx::zeros({2, 129, 4}, mx::float32),
+                     mx::zeros({2, 4, 129}, mx::float32),
+                     q,
+                     q,
+                     {},
+                     false}));
   EXPECT_FALSE(rows({q, mx::zeros({8, 6, 64, 128}, mx::float16), v, q, q, {}, false}));
   EXPECT_FALSE(rows({q, kt, mx::zeros({8, 12, 128, 64}, mx::float32), q, q, {}, false}));
   EXPECT_FALSE(rows({q32, kt32, q32, q32, q32, {}, true}));
