@@ -357,6 +357,7 @@ void RegisterResizeOps(OpRegistry& r) {
   r.Add({"", "Resize", 13, 17, ClaimResizeLike, TranslateResize});
   r.Add({"", "Resize", 18, 18, ClaimResizeLike, TranslateResize});
   r.Add({"", "Resize", 19, 25, ClaimResizeLike, TranslateResize});
+  RegisterGridSampleOps(r);
 }
 
 }  // namespace mlx_ep

@@ -1,0 +1,269 @@
+// Op family: resize (sampling). GridSample (opsets 16, 20, 22), registered from RegisterResizeOps
+// (resize.cc): X [N, C, H, W] (or [N, C, D, H, W]) sampled at grid [N, H', W', 2] ([N, D', H', W',
+// 3]) of normalized (x, y[, z]) locations, in ORT's CPU kernel's arithmetic
+// (onnxruntime/core/providers/cpu/tensor/grid_sample.cc), float32 as ORT registers it: the location
+// denormalized in float32, nearest as nearbyint (half to even), linear's floor and weights,
+// cubic's Keys coefficients (a = -0.75) over a 4 x 4 neighbourhood (2-D only, as ORT), and the
+// padding applied to each tap's integer index (zeros: 0 outside; border: clamped; reflection: the
+// index reflected by ORT's GsReflect between the borders, then truncated). Every tap is a
+// take_along_axis of the flattened spatial dims.
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ops/claim_util.h"
+#include "ops/registry.h"
+
+namespace mlx_ep {
+namespace {
+
+enum class Mode { kNearest, kLinear, kCubic };
+enum class Padding { kZeros, kBorder, kReflection };
+
+struct GridSampleAttrs {
+  Mode mode = Mode::kLinear;
+  Padding padding = Padding::kZeros;
+  bool align_corners = false;
+};
+
+/** The attributes, or why not: opset 16 names the modes bilinear and bicubic, 20 linear and cubic. */
+std::string ParseGridSample(const Node& n, GridSampleAttrs& a) {
+  const bool old_names = n.since_version < 20;
+  const std::string mode = n.AttrString("mode", old_names ? "bilinear" : "linear");
+  if (mode == "nearest")
+    a.mode = Mode::kNearest;
+  else if (mode == (old_names ? "bilinear" : "linear"))
+    a.mode = Mode::kLinear;
+  else if (mode == (old_names ? "bicubic" : "cubic"))
+    a.mode = Mode::kCubic;
+  else
+    return "unknown mode '" + mode + "'";
+  const std::string padding = n.AttrString("padding_mode", "zeros");
+  if (padding == "zeros")
+    a.padding = Padding::kZeros;
+  else if (padding == "border")
+    a.padding = Padding::kBorder;
+  else if (padding == "reflection")
+    a.padding = Padding::kReflection;
+  else
+    return "unknown padding_mode '" + padding + "'";
+  a.align_corners = n.AttrInt("align_corners", 0) != 0;
+  return "";
+}
+
+Claim ClaimGridSample(const NodeView& v) {
+  if (std::optional<Claim> no = DeclineUnknownAttributes(v.node(), {"align_corners", "mode", "padding_mode"}))
+    return *no;
+  GridSampleAttrs a;
+  if (std::string why = ParseGridSample(v.node(), a); !why.empty()) return Claim::No(why);
+  if (!v.has_input(0) || !v.has_input(1)) return Claim::No("inputs X/grid are missing");
+  // ORT's CPU kernel takes float and double; MLX's GPU has no double
+  if (v.input_type(0) != ElemType::kFloat || v.input_type(1) != ElemType::kFloat)
+    return Claim::No(TypeReason(v, v.input_type(0) != ElemType::kFloat ? 0 : 1, "float32 only"));
+  const std::optional<int64_t> rank = v.input_rank(0);
+  if (!rank || (*rank != 4 && *rank != 5)) return Claim::No("X must be 4-D or 5-D with a known rank");
+  if (*rank == 5 && a.mode == Mode::kCubic) return Claim::No("cubic is 2-D only (as ORT's kernel)");
+  return Claim::Yes();
+}
+
+/** One spatial axis of the grid: its denormalized locations, the axis' length and borders. */
+struct Axis {
+  mx::array location;  // [N, out...] float32, in pixels
+  int length;
+  float lo, hi;  // GsReflect's borders
+};
+
+/** GsDenormalize: [-1, 1] to [0, length - 1] (align_corners) or [-0.5, length - 0.5]. */
+mx::array Denormalize(const mx::array& n, int length, bool align_corners, mx::Stream s) {
+  const mx::array one(1.f), two(2.f);
+  if (align_corners)
+    return mx::multiply(mx::divide(mx::add(n, one, s), two, s), mx::array(static_cast<float>(length - 1)), s);
+  return mx::divide(
+      mx::subtract(mx::multiply(mx::add(n, one, s), mx::array(static_cast<float>(length)), s), one, s), two,
+      s);
+}
+
+/** GsReflect of integral float indices, truncated as ORT casts the result to int64 (float). */
+mx::array Reflect(const mx::array& f, float lo, float hi, mx::Stream s) {
+  const float range = hi - lo;
+  if (range == 0) return mx::full(f.shape(), lo, mx::float32, s);  // ORT divides by zero there
+  const mx::array lo_a(lo), hi_a(hi), range_a(range);
+  auto fold = [&](const mx::array& d, const mx::array& near, const mx::array& far, bool below) {
+    // n = int(d / range), r = d - n * range; even n: near + r (below) / near - r; odd: the other
+    const mx::array n = mx::astype(mx::divide(d, range_a, s), mx::int32, s);
+    const mx::array r = mx::subtract(d, mx::multiply(mx::astype(n, mx::float32, s), range_a, s), s);
+    const mx::array even = mx::equal(mx::remainder(n, mx::array(2), s), mx::array(0), s);
+    const mx::array from_near = below ? mx::add(near, r, s) : mx::subtract(near, r, s);
+    const mx::array from_far = below ? mx::subtract(far, r, s) : mx::add(far, r, s);
+    return mx::where(even, from_near, from_far, s);
+  };
+  const mx::array below = mx::less(f, lo_a, s), above = mx::greater(f, hi_a, s);
+  // d is clamped at 0 where the branch is not taken, so that n stays in range there
+  const mx::array under = fold(mx::maximum(mx::subtract(lo_a, f, s), mx::array(0.f), s), lo_a, hi_a, true);
+  const mx::array over = fold(mx::maximum(mx::subtract(f, hi_a, s), mx::array(0.f), s), hi_a, lo_a, false);
+  const mx::array reflected = mx::where(below, under, mx::where(above, over, f, s), s);
+  return mx::astype(mx::astype(reflected, mx::int32, s), mx::float32, s);
+}
+
+/** The flat index into X's spatial dims of the tap at integral float indices `at` (one per axis,
+ *  outermost first) after the padding, and (zeros) whether it lies inside. */
+std::pair<mx::array, std::optional<mx::array>> Tap(const std::vector<mx::array>& at,
+                                                   const std::vector<Axis>& axes, Padding padding,
+                                                   mx::Stream s) {
+  std::optional<mx::array> inside;
+  std::optional<mx::array> flat;
+  for (size_t d = 0; d < axes.size(); ++d) {
+    const float last = static_cast<float>(axes[d].length - 1);
+    mx::array i = at[d];
+    if (padding == Padding::kReflection) i = Reflect(i, axes[d].lo, axes[d].hi, s);
+    if (padding == Padding::kZeros) {
+      const mx::array in =
+          mx::logical_and(mx::greater_equal(i, mx::array(0.f), s), mx::less_equal(i, mx::array(last), s), s);
+      inside = inside ? mx::logical_and(*inside, in, s) : in;
+    }
+    // zeros: any in-range index where the tap reads 0; border: the clamped one
+    i = mx::astype(mx::clip(i, mx::array(0.f), mx::array(last), s), mx::int32, s);
+    flat = flat ? mx::add(mx::multiply(*flat, mx::array(axes[d].length), s), i, s) : i;
+  }
+  return {*flat, inside};
+}
+
+/** X's values at one tap for every output location: [N, C, out...]. */
+mx::array Gather(const mx::array& x_flat, const std::vector<mx::array>& at, const std::vector<Axis>& axes,
+                 Padding padding, const mx::Shape& out_shape, mx::Stream s) {
+  auto [flat, inside] = Tap(at, axes, padding, s);
+  const int n = x_flat.shape(0), c = x_flat.shape(1);
+  const mx::array index =
+      mx::broadcast_to(mx::reshape(flat, {n, 1, -1}, s), {n, c, static_cast<int>(flat.size() / n)}, s);
+  mx::array v = mx::take_along_axis(x_flat, index, 2, s);
+  if (inside) v = mx::where(mx::reshape(*inside, {n, 1, -1}, s), v, mx::array(0.f), s);
+  return mx::reshape(v, out_shape, s);
+}
+
+/** Keys' cubic coefficients (a = -0.75) for t = |x| in [0, 1], as ORT's GsGetCubicCoeffs. */
+std::array<mx::array, 4> CubicCoefficients(const mx::array& x, mx::Stream s) {
+  const float a = -0.75f;
+  const mx::array t = mx::abs(x, s), one(1.f), two(2.f);
+  auto f = [](float v) { return mx::array(v); };
+  auto mul = [&](const mx::array& p, const mx::array& q) { return mx::multiply(p, q, s); };
+  auto add = [&](const mx::array& p, const mx::array& q) { return mx::add(p, q, s); };
+  auto sub = [&](const mx::array& p, const mx::array& q) { return mx::subtract(p, q, s); };
+  // ((a (u) - 5a) u + 8a) u - 4a for u = t + 1 and u = 2 - t
+  auto outer = [&](const mx::array& u) {
+    return sub(mul(add(mul(sub(mul(f(a), u), f(5 * a)), u), f(8 * a)), u), f(4 * a));
+  };
+  // ((a + 2) u - (a + 3)) u u + 1 for u = t and u = 1 - t
+  auto inner = [&](const mx::array& u) { return add(mul(mul(sub(mul(f(a + 2), u), f(a + 3)), u), u), one); };
+  return {outer(add(t, one)), inner(t), inner(sub(one, t)), outer(sub(two, t))};
+}
+
+/** sum_k w[k] * p[k], added left to right as ORT writes it. */
+mx::array Weighted(const std::array<mx::array, 4>& w, const std::array<mx::array, 4>& p, mx::Stream s) {
+  mx::array sum = mx::multiply(w[0], p[0], s);
+  for (int k = 1; k < 4; ++k) sum = mx::add(sum, mx::multiply(w[k], p[k], s), s);
+  return sum;
+}
+
+std::vector<mx::array> TranslateGridSample(const OpContext& c) {
+  GridSampleAttrs a;
+  if (std::string why = ParseGridSample(c.node, a); !why.empty()) c.Fail(why);
+  const mx::array& x = c.input(0);
+  const mx::array& grid = c.input(1);
+  const mx::Stream s = c.stream;
+  const int dims = static_cast<int>(x.ndim()) - 2;
+  if (dims != 2 && dims != 3) c.Fail("X must be 4-D or 5-D");
+  if (static_cast<int>(grid.ndim()) != dims + 2 || grid.shape(-1) != dims || grid.shape(0) != x.shape(0))
+    c.Fail("grid must be [N, out..., " + std::to_string(dims) + "] with X's N");
+  const int n = x.shape(0), channels = x.shape(1);
+  mx::Shape out_shape = {n, channels};
+  for (int d = 1; d <= dims; ++d) out_shape.push_back(grid.shape(d));
+  int spatial = 1;
+  for (int d = 2; d < static_cast<int>(x.ndim()); ++d) spatial *= x.shape(d);
+  const mx::array x_flat = mx::reshape(x, {n, channels, spatial}, s);
+  // The grid's last axis holds (x, y[, z]): x is the innermost spatial dim.
+  std::vector<Axis> axes;
+  for (int d = 0; d < dims; ++d) {
+    const int component = dims - 1 - d;  // axes outermost first
+    const int length = x.shape(2 + d);
+    const mx::array normalized = mx::take(grid, mx::array(component), static_cast<int>(grid.ndim()) - 1, s);
+    const float lo = a.align_corners ? 0.f : -0.5f;
+    const float hi = a.align_corners ? static_cast<float>(length) - 1.f : static_cast<float>(length) - 0.5f;
+    axes.push_back(
+        {mx::expand_dims(Denormalize(normalized, length, a.align_corners, s), 1, s), length, lo, hi});
+  }
+  std::vector<mx::array> at;
+  if (a.mode == Mode::kNearest) {
+    for (const Axis& axis : axes) at.push_back(mx::round(axis.location, 0, s));
+    return {Gather(x_flat, at, axes, a.padding, out_shape, s)};
+  }
+  std::vector<mx::array> lower;  // floor of each location
+  for (const Axis& axis : axes) lower.push_back(mx::floor(axis.location, s));
+  if (a.mode == Mode::kLinear) {
+    // Each axis' taps floor and floor + 1 with weights (floor + 1) - x and x - floor. ORT nests
+    // the sums innermost axis first: dy2 (dx2 p11 + dx1 p12) + dy1 (...), then z outermost.
+    std::vector<std::array<mx::array, 2>> weights;
+    for (size_t d = 0; d < axes.size(); ++d) {
+      const mx::array upper = mx::add(lower[d], mx::array(1.f), s);
+      weights.push_back(
+          {mx::subtract(upper, axes[d].location, s), mx::subtract(axes[d].location, lower[d], s)});
+    }
+    // ORT's zeros, no align_corners 2-D path sums w11 p11 + w12 p12 + w21 p21 + w22 p22 with w = dy dx
+    const bool plan_path = dims == 2 && a.padding == Padding::kZeros && !a.align_corners;
+    std::function<mx::array(size_t, std::vector<mx::array>&)> blend = [&](size_t d,
+                                                                          std::vector<mx::array>& taps) {
+      if (d == axes.size()) return Gather(x_flat, taps, axes, a.padding, out_shape, s);
+      std::array<mx::array, 2> side = {mx::array(0.f), mx::array(0.f)};
+      for (int k = 0; k < 2; ++k) {
+        taps.push_back(k == 0 ? lower[d] : mx::add(lower[d], mx::array(1.f), s));
+        side[k] = blend(d + 1, taps);
+        taps.pop_back();
+      }
+      return mx::add(mx::multiply(weights[d][0], side[0], s), mx::multiply(weights[d][1], side[1], s), s);
+    };
+    if (!plan_path) {
+      std::vector<mx::array> taps;
+      return {blend(0, taps)};
+    }
+    mx::array sum = mx::array(0.f);
+    for (int k = 0; k < 4; ++k) {
+      const int ky = k / 2, kx = k % 2;
+      const std::vector<mx::array> taps = {ky == 0 ? lower[0] : mx::add(lower[0], mx::array(1.f), s),
+                                           kx == 0 ? lower[1] : mx::add(lower[1], mx::array(1.f), s)};
+      const mx::array w = mx::multiply(weights[0][ky], weights[1][kx], s);
+      const mx::array term = mx::multiply(w, Gather(x_flat, taps, axes, a.padding, out_shape, s), s);
+      sum = k == 0 ? term : mx::add(sum, term, s);
+    }
+    return {sum};
+  }
+  // Cubic (2-D): taps floor - 1 ... floor + 2 on each axis, t = x - (floor - 1) - 1 per axis; the
+  // rows (y) are interpolated along x first, then along y.
+  std::array<mx::array, 4> row_values = {mx::array(0.f), mx::array(0.f), mx::array(0.f), mx::array(0.f)};
+  std::array<std::array<mx::array, 4>, 2> coefficients = {CubicCoefficients(mx::array(0.f), s),
+                                                          CubicCoefficients(mx::array(0.f), s)};
+  std::array<mx::array, 2> first = {mx::array(0.f), mx::array(0.f)};
+  for (int d = 0; d < 2; ++d) {
+    first[d] = mx::subtract(lower[d], mx::array(1.f), s);
+    const mx::array t = mx::subtract(mx::subtract(axes[d].location, first[d], s), mx::array(1.f), s);
+    coefficients[d] = CubicCoefficients(t, s);
+  }
+  for (int h = 0; h < 4; ++h) {
+    const mx::array y = mx::add(first[0], mx::array(static_cast<float>(h)), s);
+    std::array<mx::array, 4> p = {mx::array(0.f), mx::array(0.f), mx::array(0.f), mx::array(0.f)};
+    for (int w = 0; w < 4; ++w)
+      p[w] = Gather(x_flat, {y, mx::add(first[1], mx::array(static_cast<float>(w)), s)}, axes, a.padding,
+                    out_shape, s);
+    row_values[h] = Weighted(coefficients[1], p, s);
+  }
+  return {Weighted(coefficients[0], row_values, s)};
+}
+
+}  // namespace
+
+void RegisterGridSampleOps(OpRegistry& r) {
+  r.Add({"", "GridSample", 16, 19, ClaimGridSample, TranslateGridSample});
+  r.Add({"", "GridSample", 20, 21, ClaimGridSample, TranslateGridSample});
+  r.Add({"", "GridSample", 22, 25, ClaimGridSample, TranslateGridSample});
+}
+
+}  // namespace mlx_ep

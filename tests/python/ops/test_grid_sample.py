@@ -1,0 +1,79 @@
+"""Parity tests of GridSample (16, 20, 22; src/ops/grid_sample.cc) against ORT's CPU kernel: every
+mode and padding with and without align_corners, 2-D and 3-D, grids reaching well past [-1, 1]
+(reflection folding several times, zeros reading nothing), and cubic 3-D, which ORT errors on."""
+import numpy as np
+import pytest
+
+from harness import assert_mlx_error, check_parity, node_model
+
+MODES_20 = ["linear", "nearest", "cubic"]
+PADDINGS = ["zeros", "border", "reflection"]
+
+
+def grid_model(x, grid, attrs, opset=20):
+    return node_model("GridSample", [("x", x), ("grid", grid)], attrs, opset)
+
+
+def random_grid(rng, shape, reach=1.6):
+    """Locations in [-reach, reach]: past the image on every side; a few exactly on pixel centres and
+    halves (nearest's ties, linear's integral floors)."""
+    grid = rng.uniform(-reach, reach, shape).astype(np.float32)
+    flat = grid.reshape(-1)
+    flat[: flat.size // 8] = np.round(flat[: flat.size // 8] * 4) / 4
+    return grid
+
+
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("padding", PADDINGS)
+@pytest.mark.parametrize("mode", MODES_20)
+def test_2d(mode, padding, align_corners):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    grid = random_grid(rng, (2, 4, 6, 2))
+    check_parity(*grid_model(x, grid, {"mode": mode, "padding_mode": padding, "align_corners": align_corners}),
+                 rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("padding", PADDINGS)
+@pytest.mark.parametrize("mode", ["linear", "nearest"])
+def test_3d(mode, padding, align_corners):
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, 2, 3, 4, 5)).astype(np.float32)
+    grid = random_grid(rng, (2, 3, 2, 4, 3))
+    check_parity(*grid_model(x, grid, {"mode": mode, "padding_mode": padding, "align_corners": align_corners}),
+                 rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+def test_opset16_mode_names(mode):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 2, 6, 4)).astype(np.float32)
+    grid = random_grid(rng, (1, 5, 3, 2), reach=1.2)
+    check_parity(*grid_model(x, grid, {"mode": mode, "padding_mode": "border"}, opset=16), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("padding", PADDINGS)
+def test_far_locations_and_one_pixel_axes(padding):
+    """Reflection folds a location several widths away; an axis of one pixel (align_corners off:
+    its borders -0.5 and 0.5)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((1, 2, 1, 6)).astype(np.float32)
+    grid = rng.uniform(-9, 9, (1, 3, 5, 2)).astype(np.float32)
+    check_parity(*grid_model(x, grid, {"mode": "linear", "padding_mode": padding}, opset=22), rtol=1e-5, atol=1e-6)
+
+
+def test_spatial_transformer_identity_grid():
+    """The spatial-transformer use: an identity affine grid (align_corners) samples the image back."""
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    ys, xs = np.meshgrid(np.linspace(-1, 1, 4), np.linspace(-1, 1, 5), indexing="ij")
+    grid = np.broadcast_to(np.stack([xs, ys], -1), (2, 4, 5, 2)).astype(np.float32)
+    got = check_parity(*grid_model(x, grid, {"mode": "linear", "align_corners": 1}), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got[0], x, rtol=1e-5, atol=1e-5)
+
+
+def test_cubic_3d_errors_as_on_cpu():
+    """ORT's CPU kernel errors on cubic 3-D at run time; the EP declines it (no made-up output)."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((1, 1, 2, 3, 3)).astype(np.float32)
+    assert_mlx_error(*grid_model(x, random_grid(rng, (1, 2, 2, 2, 3)), {"mode": "cubic"}))
