@@ -1,6 +1,6 @@
-// Op family: resize (sampling). GridSample (opsets 16, 20, 22), registered from RegisterResizeOps
-// (resize.cc): X [N, C, H, W] (or [N, C, D, H, W]) sampled at grid [N, H', W', 2] ([N, D', H', W',
-// 3]) of normalized (x, y[, z]) locations, in ORT's CPU kernel's arithmetic
+// Op family: resize (sampling). GridSample (opsets 16, 20, 22) and AffineGrid (20, below), registered
+// from RegisterResizeOps (resize.cc). GridSample: X [N, C, H, W] (or [N, C, D, H, W]) sampled at grid [N, H',
+// W', 2] ([N, D', H', W', 3]) of normalized (x, y[, z]) locations, in ORT's CPU kernel's arithmetic
 // (onnxruntime/core/providers/cpu/tensor/grid_sample.cc), float32 as ORT registers it: the location
 // denormalized in float32, nearest as nearbyint (half to even), linear's floor and weights,
 // cubic's Keys coefficients (a = -0.75) over a 4 x 4 neighbourhood (2-D only, as ORT), and the
@@ -9,6 +9,7 @@
 // take_along_axis of the flattened spatial dims.
 #include <array>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -258,12 +259,79 @@ std::vector<mx::array> TranslateGridSample(const OpContext& c) {
   return {Weighted(coefficients[0], row_values, s)};
 }
 
+// ---------------------------------------------------------------------------------------------
+// AffineGrid (20): grid[n, ..., i] = theta[n] @ (x, y[, z], 1) over a base grid of each axis'
+// normalized pixel centres, in ORT's arithmetic (affine_grid.cc): an axis of length L is Eigen's
+// LinSpaced(L, -1, 1) in float32 (-1 + i * (2 / (L - 1)), the last exactly 1; L = 1: 1), times
+// (L - 1) / L without align_corners; the product sums theta's row left to right, then adds the
+// translation. The base grid is computed on the host (`size` is a host value).
+
+Claim ClaimAffineGrid(const NodeView& v) {
+  if (std::optional<Claim> no = DeclineUnknownAttributes(v.node(), {"align_corners"})) return *no;
+  if (!v.has_input(0) || !v.has_input(1)) return Claim::No("inputs theta/size are missing");
+  if (v.input_type(0) != ElemType::kFloat) return Claim::No(TypeReason(v, 0, "float32 only"));
+  if (v.input_type(1) != ElemType::kInt64) return Claim::No(TypeReason(v, 1, "size"));
+  return Claim::Yes({1});
+}
+
+/** One axis' base coordinates as ORT's generate_base_grid computes them. */
+std::vector<float> BaseAxis(int64_t length, bool align_corners) {
+  std::vector<float> v(static_cast<size_t>(length));
+  const float step = length > 1 ? 2.f / static_cast<float>(length - 1) : 0.f;
+  for (int64_t i = 0; i < length; ++i) {
+    v[i] = length == 1 || i == length - 1 ? 1.f : -1.f + static_cast<float>(i) * step;
+    if (!align_corners) v[i] = v[i] * static_cast<float>(length - 1) / static_cast<float>(length);
+  }
+  return v;
+}
+
+std::vector<mx::array> TranslateAffineGrid(const OpContext& c) {
+  const std::vector<int64_t> size = c.host_ints(1);
+  const mx::array& theta = c.input(0);
+  const mx::Stream s = c.stream;
+  const bool align_corners = c.node.AttrInt("align_corners", 0) != 0;
+  if (size.size() != 4 && size.size() != 5) c.Fail("size must hold 4 or 5 values");
+  const int dims = static_cast<int>(size.size()) - 2;
+  for (int64_t d : size)
+    if (d < 0 || d > std::numeric_limits<int32_t>::max()) c.Fail("size holds a negative or too large value");
+  const int n = static_cast<int>(size[0]);
+  if (theta.ndim() != 3 || theta.shape(0) != n || theta.shape(1) != dims || theta.shape(2) != dims + 1)
+    c.Fail("theta must be [N, " + std::to_string(dims) + ", " + std::to_string(dims + 1) + "] with size's N");
+  // base coordinates per component (x: the innermost axis), shaped to broadcast over [N, out...]
+  std::vector<mx::array> base;
+  for (int k = 0; k < dims; ++k) {
+    const int axis = dims - 1 - k;  // component k = x, y, z reads spatial axis dims - 1 - k
+    const int64_t length = size[2 + axis];
+    std::vector<float> values = BaseAxis(length, align_corners);
+    mx::Shape shape(dims + 1, 1);
+    shape[1 + axis] = static_cast<int>(length);
+    base.push_back(mx::array(values.begin(), shape, mx::float32));
+  }
+  std::vector<mx::array> components;
+  for (int row = 0; row < dims; ++row) {
+    auto entry = [&](int col) {  // theta[:, row, col] as [N, 1, ...]
+      mx::Shape shape(dims + 1, 1);
+      shape[0] = n;
+      return mx::reshape(mx::slice(theta, {0, row, col}, {n, row + 1, col + 1}, s), shape, s);
+    };
+    mx::array sum = mx::multiply(entry(0), base[0], s);
+    for (int k = 1; k < dims; ++k) sum = mx::add(sum, mx::multiply(entry(k), base[k], s), s);
+    components.push_back(mx::add(sum, entry(dims), s));
+  }
+  mx::Shape out(dims + 1);
+  out[0] = n;
+  for (int d = 0; d < dims; ++d) out[1 + d] = static_cast<int>(size[2 + d]);
+  for (mx::array& component : components) component = mx::broadcast_to(component, out, s);
+  return {mx::stack(components, -1, s)};
+}
+
 }  // namespace
 
 void RegisterGridSampleOps(OpRegistry& r) {
   r.Add({"", "GridSample", 16, 19, ClaimGridSample, TranslateGridSample});
   r.Add({"", "GridSample", 20, 21, ClaimGridSample, TranslateGridSample});
   r.Add({"", "GridSample", 22, 25, ClaimGridSample, TranslateGridSample});
+  r.Add({"", "AffineGrid", 20, 25, ClaimAffineGrid, TranslateAffineGrid});
 }
 
 }  // namespace mlx_ep

@@ -47,8 +47,8 @@ void RegisterAttentionVjpOps(OpRegistry& r);  // pkg.onnax AttentionVJP* (traini
 
 void RegisterImageNormalizationOps(OpRegistry& r);  // BatchNorm InstanceNorm GroupNorm LpNorm LRN MVN
 void RegisterExtraActivationOps(OpRegistry& r);     // PRelu ThresholdedRelu Celu Mish Shrink Hardmax Dropout
-void RegisterResizeOps(OpRegistry& r);  // Resize Upsample GridSample
-void RegisterGridSampleOps(OpRegistry& r);  // from RegisterResizeOps (grid_sample.cc)
+void RegisterResizeOps(OpRegistry& r);  // Resize Upsample GridSample AffineGrid
+void RegisterGridSampleOps(OpRegistry& r);  // GridSample AffineGrid (grid_sample.cc), from RegisterResizeOps
 void RegisterPadOps(OpRegistry& r);     // Pad
 void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
 void RegisterQuantizedOps(OpRegistry& r);  // com.microsoft MatMulNBits GatherBlockQuantized

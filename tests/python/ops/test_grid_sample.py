@@ -1,4 +1,4 @@
-"""Parity tests of GridSample (16, 20, 22; src/ops/grid_sample.cc) against ORT's CPU kernel: every
+"""Parity tests of GridSample (16, 20, 22) and AffineGrid (20) (src/ops/grid_sample.cc) against ORT's CPU kernels: every
 mode and padding with and without align_corners, 2-D and 3-D, grids reaching well past [-1, 1]
 (reflection folding several times, zeros reading nothing), and cubic 3-D, which ORT errors on."""
 import numpy as np
@@ -77,3 +77,41 @@ def test_cubic_3d_errors_as_on_cpu():
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, 1, 2, 3, 3)).astype(np.float32)
     assert_mlx_error(*grid_model(x, random_grid(rng, (1, 2, 2, 2, 3)), {"mode": "cubic"}))
+
+
+def affine_model(theta, size, align_corners, as_input=False):
+    return node_model("AffineGrid", [("theta", theta)], {"align_corners": align_corners}, 20,
+                      host=[("size", np.asarray(size, np.int64))], host_as_input=as_input)
+
+
+@pytest.mark.parametrize("as_input", [False, True], ids=["constant_size", "size_input"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("size", [(2, 3, 5, 7), (2, 1, 1, 4), (2, 2, 3, 4, 5), (2, 1, 1, 2, 1)], ids=str)
+def test_affine_grid(size, align_corners, as_input):
+    """AffineGrid-20 against ORT: 2-D and 3-D, axes of one pixel, `size` a constant or a graph input
+    (a host value the partition specializes on)."""
+    rng = np.random.default_rng(9)
+    dims = len(size) - 2
+    theta = rng.standard_normal((size[0], dims, dims + 1)).astype(np.float32)
+    check_parity(*affine_model(theta, size, align_corners, as_input), rtol=1e-5, atol=1e-6)
+
+
+def test_spatial_transformer_affine_grid_then_grid_sample():
+    """A spatial transformer's sampler, AffineGrid then GridSample, as one MLX partition."""
+    import onnx
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 8, 6)).astype(np.float32)
+    theta = (np.array([[0.9, 0.1, 0.05], [-0.1, 1.1, -0.02]], np.float32)
+             + 0.05 * rng.standard_normal((2, 2, 3)).astype(np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("AffineGrid", ["theta", "size"], ["grid"], align_corners=0),
+         helper.make_node("GridSample", ["x", "grid"], ["y"], mode="linear", padding_mode="border")],
+        "stn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+                helper.make_tensor_value_info("theta", TensorProto.FLOAT, theta.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, (2, 3, 5, 4))],
+        [helper.make_tensor("size", TensorProto.INT64, [4], [2, 3, 5, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    check_parity(model, {"x": x, "theta": theta}, rtol=1e-5, atol=1e-6)
