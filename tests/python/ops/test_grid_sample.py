@@ -1,6 +1,7 @@
-"""Parity tests of GridSample (16, 20, 22) and AffineGrid (20) (src/ops/grid_sample.cc) against ORT's CPU kernels: every
-mode and padding with and without align_corners, 2-D and 3-D, grids reaching well past [-1, 1]
-(reflection folding several times, zeros reading nothing), and cubic 3-D, which ORT errors on."""
+"""Parity tests of GridSample (16, 20, 22) and AffineGrid (20) (src/ops/grid_sample.cc) against
+ORT's CPU kernels: every GridSample mode and padding with and without align_corners, 2-D and 3-D,
+grids reaching well past [-1, 1] (reflection folding several times, zeros reading nothing), cubic
+3-D (which ORT errors on); AffineGrid in 2-D and 3-D with `size` a constant or a graph input."""
 import numpy as np
 import pytest
 
