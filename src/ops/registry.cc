@@ -50,6 +50,7 @@ const OpRegistry& OpRegistry::Get() {
     RegisterAttentionVjpOps(r);
     RegisterResizeOps(r);
     RegisterPadOps(r);
+    RegisterSignalOps(r);
     RegisterRotaryEmbeddingOps(r);
     RegisterTensorMiscOps(r);
     RegisterContribNormalizationOps(r);

@@ -50,6 +50,7 @@ void RegisterExtraActivationOps(OpRegistry& r);     // PRelu ThresholdedRelu Cel
 void RegisterResizeOps(OpRegistry& r);  // Resize Upsample GridSample AffineGrid
 void RegisterGridSampleOps(OpRegistry& r);  // GridSample AffineGrid (grid_sample.cc), from RegisterResizeOps
 void RegisterPadOps(OpRegistry& r);     // Pad
+void RegisterSignalOps(OpRegistry& r);  // HannWindow HammingWindow BlackmanWindow MelWeightMatrix
 void RegisterRotaryEmbeddingOps(OpRegistry& r);  // RotaryEmbedding
 void RegisterQuantizedOps(OpRegistry& r);  // com.microsoft MatMulNBits GatherBlockQuantized
 void RegisterGroupQueryAttentionOps(OpRegistry& r);  // com.microsoft GroupQueryAttention
