@@ -278,6 +278,7 @@ void RegisterTensorOps(OpRegistry& r) {
   r.Add({"", "Gather", 1, 25, ClaimGather, TranslateGather, HostEval::kFromValues});
   RegisterTensorValueOps(r);
   RegisterGatherElementsOps(r);
+  RegisterTensorScatterOps(r);
 }
 
 }  // namespace mlx_ep

@@ -1,5 +1,5 @@
 // Op family "tensor", part 2: values made from attributes or host inputs (Constant,
-// ConstantOfShape, Range) and type conversions (Cast, CastLike).
+// ConstantOfShape, Range) and type conversions (Cast, CastLike, BitCast).
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -161,6 +161,24 @@ std::vector<mx::array> TranslateCast(const OpContext& c) {
   return {mx::astype(x, to, c.stream)};
 }
 
+// BitCast (26): the same bytes read as another type of the same width (MLX's view). Bool is
+// declined either way: a byte other than 0 or 1 read as bool has no defined value in MLX or ORT.
+Claim ClaimBitCast(const NodeView& v) {
+  const ElemType in = v.input_type(0), out = v.output_type(0);
+  if (!IsNumeric(in) || !DeviceSupports(in)) return Claim::No(TypeReason(v, 0));
+  if (!IsNumeric(out) || !DeviceSupports(out)) return Claim::No("output has type " + ElemName(out));
+  const std::optional<mx::Dtype> from = ToMlxDtype(in), to = ToMlxDtype(out);
+  if (!from || !to || from->size() != to->size()) return Claim::No("the types' widths differ");
+  return Claim::Yes();
+}
+
+std::vector<mx::array> TranslateBitCast(const OpContext& c) {
+  const mx::array& x = c.input(0);
+  const mx::Dtype to = c.output_dtype(0);
+  if (x.dtype() == to) return {x};
+  return {mx::view(x, to, c.stream)};
+}
+
 }  // namespace
 
 void RegisterTensorValueOps(OpRegistry& r) {
@@ -170,6 +188,7 @@ void RegisterTensorValueOps(OpRegistry& r) {
   r.Add({"", "Range", 11, 25, ClaimRange, TranslateRange, HostEval::kFromValues});
   r.Add({"", "Cast", 6, 25, ClaimCast, TranslateCast, HostEval::kFromValues});
   r.Add({"", "CastLike", 15, 25, ClaimCast, TranslateCast, HostEval::kFromValues});
+  r.Add({"", "BitCast", 26, 28, ClaimBitCast, TranslateBitCast, HostEval::kFromValues});
 }
 
 }  // namespace mlx_ep

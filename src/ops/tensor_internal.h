@@ -5,10 +5,13 @@
 
 namespace mlx_ep {
 
-/** Constant, ConstantOfShape, Range, Cast, CastLike (ops/tensor_const.cc). */
+/** Constant, ConstantOfShape, Range, Cast, CastLike, BitCast (ops/tensor_const.cc). */
 void RegisterTensorValueOps(OpRegistry& r);
 
 /** GatherElements (ops/gather_elements.cc). */
 void RegisterGatherElementsOps(OpRegistry& r);
+
+/** TensorScatter (ops/tensor_scatter.cc). */
+void RegisterTensorScatterOps(OpRegistry& r);
 
 }  // namespace mlx_ep
