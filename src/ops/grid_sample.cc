@@ -10,6 +10,7 @@
 #include <array>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,83 @@ mx::array Weighted(const std::array<mx::array, 4>& w, const std::array<mx::array
   return sum;
 }
 
+/** What every tap of one GridSample reads: X as [N, C, spatial], the axes, the padding. */
+struct Sampler {
+  mx::array x_flat;
+  std::vector<Axis> axes;
+  Padding padding;
+  mx::Shape out_shape;  // [N, C, out...]
+  mx::Stream s;
+
+  mx::array At(const std::vector<mx::array>& taps) const {
+    return Gather(x_flat, taps, axes, padding, out_shape, s);
+  }
+  mx::array Plus(const mx::array& f, float k) const { return mx::add(f, mx::array(k), s); }
+};
+
+mx::array SampleNearest(const Sampler& g) {
+  std::vector<mx::array> taps;
+  for (const Axis& axis : g.axes) taps.push_back(mx::round(axis.location, 0, g.s));
+  return g.At(taps);
+}
+
+// Each axis' taps floor and floor + 1 with weights (floor + 1) - x and x - floor. ORT nests the
+// sums innermost axis first: dy2 (dx2 p11 + dx1 p12) + dy1 (...), z outermost; its zeros,
+// no-align_corners 2-D path sums w11 p11 + w12 p12 + w21 p21 + w22 p22 with w = dy dx instead.
+mx::array SampleLinear(const Sampler& g, bool plan_path) {
+  const mx::Stream s = g.s;
+  std::vector<mx::array> lower, upper;
+  std::vector<std::array<mx::array, 2>> weights;
+  for (const Axis& axis : g.axes) {
+    lower.push_back(mx::floor(axis.location, s));
+    upper.push_back(g.Plus(lower.back(), 1.f));
+    weights.push_back(
+        {mx::subtract(upper.back(), axis.location, s), mx::subtract(axis.location, lower.back(), s)});
+  }
+  if (plan_path) {
+    std::optional<mx::array> sum;
+    for (int k = 0; k < 4; ++k) {
+      const int ky = k / 2, kx = k % 2;
+      const mx::array w = mx::multiply(weights[0][ky], weights[1][kx], s);
+      const mx::array term =
+          mx::multiply(w, g.At({ky == 0 ? lower[0] : upper[0], kx == 0 ? lower[1] : upper[1]}), s);
+      sum = sum ? mx::add(*sum, term, s) : term;
+    }
+    return *sum;
+  }
+  std::vector<mx::array> taps;
+  std::function<mx::array(size_t)> blend = [&](size_t d) {
+    if (d == g.axes.size()) return g.At(taps);
+    taps.push_back(lower[d]);
+    const mx::array near = blend(d + 1);
+    taps.back() = upper[d];
+    const mx::array far = blend(d + 1);
+    taps.pop_back();
+    return mx::add(mx::multiply(weights[d][0], near, s), mx::multiply(weights[d][1], far, s), s);
+  };
+  return blend(0);
+}
+
+// Cubic (2-D): taps floor - 1 ... floor + 2 on each axis with t = x - (floor - 1) - 1; each row
+// (y) interpolated along x, then the rows along y.
+mx::array SampleCubic(const Sampler& g) {
+  const mx::Stream s = g.s;
+  std::vector<mx::array> first;
+  std::vector<std::array<mx::array, 4>> coefficients;
+  for (const Axis& axis : g.axes) {
+    first.push_back(g.Plus(mx::floor(axis.location, s), -1.f));
+    coefficients.push_back(
+        CubicCoefficients(mx::subtract(mx::subtract(axis.location, first.back(), s), mx::array(1.f), s), s));
+  }
+  std::vector<mx::array> rows;
+  for (int h = 0; h < 4; ++h) {
+    std::vector<mx::array> p;
+    for (int w = 0; w < 4; ++w) p.push_back(g.At({g.Plus(first[0], h), g.Plus(first[1], w)}));
+    rows.push_back(Weighted(coefficients[1], {p[0], p[1], p[2], p[3]}, s));
+  }
+  return Weighted(coefficients[0], {rows[0], rows[1], rows[2], rows[3]}, s);
+}
+
 std::vector<mx::array> TranslateGridSample(const OpContext& c) {
   GridSampleAttrs a;
   if (std::string why = ParseGridSample(c.node, a); !why.empty()) c.Fail(why);
@@ -181,82 +259,20 @@ std::vector<mx::array> TranslateGridSample(const OpContext& c) {
   for (int d = 1; d <= dims; ++d) out_shape.push_back(grid.shape(d));
   int spatial = 1;
   for (int d = 2; d < static_cast<int>(x.ndim()); ++d) spatial *= x.shape(d);
-  const mx::array x_flat = mx::reshape(x, {n, channels, spatial}, s);
-  // The grid's last axis holds (x, y[, z]): x is the innermost spatial dim.
-  std::vector<Axis> axes;
+  Sampler g{mx::reshape(x, {n, channels, spatial}, s), {}, a.padding, out_shape, s};
+  // The grid's last axis holds (x, y[, z]): x is the innermost spatial dim; axes outermost first.
   for (int d = 0; d < dims; ++d) {
-    const int component = dims - 1 - d;  // axes outermost first
     const int length = x.shape(2 + d);
-    const mx::array normalized = mx::take(grid, mx::array(component), static_cast<int>(grid.ndim()) - 1, s);
+    const mx::array normalized =
+        mx::take(grid, mx::array(dims - 1 - d), static_cast<int>(grid.ndim()) - 1, s);
     const float lo = a.align_corners ? 0.f : -0.5f;
     const float hi = a.align_corners ? static_cast<float>(length) - 1.f : static_cast<float>(length) - 0.5f;
-    axes.push_back(
+    g.axes.push_back(
         {mx::expand_dims(Denormalize(normalized, length, a.align_corners, s), 1, s), length, lo, hi});
   }
-  std::vector<mx::array> at;
-  if (a.mode == Mode::kNearest) {
-    for (const Axis& axis : axes) at.push_back(mx::round(axis.location, 0, s));
-    return {Gather(x_flat, at, axes, a.padding, out_shape, s)};
-  }
-  std::vector<mx::array> lower;  // floor of each location
-  for (const Axis& axis : axes) lower.push_back(mx::floor(axis.location, s));
-  if (a.mode == Mode::kLinear) {
-    // Each axis' taps floor and floor + 1 with weights (floor + 1) - x and x - floor. ORT nests
-    // the sums innermost axis first: dy2 (dx2 p11 + dx1 p12) + dy1 (...), then z outermost.
-    std::vector<std::array<mx::array, 2>> weights;
-    for (size_t d = 0; d < axes.size(); ++d) {
-      const mx::array upper = mx::add(lower[d], mx::array(1.f), s);
-      weights.push_back(
-          {mx::subtract(upper, axes[d].location, s), mx::subtract(axes[d].location, lower[d], s)});
-    }
-    // ORT's zeros, no align_corners 2-D path sums w11 p11 + w12 p12 + w21 p21 + w22 p22 with w = dy dx
-    const bool plan_path = dims == 2 && a.padding == Padding::kZeros && !a.align_corners;
-    std::function<mx::array(size_t, std::vector<mx::array>&)> blend = [&](size_t d,
-                                                                          std::vector<mx::array>& taps) {
-      if (d == axes.size()) return Gather(x_flat, taps, axes, a.padding, out_shape, s);
-      std::array<mx::array, 2> side = {mx::array(0.f), mx::array(0.f)};
-      for (int k = 0; k < 2; ++k) {
-        taps.push_back(k == 0 ? lower[d] : mx::add(lower[d], mx::array(1.f), s));
-        side[k] = blend(d + 1, taps);
-        taps.pop_back();
-      }
-      return mx::add(mx::multiply(weights[d][0], side[0], s), mx::multiply(weights[d][1], side[1], s), s);
-    };
-    if (!plan_path) {
-      std::vector<mx::array> taps;
-      return {blend(0, taps)};
-    }
-    mx::array sum = mx::array(0.f);
-    for (int k = 0; k < 4; ++k) {
-      const int ky = k / 2, kx = k % 2;
-      const std::vector<mx::array> taps = {ky == 0 ? lower[0] : mx::add(lower[0], mx::array(1.f), s),
-                                           kx == 0 ? lower[1] : mx::add(lower[1], mx::array(1.f), s)};
-      const mx::array w = mx::multiply(weights[0][ky], weights[1][kx], s);
-      const mx::array term = mx::multiply(w, Gather(x_flat, taps, axes, a.padding, out_shape, s), s);
-      sum = k == 0 ? term : mx::add(sum, term, s);
-    }
-    return {sum};
-  }
-  // Cubic (2-D): taps floor - 1 ... floor + 2 on each axis, t = x - (floor - 1) - 1 per axis; the
-  // rows (y) are interpolated along x first, then along y.
-  std::array<mx::array, 4> row_values = {mx::array(0.f), mx::array(0.f), mx::array(0.f), mx::array(0.f)};
-  std::array<std::array<mx::array, 4>, 2> coefficients = {CubicCoefficients(mx::array(0.f), s),
-                                                          CubicCoefficients(mx::array(0.f), s)};
-  std::array<mx::array, 2> first = {mx::array(0.f), mx::array(0.f)};
-  for (int d = 0; d < 2; ++d) {
-    first[d] = mx::subtract(lower[d], mx::array(1.f), s);
-    const mx::array t = mx::subtract(mx::subtract(axes[d].location, first[d], s), mx::array(1.f), s);
-    coefficients[d] = CubicCoefficients(t, s);
-  }
-  for (int h = 0; h < 4; ++h) {
-    const mx::array y = mx::add(first[0], mx::array(static_cast<float>(h)), s);
-    std::array<mx::array, 4> p = {mx::array(0.f), mx::array(0.f), mx::array(0.f), mx::array(0.f)};
-    for (int w = 0; w < 4; ++w)
-      p[w] = Gather(x_flat, {y, mx::add(first[1], mx::array(static_cast<float>(w)), s)}, axes, a.padding,
-                    out_shape, s);
-    row_values[h] = Weighted(coefficients[1], p, s);
-  }
-  return {Weighted(coefficients[0], row_values, s)};
+  if (a.mode == Mode::kNearest) return {SampleNearest(g)};
+  if (a.mode == Mode::kCubic) return {SampleCubic(g)};
+  return {SampleLinear(g, dims == 2 && a.padding == Padding::kZeros && !a.align_corners)};
 }
 
 // ---------------------------------------------------------------------------------------------
