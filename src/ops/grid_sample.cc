@@ -124,7 +124,9 @@ std::pair<mx::array, std::optional<mx::array>> Tap(const std::vector<mx::array>&
           mx::logical_and(mx::greater_equal(i, mx::array(0.f), s), mx::less_equal(i, mx::array(last), s), s);
       inside = inside ? mx::logical_and(*inside, in, s) : in;
     }
-    // zeros: any in-range index where the tap reads 0; border: the clamped one
+    // zeros: any in-range index where the tap reads 0; border: the clamped one. Never out of
+    // bounds, whatever the location (a NaN index would cast to anything).
+    i = mx::where(mx::isnan(i, s), mx::array(0.f), i, s);
     i = mx::astype(mx::clip(i, mx::array(0.f), mx::array(last), s), mx::int32, s);
     flat = flat ? mx::add(mx::multiply(*flat, mx::array(axes[d].length), s), i, s) : i;
   }
@@ -258,13 +260,18 @@ std::vector<mx::array> TranslateGridSample(const OpContext& c) {
   mx::Shape out_shape = {n, channels};
   for (int d = 1; d <= dims; ++d) out_shape.push_back(grid.shape(d));
   int spatial = 1;
-  for (int d = 2; d < static_cast<int>(x.ndim()); ++d) spatial *= x.shape(d);
+  for (int d = 2; d < static_cast<int>(x.ndim()); ++d) {
+    // as ORT: no pixel to sample (every tap would read past an empty axis)
+    if (x.shape(d) == 0) c.Fail("input spatial dimensions must be non-empty for sampling");
+    spatial *= x.shape(d);
+  }
   Sampler g{mx::reshape(x, {n, channels, spatial}, s), {}, a.padding, out_shape, s};
   // The grid's last axis holds (x, y[, z]): x is the innermost spatial dim; axes outermost first.
   for (int d = 0; d < dims; ++d) {
     const int length = x.shape(2 + d);
-    const mx::array normalized =
-        mx::take(grid, mx::array(dims - 1 - d), static_cast<int>(grid.ndim()) - 1, s);
+    mx::array normalized = mx::take(grid, mx::array(dims - 1 - d), static_cast<int>(grid.ndim()) - 1, s);
+    // ORT 1.31 reads a non-finite location as -1 (its outputs there match that in every mode)
+    normalized = mx::where(mx::isfinite(normalized, s), normalized, mx::array(-1.f), s);
     const float lo = a.align_corners ? 0.f : -0.5f;
     const float hi = a.align_corners ? static_cast<float>(length) - 1.f : static_cast<float>(length) - 0.5f;
     g.axes.push_back(
@@ -308,8 +315,11 @@ std::vector<mx::array> TranslateAffineGrid(const OpContext& c) {
   const bool align_corners = c.node.AttrInt("align_corners", 0) != 0;
   if (size.size() != 4 && size.size() != 5) c.Fail("size must hold 4 or 5 values");
   const int dims = static_cast<int>(size.size()) - 2;
-  for (int64_t d : size)
-    if (d < 0 || d > std::numeric_limits<int32_t>::max()) c.Fail("size holds a negative or too large value");
+  for (size_t d = 0; d < size.size(); ++d) {
+    if (size[d] < 0 || size[d] > std::numeric_limits<int32_t>::max())
+      c.Fail("size holds a negative or too large value");
+    if (d >= 2 && size[d] == 0) c.Fail("size's spatial dims must be positive (as ORT)");
+  }
   const int n = static_cast<int>(size[0]);
   if (theta.ndim() != 3 || theta.shape(0) != n || theta.shape(1) != dims || theta.shape(2) != dims + 1)
     c.Fail("theta must be [N, " + std::to_string(dims) + ", " + std::to_string(dims + 1) + "] with size's N");

@@ -116,3 +116,38 @@ def test_spatial_transformer_affine_grid_then_grid_sample():
     model.ir_version = 9
     onnx.checker.check_model(model)
     check_parity(model, {"x": x, "theta": theta}, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("padding", PADDINGS)
+@pytest.mark.parametrize("mode", MODES_20)
+def test_non_finite_locations(mode, padding, align_corners):
+    """inf, -inf and NaN in the grid: ORT 1.31 reads them as -1 (the fuzz suite found the EP's NaN
+    there, and an index that a NaN cast made read out of bounds: a crash)."""
+    x = np.arange(2 * 3 * 4, dtype=np.float32).reshape(1, 2, 3, 4)
+    grid = np.array([[[[np.inf, 0.1], [-np.inf, 0.2], [0.3, np.inf], [np.nan, 0.0]],
+                      [[np.nan, np.nan], [0.5, -np.inf], [-0.7, 0.4], [np.inf, -np.inf]]]], np.float32)
+    check_parity(*grid_model(x, grid, {"mode": mode, "padding_mode": padding, "align_corners": align_corners}),
+                 rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("padding", PADDINGS)
+def test_huge_locations_stay_in_bounds(padding):
+    """Locations of 1e30 (ORT casts their floor to int64: undefined) read inside the image; 3e38
+    overflows to inf when denormalized (the weights then give NaN, as IEEE arithmetic does): the
+    run must not read out of bounds either way."""
+    from harness import run_mlx
+    x = np.ones((1, 1, 3, 4), np.float32)
+    grid = np.array([[[[1e30, -1e30], [-3e38, 3e38]]]], np.float32)
+    got, mlx, total = run_mlx(*grid_model(x, grid, {"mode": "cubic", "padding_mode": padding}))
+    assert mlx == total == 1 and got[0].shape == (1, 1, 1, 2) and np.isfinite(got[0][0, 0, 0, 0])
+
+
+def test_empty_spatial_dims_error_as_ort():
+    """An empty spatial axis of X (GridSample) or in `size` (AffineGrid): ORT errors, so does the EP
+    (GridSample's taps would otherwise read past an empty axis)."""
+    rng = np.random.default_rng(4)
+    assert_mlx_error(*grid_model(np.zeros((1, 2, 0, 3), np.float32), random_grid(rng, (1, 2, 2, 2)),
+                                 {"mode": "linear"}))
+    theta = rng.standard_normal((1, 2, 3)).astype(np.float32)
+    assert_mlx_error(*affine_model(theta, (1, 1, 3, 0), 0, as_input=True))
