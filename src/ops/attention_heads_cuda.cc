@@ -69,11 +69,6 @@ struct Vec {
   static constexpr int KEYS = 32 / G;
 };
 
-// Whether p may be read 16 bytes at a time (as uint4).
-__device__ __forceinline__ bool aligned16(const void* p) {
-  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
-}
-
 // Through the read-only data cache (__ldg): the kernel's inputs are not written while it runs.
 template <typename T, int V>
 __device__ __forceinline__ void load16(const T* p, float* x) {
@@ -91,14 +86,6 @@ __device__ __forceinline__ void store16(T* p, const float* x) {
   for (int i = 0; i < V; ++i) e[i] = static_cast<T>(x[i]);
   *reinterpret_cast<uint4*>(p) = raw;
 }
-
-// The scaling's value and the mask's row (its step along the keys: 0 where it repeats).
-template <typename T>
-struct Terms {
-  float f;
-  const T* mask_row;
-  int64_t mask_step;
-};
 
 // A key's score as the composed ops round it: the dot rounded to T (MLX's matmul), then scaled
 // and masked in T as the softmax kernel does.
@@ -253,11 +240,8 @@ constexpr const char* kBody = R"(
   const T* vb = v + mlx_ep_heads::matrix_offset(m, v_shape, v_strides, nd);
   const int64_t q_d = q_strides[nd - 1], k_d = kt_strides[nd - 2], k_j = kt_strides[nd - 1];
   const int64_t v_j = v_strides[nd - 2], v_d = v_strides[nd - 1];
-  mlx_ep_heads::Terms<T> terms{SCALE != 0 ? static_cast<float>(factor[0]) : 1.f, mask, 0};
-  if (MASK) {
-    terms.mask_row += mlx_ep_heads::mask_row_offset(row, q_shape, nd, mask_shape, mask_strides, mask_ndim);
-    terms.mask_step = mask_shape[mask_ndim - 1] != 1 ? mask_strides[mask_ndim - 1] : 0;
-  }
+  const mlx_ep_heads::Terms<T> terms = mlx_ep_heads::row_terms<T, SCALE, MASK>(
+      factor, mask, row, q_shape, nd, mask_shape, mask_strides, mask_ndim);
   __shared__ float scores[WARPS][MAX_KEYS];
   float* sc = scores[warp];
   if (Vec::OK && k_d == 1 && k_j % Vec::V == 0 && mlx_ep_heads::aligned16(kb))

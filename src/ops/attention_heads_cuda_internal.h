@@ -13,6 +13,9 @@ namespace mx = mlx::core;
 
 /** mlx_ep_heads::matrix_offset(m, shape, strides, ndim): where matrix m (an index over the leading
  *  ndim - 2 dims, row-major) starts in an array of these shape and strides.
+ *  mlx_ep_heads::aligned16(p): whether p may be read 16 bytes at a time (as uint4).
+ *  mlx_ep_heads::Terms<T>: the scaling's value and a query row's mask row (its step along the keys:
+ *  0 where it repeats); row_terms<T, SCALE, MASK>(...) makes them for row `row` of the scores.
  *  mlx_ep_heads::mask_row_offset(row, x_shape, x_ndim, mask_shape, mask_strides, mask_ndim): where
  *  row `row` of the scores [..., S, S'] (x_shape: the scores' leading dims and S) starts in the
  *  mask broadcast to them (the mask's dims aligned with the scores' last ones; a dim of 1
@@ -40,6 +43,28 @@ __device__ __forceinline__ int64_t mask_row_offset(int64_t row, const S& x_shape
     if (mask_shape[m] != 1) offset += i * mask_strides[m];
   }
   return offset;
+}
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
+}
+
+template <typename T>
+struct Terms {
+  float f;
+  const T* mask_row;
+  int64_t mask_step;
+};
+
+template <typename T, int SCALE, bool MASK, typename S, typename St>
+__device__ __forceinline__ Terms<T> row_terms(const T* factor, const T* mask, int64_t row, const S& q_shape, int nd,
+                                              const S& mask_shape, const St& mask_strides, int mask_ndim) {
+  Terms<T> terms{SCALE != 0 ? static_cast<float>(factor[0]) : 1.f, mask, 0};
+  if (MASK) {
+    terms.mask_row += mask_row_offset(row, q_shape, nd, mask_shape, mask_strides, mask_ndim);
+    terms.mask_step = mask_shape[mask_ndim - 1] != 1 ? mask_strides[mask_ndim - 1] : 0;
+  }
+  return terms;
 }
 
 }  // namespace mlx_ep_heads

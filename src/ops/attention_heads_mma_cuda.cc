@@ -33,6 +33,8 @@ namespace {
 constexpr const char* kHeader = R"(
 namespace mlx_ep_heads_mma {
 
+using mlx_ep_heads::aligned16;
+using mlx_ep_heads::Terms;
 using mlx_ep_scores::rounded;
 
 template <typename T>
@@ -85,14 +87,6 @@ MLX_EP_HEADS_MMA(__nv_bfloat16, "bf16")
 #undef MLX_EP_HEADS_MMA
 #endif
 
-// The scaling's value and a query row's mask row (its step along the keys: 0 where it repeats).
-template <typename T>
-struct Terms {
-  float f;
-  const T* mask_row;
-  int64_t mask_step;
-};
-
 // A head's K^T and V where they are: K^T's element (d, key) at kb[d * k_d + key * k_j], V's
 // (key, d) at vb[key * v_j + d * v_d].
 template <typename T>
@@ -102,10 +96,6 @@ struct Head {
   int64_t k_d, k_j, v_j, v_d;
   int keys;
 };
-
-__device__ __forceinline__ bool aligned16(const void* p) {
-  return (reinterpret_cast<unsigned long long>(p) & 15ull) == 0;
-}
 
 // Shared memory's chunk of keys key0 ... key0 + KC - 1: K's rows ks[key][d] (a row KS elements)
 // and V^T's rows vt[d][key] (a row VS elements), zeros past the last key and past D, so that a
@@ -237,14 +227,9 @@ constexpr const char* kBody = R"(
   const int64_t q_i = q_strides[nd - 2], q_d = q_strides[nd - 1];
   hm::Terms<T> terms[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    terms[r] = {SCALE != 0 ? static_cast<float>(factor[0]) : 1.f, mask, 0};
-    if (MASK) {
-      const int64_t row = m * S + (rows[r] < S ? rows[r] : S - 1);
-      terms[r].mask_row += mlx_ep_heads::mask_row_offset(row, q_shape, nd, mask_shape, mask_strides, mask_ndim);
-      terms[r].mask_step = mask_shape[mask_ndim - 1] != 1 ? mask_strides[mask_ndim - 1] : 0;
-    }
-  }
+  for (int r = 0; r < 2; ++r)  // rows past S take the last row's (never written)
+    terms[r] = mlx_ep_heads::row_terms<T, SCALE, MASK>(factor, mask, m * S + (rows[r] < S ? rows[r] : S - 1), q_shape,
+                                                      nd, mask_shape, mask_strides, mask_ndim);
   unsigned qa[D16 / 16][4];
 #pragma unroll
   for (int kk = 0; kk < D16 / 16; ++kk)
