@@ -40,11 +40,6 @@ std::string AddBodyRoots(const NodeView& view, const SubgraphFacts& facts,
   return AddHostRoots(view, facts.fold_roots, body_inputs, "a value the body reads on the host", claim, true);
 }
 
-int64_t HostScalar(const OpContext& c, const Tensor& t, const char* what) {
-  if (t.NumElements() != 1) c.Fail(std::string(what) + " must have one element");
-  return t.ToInt64().at(0);
-}
-
 TracedValue HostScalarValue(int64_t v, ElemType type) {
   auto t = std::make_shared<Tensor>();
   t->type = type;

@@ -29,9 +29,6 @@ void AddHostInput(Claim& claim, size_t index, bool must_fold);
 std::string AddBodyRoots(const NodeView& view, const SubgraphFacts& facts,
                          const std::set<std::string>& body_inputs, Claim& claim);
 
-/** The host value of a traced scalar as int64 (bool, integers). */
-int64_t HostScalar(const OpContext& c, const Tensor& t, const char* what);
-
 /** A scalar both as an array and on the host lane (a Loop's iteration number and condition). */
 TracedValue HostScalarValue(int64_t v, ElemType type);
 

@@ -64,6 +64,11 @@ const mx::array& OpContext::input(size_t i) const {
   return *inputs_[i];
 }
 
+int64_t HostScalar(const OpContext& c, const Tensor& t, const std::string& what) {
+  if (t.NumElements() != 1) c.Fail(what + " must hold exactly one value");
+  return t.ToInt64().at(0);
+}
+
 std::optional<double> OpContext::known_scalar(size_t i) const {
   const Tensor* t = host_if_known(i);
   if (!t || t->NumElements() != 1) return std::nullopt;

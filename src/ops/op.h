@@ -295,4 +295,8 @@ mx::array ShareArray(std::shared_ptr<const Tensor> t);
 /** True when MLX can hold and compute `t` on the runtime device (e.g. no float64 on GPUs). */
 bool DeviceSupports(ElemType t);
 
+/** The one value of host tensor `t` (an input's host value, or one a traced body folded) as int64;
+ *  fails naming `what` unless `t` holds exactly one element. */
+int64_t HostScalar(const OpContext& c, const Tensor& t, const std::string& what);
+
 }  // namespace mlx_ep

@@ -32,16 +32,11 @@ std::string OutputType(const NodeView& v, ElemType& t) {
   return "";
 }
 
-/** One scalar input's host value. */
-double ScalarOf(const OpContext& c, size_t i) {
-  const Tensor& t = c.host(i);
-  if (t.NumElements() != 1) c.Fail("input " + std::to_string(i) + " must hold one value");
-  return t.ToDouble()[0];
-}
-int64_t IntOf(const OpContext& c, size_t i) {
-  const Tensor& t = c.host(i);
-  if (t.NumElements() != 1) c.Fail("input " + std::to_string(i) + " must hold one value");
-  return t.ToInt64()[0];
+/** Input `i`'s one float value (the mel edges). */
+float FloatOf(const OpContext& c, size_t i) {
+  const std::optional<double> v = c.known_scalar(i);
+  if (!v) c.Fail("input " + std::to_string(i) + " must hold exactly one value");
+  return static_cast<float>(*v);
 }
 
 /** An MLX array of `shape` holding the values `fill(T*)` writes, T the C++ type of `t`. */
@@ -96,7 +91,7 @@ Claim ClaimWindow(const NodeView& v) {
 }
 
 std::vector<mx::array> Window(const OpContext& c, float a0, float a1, float a2) {
-  const int64_t size = IntOf(c, 0);
+  const int64_t size = HostScalar(c, c.host(0), "size");
   if (size < 0 || size > std::numeric_limits<int32_t>::max()) c.Fail("size must be in [0, 2^31)");
   const bool periodic = c.node.AttrInt("periodic", 1) != 0;
   const auto t = static_cast<ElemType>(c.node.AttrInt("output_datatype", 1));
@@ -148,9 +143,10 @@ double HzToMel(double hz) { return 2595 * std::log10(1 + hz / 700); }
 double MelToHz(double mels) { return 700 * (pow(10, (mels / 2595)) - 1); }
 
 std::vector<mx::array> TranslateMelWeightMatrix(const OpContext& c) {
-  const int64_t num_mel_bins = IntOf(c, 0), dft_length = IntOf(c, 1), sample_rate = IntOf(c, 2);
-  const auto lower_edge_hertz = static_cast<float>(ScalarOf(c, 3));
-  const auto upper_edge_hertz = static_cast<float>(ScalarOf(c, 4));
+  const int64_t num_mel_bins = HostScalar(c, c.host(0), "num_mel_bins");
+  const int64_t dft_length = HostScalar(c, c.host(1), "dft_length");
+  const int64_t sample_rate = HostScalar(c, c.host(2), "sample_rate");
+  const float lower_edge_hertz = FloatOf(c, 3), upper_edge_hertz = FloatOf(c, 4);
   if (num_mel_bins < 0 || dft_length < 0 || sample_rate <= 0)
     c.Fail("negative bins or length, or a rate <= 0");
   const int64_t num_spectrogram_bins = static_cast<int64_t>(std::floor(dft_length / 2 + 1));

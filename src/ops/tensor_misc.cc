@@ -23,13 +23,6 @@ namespace {
 using shape_util::Dims;
 using shape_util::NormAxis;
 
-/** The scalar value of a one-element host input (k, axis, ...). */
-int64_t HostScalar(const OpContext& c, size_t i, const char* what) {
-  const std::vector<int64_t> v = c.host_ints(i);
-  if (v.size() != 1) c.Fail(std::string(what) + " must hold exactly one value");
-  return v[0];
-}
-
 // ---------------------------------------------------------------------------------------------
 // DepthToSpace, SpaceToDepth
 
@@ -82,7 +75,7 @@ std::vector<mx::array> TranslateTrilu(const OpContext& c) {
   if (x.ndim() < 2) c.Fail("input must have rank >= 2");
   const int n = x.shape(-2), m = x.shape(-1);
   // Keep j <= i + k (lower) or j >= i + k (upper); k beyond the matrix means keep all or nothing.
-  const int64_t k = c.has_input(1) ? HostScalar(c, 1, "k") : 0;
+  const int64_t k = c.has_input(1) ? HostScalar(c, c.host(1), "k") : 0;
   const bool upper = c.node.AttrInt("upper", 1) != 0;
   const int64_t kk = std::clamp<int64_t>(upper ? k - 1 : k, -static_cast<int64_t>(n) - 1, m + 1);
   const mx::array lower_mask = mx::tri(n, m, static_cast<int>(kk), mx::bool_, c.stream);
@@ -124,7 +117,7 @@ std::vector<mx::array> TranslateScan(const OpContext& c, bool product) {
   const mx::array& x = c.input(0);
   if (x.ndim() == 0) c.Fail("cannot apply " + c.node.op_type + " to a scalar");
   if (c.host(1).shape.size() > 1) c.Fail("axis must be a scalar or a 1-D tensor");
-  const int axis = NormAxis(c, HostScalar(c, 1, "axis"), x.ndim());
+  const int axis = NormAxis(c, HostScalar(c, c.host(1), "axis"), x.ndim());
   if (x.size() == 0) return {x};
   const bool reverse = c.node.AttrInt("reverse", 0) != 0;
   const bool inclusive = c.node.AttrInt("exclusive", 0) == 0;
@@ -204,7 +197,7 @@ std::vector<mx::array> TranslateTopK(const OpContext& c) {
   if (x.ndim() == 0) c.Fail("input must have rank >= 1");
   const int ver = c.node.since_version;
   const int axis = NormAxis(c, c.node.AttrInt("axis", -1), x.ndim());
-  const int64_t k = ver < 10 ? c.node.AttrInt("k", -1) : HostScalar(c, 1, "K");
+  const int64_t k = ver < 10 ? c.node.AttrInt("k", -1) : HostScalar(c, c.host(1), "K");
   if (k < 0 || k > x.shape(axis)) c.Fail("k must lie in [0, size of the axis]");
   if (mx::issubdtype(x.dtype(), mx::floating) && k != 1) c.Fail("floating TopK is only translated for k = 1");
   const bool largest = ver < 11 || c.node.AttrInt("largest", 1) != 0;
@@ -284,7 +277,8 @@ std::vector<mx::array> TranslateEyeLike(const OpContext& c) {
   // so fails on GPUs for 8-byte types (MLX's GPU scatter has none).
   const mx::array rows = mx::reshape(mx::arange(n, mx::int32, s), {n, 1}, s);
   const mx::array columns = mx::reshape(mx::arange(m, mx::int32, s), {1, m}, s);
-  const mx::array diagonal = mx::equal(mx::subtract(columns, rows, s), mx::array(static_cast<int>(k), mx::int32), s);
+  const mx::array diagonal =
+      mx::equal(mx::subtract(columns, rows, s), mx::array(static_cast<int>(k), mx::int32), s);
   return {mx::astype(diagonal, dtype, s)};
 }
 
